@@ -1,0 +1,243 @@
+"""The shared vocabulary of FlowRank: enums and frozen records.
+
+Everything here is plain data. Timestamps are integers of epoch
+milliseconds (UTC); values are Python ints (a board never holds a float).
+Parsing and formatting timestamps for people lives in :mod:`engine.timefmt`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+DEFAULT_MAX_PLAUSIBLE_TIME_MS = 86_400_000
+DEFAULT_DEDUP_RETENTION = 5_000_000
+DEFAULT_DELTA_RETENTION = 10_000
+
+
+class Policy(str, enum.Enum):
+    """How a board orders its players (API §6)."""
+
+    BEST_SCORE = "best_score"
+    CUMULATIVE = "cumulative"
+    FASTEST_TIME = "fastest_time"
+
+
+class BoardState(str, enum.Enum):
+    """Season lifecycle of a board (API §5); see :mod:`engine.season`."""
+
+    OPEN = "OPEN"
+    FROZEN = "FROZEN"
+    FINALIZED = "FINALIZED"
+    ARCHIVED = "ARCHIVED"
+
+
+class RowStatus(str, enum.Enum):
+    ACTIVE = "ACTIVE"
+    INVALIDATED = "INVALIDATED"
+
+
+class Outcome(str, enum.Enum):
+    """What applying one score event did (API §7). Expected, never raised."""
+
+    APPLIED_FIRST_SCORE = "APPLIED_FIRST_SCORE"
+    APPLIED_NEW_BEST = "APPLIED_NEW_BEST"
+    REJECTED_NOT_AN_IMPROVEMENT = "REJECTED_NOT_AN_IMPROVEMENT"
+    APPLIED = "APPLIED"
+    APPLIED_NEW_BEST_TIME = "APPLIED_NEW_BEST_TIME"
+    REJECTED_NOT_FASTER = "REJECTED_NOT_FASTER"
+    REJECTED_INVALID_TIMING = "REJECTED_INVALID_TIMING"
+    DUPLICATE_IGNORED = "DUPLICATE_IGNORED"
+    REJECTED_EVENT_ID_CONFLICT = "REJECTED_EVENT_ID_CONFLICT"
+    HELD_FOR_CORRECTION = "HELD_FOR_CORRECTION"
+    HELD_FOR_REVIEW = "HELD_FOR_REVIEW"
+    REJECTED_UNKNOWN_SEASON = "REJECTED_UNKNOWN_SEASON"
+
+    @property
+    def changes_ranking(self) -> bool:
+        return self in _RANKING_CHANGES
+
+
+_RANKING_CHANGES = frozenset(
+    {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreEvent:
+    """One score event as a game server sent it, timestamps resolved to ms.
+
+    ``submitted_at`` defaults to ``achieved_at`` (API §7), so a caller that
+    omits it and one that repeats ``achieved_at`` send the same content.
+    """
+
+    board_id: str
+    event_id: str
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+
+    @property
+    def content(self) -> tuple[str, int, int, int]:
+        """What a redelivery must repeat for the id to count as a duplicate."""
+        return (self.player_id, self.value, self.achieved_at, self.submitted_at)
+
+
+@dataclass(frozen=True, slots=True)
+class BoardSpec:
+    """A board's immutable configuration (API §5)."""
+
+    board_id: str
+    policy: Policy
+    shards: int = 1
+    max_plausible_time_ms: int = DEFAULT_MAX_PLAUSIBLE_TIME_MS
+    review_above: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventResult:
+    event_id: str
+    outcome: Outcome
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """A row as it is after a change: what deltas and live updates carry."""
+
+    player_id: str
+    value: int
+    achieved_at: int
+    status: RowStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """The row changes that brought a board to ``version`` (from version - 1)."""
+
+    version: int
+    changes: tuple[RowChange, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankedEntry:
+    rank: int
+    player_id: str
+    value: int
+    achieved_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerView:
+    version: int
+    player_id: str
+    rank: int | None
+    value: int
+    achieved_at: int
+    status: RowStatus
+    row_version: int = 0
+    approximate: bool = False
+    rank_error_bound: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BoardInfo:
+    board_id: str
+    policy: Policy
+    state: BoardState
+    version: int
+    size: int
+    shards: int
+    max_plausible_time_ms: int = DEFAULT_MAX_PLAUSIBLE_TIME_MS
+    review_above: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A ranked window (top page, around window or local subset) at a version."""
+
+    version: int
+    entries: tuple[RankedEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Answer to ``changes_since``: contiguous deltas, or a snapshot (Test I)."""
+
+    kind: str  # "deltas" | "snapshot"
+    version: int
+    from_version: int | None = None
+    deltas: tuple[Delta, ...] = ()
+    entries: tuple[RankedEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HeldEvent:
+    event_id: str
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+    reason: Outcome  # HELD_FOR_CORRECTION | HELD_FOR_REVIEW
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    event_id: str
+    kind: str  # "score" | "invalidation" | "decision"
+    value: int | None
+    achieved_at: int | None
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidationResult:
+    correction_event_id: str
+    player_id: str
+    status: RowStatus
+    value: int | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionResult:
+    event_id: str
+    decision: str  # "apply" | "reject"
+    outcome: Outcome | None  # the apply outcome, None for reject
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checksum:
+    version: int
+    checksum: str
+
+
+@dataclass(frozen=True, slots=True)
+class Invalidation:
+    """A moderator's correction request (API §10)."""
+
+    board_id: str
+    event_id: str
+    reason: str = ""
+    moderator: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineDecision:
+    board_id: str
+    event_id: str
+    decision: str  # "apply" | "reject"
+    reason: str = ""
+    moderator: str = ""
+
+
+@dataclass(slots=True)
+class ApproximateRank:
+    version: int
+    rank: int
+    error_bound: int
+    extra: dict = field(default_factory=dict)
