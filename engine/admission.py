@@ -1,0 +1,129 @@
+"""Board-wide admission: dedup, season state, review holds, quarantine.
+
+Before an event may touch a row, the board decides whether it is a
+redelivery, a reused id, an event for a closed season or one to hold for
+review. These checks need the whole board (an event id is unique per board,
+not per shard), so in a sharded board they run once, in the router, in log
+order; the partitions then only see events that passed (or are told the
+verdict, to keep a complete per-player history).
+
+Order of checks (API §7, design Component 08): dedup first, then season
+state (HELD_FOR_CORRECTION), then ``review_above`` (HELD_FOR_REVIEW).
+"""
+
+from __future__ import annotations
+
+from engine.dedup import DedupWindow, Seen, fingerprint
+from engine.errors import AlreadyDecided, EventNotFound, InvalidTransition
+from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
+from engine.season import accepts_corrections, accepts_scores, next_state
+
+
+class Admission:
+    """The admission state of one board. Deterministic; not thread-safe."""
+
+    def __init__(self, spec: BoardSpec, dedup_retention: int):
+        self.spec = spec
+        self.state = BoardState.OPEN
+        self.dedup = DedupWindow(dedup_retention)
+        self.held: dict[str, HeldEvent] = {}  # pending decisions, in log order
+        self.decided: dict[str, tuple[str, HeldEvent]] = {}  # event id -> (decision, event)
+        self.freeze_position: int | None = None
+
+    def admit(self, ev: ScoreEvent) -> Outcome | None:
+        """The verdict for an event, or None when it goes on to ``apply``.
+
+        Remembers the id (except on conflict, which keeps the original).
+        O(1).
+        """
+        fp = fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at)
+        seen = self.dedup.check(ev.event_id, fp)
+        if seen is Seen.DUPLICATE:
+            return Outcome.DUPLICATE_IGNORED
+        if seen is Seen.CONFLICT:
+            return Outcome.REJECTED_EVENT_ID_CONFLICT
+        quarantined = self.held.get(ev.event_id) or self._decided_event(ev.event_id)
+        if quarantined is not None:  # the window forgot it, the quarantine did not
+            same = (quarantined.player_id, quarantined.value, quarantined.achieved_at, quarantined.submitted_at) == ev.content
+            return Outcome.DUPLICATE_IGNORED if same else Outcome.REJECTED_EVENT_ID_CONFLICT
+        self.dedup.remember(ev.event_id, fp)
+        if not accepts_scores(self.state):
+            return self._hold(ev, Outcome.HELD_FOR_CORRECTION)
+        review = self.spec.review_above
+        if review is not None and ev.value > review:
+            return self._hold(ev, Outcome.HELD_FOR_REVIEW)
+        return None
+
+    def _decided_event(self, event_id: str) -> HeldEvent | None:
+        d = self.decided.get(event_id)
+        return d[1] if d else None
+
+    def _hold(self, ev: ScoreEvent, reason: Outcome) -> Outcome:
+        self.held[ev.event_id] = HeldEvent(ev.event_id, ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, reason)
+        return reason
+
+    def set_state(self, wanted: BoardState, position: int | None = None) -> BoardState:
+        """Move the season forward (table in :mod:`engine.season`).
+
+        ``position`` is the log offset of the state-change record: events
+        before it were admitted under the old state, events after it under
+        the new one, so the freeze is anchored to the log, not a clock.
+        """
+        self.state = next_state(self.state, wanted)
+        if wanted is BoardState.FROZEN:
+            self.freeze_position = position
+        return self.state
+
+    def take_decision(self, event_id: str, decision: str) -> HeldEvent:
+        """Resolve a held event; returns it so the caller can apply it.
+
+        Raises AlreadyDecided for a second decision, EventNotFound when the
+        event is not held, InvalidTransition on an ARCHIVED board.
+        """
+        if event_id in self.decided:
+            raise AlreadyDecided(f"Event {event_id!r} was already decided ({self.decided[event_id][0]}).", "event_id")
+        held = self.held.get(event_id)
+        if held is None:
+            raise EventNotFound(f"Event {event_id!r} is not held on this board.", "event_id")
+        self.check_corrections_allowed()
+        del self.held[event_id]
+        self.decided[event_id] = (decision, held)
+        return held
+
+    def check_corrections_allowed(self) -> None:
+        if not accepts_corrections(self.state):
+            raise InvalidTransition(f"Board {self.spec.board_id!r} is ARCHIVED: it takes no more corrections.", None)
+
+    # --------------------------------------------------------------- snapshots
+
+    def to_state(self) -> dict:
+        def held_list(h: HeldEvent) -> list:
+            return [h.event_id, h.player_id, h.value, h.achieved_at, h.submitted_at, h.reason.value]
+
+        return {
+            "state": self.state.value,
+            "freeze_position": self.freeze_position,
+            "dedup": self.dedup.to_state(),
+            "held": [held_list(h) for h in self.held.values()],
+            "decided": [[eid, d, held_list(h)] for eid, (d, h) in self.decided.items()],
+        }
+
+    @classmethod
+    def from_state(cls, spec: BoardSpec, dedup_retention: int, state: dict) -> "Admission":
+        a = cls(spec, dedup_retention)
+        a.state = BoardState(state["state"])
+        a.freeze_position = state["freeze_position"]
+        a.dedup = DedupWindow.from_state(dedup_retention, state["dedup"])
+
+        def held(x: list) -> HeldEvent:
+            return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]))
+
+        a.held = {x[0]: held(x) for x in state["held"]}
+        a.decided = {eid: (d, held(h)) for eid, d, h in state["decided"]}
+        return a
+
+    def _check(self) -> None:
+        self.dedup._check()
+        assert not (set(self.held) & set(self.decided))
+        for h in self.held.values():
+            assert h.reason in (Outcome.HELD_FOR_CORRECTION, Outcome.HELD_FOR_REVIEW)

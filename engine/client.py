@@ -1,0 +1,105 @@
+"""The port the gateway talks to: :class:`EngineClient`.
+
+Two implementations sit behind it: :class:`engine.service.LocalService`
+(every partition in this process; for tests and embedded use) and the Ray
+cluster client in :mod:`engine.cluster` (partitions in shard actors). Both
+share the router logic of :mod:`engine.router`, so they answer identically.
+
+Every method is ``async`` and raises only :class:`engine.errors.FlowRankError`
+subclasses for anything a caller can cause. Reads reflect a consistent cut:
+the returned ``version`` is the board version whose events every partition
+has applied, and it is at least the version of every write acknowledged
+before the read was issued.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+from engine.model import (
+    BoardInfo,
+    BoardSpec,
+    BoardState,
+    Changes,
+    Checksum,
+    DecisionResult,
+    Delta,
+    EventResult,
+    HeldEvent,
+    HistoryEntry,
+    Invalidation,
+    InvalidationResult,
+    Page,
+    PlayerView,
+    QuarantineDecision,
+    ScoreEvent,
+)
+
+# listener(board_id, deltas) runs on the caller's event loop after a batch
+# commits, with the contiguous deltas it produced (possibly empty list never sent).
+DeltaListener = Callable[[str, Sequence[Delta]], None]
+
+
+class EngineClient(Protocol):
+    async def create_board(self, spec: BoardSpec) -> BoardInfo:
+        """201-style creation; raises BoardExists."""
+
+    async def list_boards(self) -> list[BoardInfo]: ...
+
+    async def board(self, board_id: str) -> BoardInfo:
+        """Raises BoardNotFound."""
+
+    async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
+        """Forward-only season move, anchored at the log position; raises InvalidTransition."""
+
+    async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
+        """Durably append then apply; one result per event, in order.
+
+        Unknown boards give ``REJECTED_UNKNOWN_SEASON`` results, not errors.
+        Raises Overloaded / StorageUnavailable when nothing could be made
+        durable (then nothing was applied).
+        """
+
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None) -> Page:
+        """Entries ranked offset+1 .. offset+limit. With ``at_version`` the page
+        comes from that pinned version or raises ViewExpired."""
+
+    async def player(self, board_id: str, player_id: str) -> PlayerView:
+        """Exact rank; raises PlayerNotFound when the player has no row."""
+
+    async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
+        """Rank from per-shard statistics: ``approximate=True`` and an honest
+        ``rank_error_bound`` (the exact rank is within ± the bound)."""
+
+    async def around(self, board_id: str, player_id: str, radius: int) -> Page:
+        """Ranks [r - radius, r + radius] clamped; raises PlayerNotRanked / PlayerNotFound."""
+
+    async def ranked_subset(self, board_id: str, player_ids: Sequence[str]) -> Page:
+        """ACTIVE rows among ``player_ids`` ranked locally 1..k by the board comparator."""
+
+    async def changes(self, board_id: str, since_version: int) -> Changes: ...
+
+    async def quarantine(self, board_id: str) -> list[HeldEvent]: ...
+
+    async def decide(self, decision: QuarantineDecision) -> DecisionResult:
+        """Raises EventNotFound (not held) or AlreadyDecided."""
+
+    async def invalidate(self, invalidation: Invalidation) -> InvalidationResult:
+        """Raises EventNotFound when the board never applied that event id."""
+
+    async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]: ...
+
+    async def checksum(self, board_id: str) -> Checksum: ...
+
+    def subscribe(self, listener: DeltaListener) -> Callable[[], None]:
+        """Register a commit listener; returns a function that unregisters it."""
+
+    def stats(self) -> dict:
+        """Operational numbers for /metrics: queue depth, fsync latency samples,
+        per-shard row counts, dead letters, ingest-to-rank lag samples."""
+
+    async def ready(self) -> bool:
+        """True when writes can be accepted (recovered, log writable)."""
+
+    async def close(self) -> None:
+        """Stop accepting, drain in-flight batches, snapshot, release files."""

@@ -1,0 +1,577 @@
+"""``SegmentedFileLog``: the durable event log as a directory of segment files.
+
+Layout: ``<directory>/<first_offset:020d>.log`` files, each a segment header
+plus framed records (see :mod:`engine.log.framing`). Only the last segment
+(the *active* one) is ever written; a new one is started before a commit
+group when the active segment holds at least ``segment_bytes`` (so a segment
+exceeds ``segment_bytes`` by at most one commit group).
+
+Group commit: callers encode their batch in their own thread and queue it; a
+single writer thread takes *every* queued batch, writes them with one
+``pwrite`` and makes them durable with one ``fsync``, then wakes the callers.
+While one fsync runs, new batches pile up and form the next group, so under
+load the number of fsyncs is far below the number of batches.
+
+Opening scans and verifies every segment (CRC + msgpack decode per record)
+and builds a sparse index (every ``index_interval``-th record's byte
+position) used by :meth:`SegmentedFileLog.read_from` to seek.
+
+Torn tail vs corruption (the conservative rule):
+
+* A bad frame (short header, short payload, bad length, CRC mismatch,
+  undecodable payload) in the *last* segment is a torn write from a crash
+  iff no valid frame (complete, CRC-correct, decodable) starts at any byte
+  position after it. The file is truncated at the bad frame and a warning is
+  logged (logger ``flowrank.log``) naming the file and byte offset.
+* Any bad frame in a non-last segment, or one in the last segment that is
+  followed by a valid frame, raises :class:`engine.errors.LogCorruption`
+  naming the file and byte offset. Data is never skipped silently.
+* Segments must chain: each segment's first offset equals the previous
+  segment's first offset plus its record count, and matches its header.
+
+Disk faults: if a write or fsync fails, every batch of the group fails with
+:class:`engine.errors.StorageUnavailable`, the active segment is truncated
+back to its last durable size (retried before the next write if the
+truncate itself fails), and the next group tries again, so the log recovers
+on its own once the fault clears.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+
+from engine.errors import LogCorruption, StorageUnavailable
+from engine.log.framing import (
+    SEGMENT_HEADER_SIZE,
+    decode_segment_header,
+    encode_batch,
+    encode_segment_header,
+    find_valid_frame,
+    parse_frames,
+)
+from engine.log.port import FaultHook
+
+logger = logging.getLogger("flowrank.log")
+
+SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+_READ_BLOCK = 1 << 20
+
+
+def segment_file_name(first_offset: int) -> str:
+    """``00000000000000000042.log`` for ``first_offset == 42``."""
+    return f"{first_offset:020d}.log"
+
+
+def fsync_directory(path: str) -> None:
+    """fsync a directory so created/renamed/deleted entries are durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Segment:
+    """One segment's durable state. ``records``/``size`` only grow after an
+    fsync; index lists are append-only (readers bisect them under the lock)."""
+
+    __slots__ = ("first_offset", "path", "records", "size", "index_k", "index_pos")
+
+    def __init__(self, first_offset: int, path: str, records: int, size: int,
+                 index_k: list[int], index_pos: list[int]):
+        self.first_offset = first_offset
+        self.path = path
+        self.records = records
+        self.size = size
+        self.index_k = index_k  # record number within segment
+        self.index_pos = index_pos  # byte position of that record
+
+
+class _Request:
+    __slots__ = ("blob", "starts", "count", "first", "error", "done")
+
+    def __init__(self, blob: bytes, starts: list[int]):
+        self.blob = blob
+        self.starts = starts
+        self.count = len(starts)
+        self.first = -1
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class SegmentedFileLog:
+    """File-backed :class:`engine.log.EventLog`. Create with :meth:`open`."""
+
+    def __init__(self, directory: str, segments: list[_Segment], *, segment_bytes: int,
+                 fsync: bool, fault_hook: FaultHook | None, index_interval: int):
+        self._dir = directory
+        self._segments = segments
+        self._firsts = [s.first_offset for s in segments]
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._hook = fault_hook
+        self._interval = index_interval
+        last = segments[-1]
+        self._durable = last.first_offset + last.records
+        self._assigned = self._durable
+        self._lock = threading.Lock()  # guards segments/_firsts/_durable/_assigned
+        self._cond = threading.Condition(threading.Lock())  # guards _pending/_closing
+        self._pending: list[_Request] = []
+        self._closing = False
+        self._closed = False
+        self._dirty = False  # active segment may hold bytes past last.size
+        self._fd = os.open(last.path, os.O_WRONLY)
+        self._stats = {"groups": 0, "batches": 0, "records": 0, "fsyncs": 0,
+                       "failed_groups": 0, "last_fsync_seconds": 0.0}
+        self._writer = threading.Thread(target=self._run, name=f"flowrank-log-writer:{directory}",
+                                        daemon=True)
+        self._writer.start()
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(cls, directory: str, *, segment_bytes: int = 64 * 2**20, fsync: bool = True,
+             fault_hook: FaultHook | None = None, index_interval: int = 1024) -> "SegmentedFileLog":
+        """Open (creating if needed) the log in ``directory``.
+
+        Verifies every record of every segment (``O(total bytes)``), repairs a
+        torn tail of the last segment (truncate + warning) and raises
+        :class:`LogCorruption` for anything else that does not verify.
+        ``fsync=False`` skips fsyncs (benchmarks/tests only: not durable).
+        ``fault_hook(op, path)`` is the fault-injection seam, called before
+        ``"create"``, ``"write"``, ``"fsync"``, ``"truncate"``, ``"dirsync"``.
+        """
+        if segment_bytes < 1 or index_interval < 1:
+            raise ValueError("segment_bytes and index_interval must be >= 1")
+        directory = os.path.abspath(directory)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            fsync_directory(os.path.dirname(directory))
+        names = sorted(
+            (int(m.group(1)), os.path.join(directory, m.group(0)))
+            for m in map(SEGMENT_NAME.match, os.listdir(directory)) if m
+        )
+        segments: list[_Segment] = []
+        if not names:
+            path = os.path.join(directory, segment_file_name(0))
+            _create_segment_file(path, 0, fsync, None)
+            fsync_directory(directory)
+            names = [(0, path)]
+        for i, (first, path) in enumerate(names):
+            last = i == len(names) - 1
+            if segments:
+                prev = segments[-1]
+                expected = prev.first_offset + prev.records
+                if first != expected:
+                    raise LogCorruption(
+                        f"log segment {path} starts at offset {first} but the previous segment "
+                        f"{prev.path} ends at offset {expected} (byte offset 0): records missing")
+            segments.append(_scan_segment(path, first, last, index_interval, fsync))
+        return cls(directory, segments, segment_bytes=segment_bytes, fsync=fsync,
+                   fault_hook=fault_hook, index_interval=index_interval)
+
+    # --------------------------------------------------------------- queries
+
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    def end_offset(self) -> int:
+        """Next offset to be assigned. ``O(1)``."""
+        with self._lock:
+            return self._assigned
+
+    def durable_offset(self) -> int:
+        """First offset not yet durable. ``O(1)``."""
+        with self._lock:
+            return self._durable
+
+    def start_offset(self) -> int:
+        """Oldest retained offset. ``O(1)``."""
+        with self._lock:
+            return self._segments[0].first_offset
+
+    def segments(self) -> list[tuple[int, str, int]]:
+        """``(first_offset, path, durable bytes)`` per segment, oldest first."""
+        with self._lock:
+            return [(s.first_offset, s.path, s.size) for s in self._segments]
+
+    def stats(self) -> dict:
+        """Counters for metrics: groups, batches, records, fsyncs, failed
+        groups and the duration of the last fsync in seconds."""
+        with self._lock:
+            return dict(self._stats)
+
+    # ---------------------------------------------------------------- append
+
+    def append_batch(self, records: Sequence[object]) -> list[int]:
+        """See :meth:`engine.log.EventLog.append_batch`. Encoding is
+        ``O(batch bytes)`` in the caller's thread; the wait is one group
+        commit (one write + one fsync shared with concurrent callers)."""
+        if self._closed or self._closing:
+            raise ValueError("append to a closed log")
+        if not records:
+            return []
+        blob, starts = encode_batch(records)
+        request = _Request(blob, starts)
+        with self._cond:
+            if self._closing:
+                raise ValueError("append to a closed log")
+            self._pending.append(request)
+            self._cond.notify()
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return list(range(request.first, request.first + request.count))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                group, self._pending = self._pending, []
+            try:
+                self._commit(group)
+            except BaseException as exc:  # never leave a caller waiting forever
+                for request in group:
+                    if not request.done.is_set():
+                        request.error = StorageUnavailable(f"event log writer failed: {exc!r}")
+                        request.done.set()
+                if not isinstance(exc, Exception):
+                    raise
+
+    def _call_hook(self, op: str, path: str) -> None:
+        if self._hook is not None:
+            self._hook(op, path)
+
+    def _commit(self, group: list[_Request]) -> None:
+        stage = "prepare"
+        seg = self._segments[-1]
+        try:
+            if self._dirty:
+                stage = "truncate"
+                self._truncate_active()
+            if seg.size >= self._segment_bytes and seg.records > 0:
+                stage = "segment roll"
+                seg = self._roll()
+            data = b"".join(r.blob for r in group) if len(group) > 1 else group[0].blob
+            count = sum(r.count for r in group)
+            with self._lock:
+                self._assigned = self._durable + count
+            stage = "write"
+            self._dirty = True
+            self._call_hook("write", seg.path)
+            _pwrite_all(self._fd, data, seg.size)
+            if self._fsync:
+                stage = "fsync"
+                self._call_hook("fsync", seg.path)
+                t0 = time.perf_counter()
+                os.fsync(self._fd)
+                fsync_seconds = time.perf_counter() - t0
+            else:
+                fsync_seconds = 0.0
+            self._dirty = False
+        except OSError as exc:
+            with self._lock:
+                self._assigned = self._durable
+                self._stats["failed_groups"] += 1
+            if self._dirty:
+                try:
+                    self._truncate_active()
+                except OSError as texc:
+                    logger.warning("could not truncate %s back to %d after a failed %s: %s",
+                                   seg.path, seg.size, stage, texc)
+            message = (f"event log {stage} failed on {seg.path}: "
+                       f"{errno.errorcode.get(exc.errno, exc.errno) if exc.errno else ''} {exc}").strip()
+            for request in group:
+                request.error = StorageUnavailable(message)
+                request.done.set()
+            return
+        # success: publish offsets, sizes and index entries, then wake callers
+        with self._lock:
+            first = self._durable
+            pos = seg.size
+            k = seg.records
+            interval = self._interval
+            for request in group:
+                request.first = first
+                # index every interval-th record (record 0 is indexed at creation)
+                m = max(interval, -(-k // interval) * interval)
+                for m in range(m, k + request.count, interval):
+                    seg.index_k.append(m)
+                    seg.index_pos.append(pos + request.starts[m - k])
+                first += request.count
+                k += request.count
+                pos += len(request.blob)
+            seg.records = k
+            seg.size = pos
+            self._durable = first
+            self._assigned = first
+            st = self._stats
+            st["groups"] += 1
+            st["batches"] += len(group)
+            st["records"] += count
+            if self._fsync:
+                st["fsyncs"] += 1
+                st["last_fsync_seconds"] = fsync_seconds
+        for request in group:
+            request.done.set()
+
+    def _truncate_active(self) -> None:
+        seg = self._segments[-1]
+        self._call_hook("truncate", seg.path)
+        os.ftruncate(self._fd, seg.size)
+        if self._fsync:
+            os.fsync(self._fd)
+        self._dirty = False
+
+    def _roll(self) -> _Segment:
+        with self._lock:
+            first = self._durable
+        path = os.path.join(self._dir, segment_file_name(first))
+        self._call_hook("create", path)
+        fd = _create_segment_file(path, first, self._fsync, self._hook)
+        try:
+            if self._fsync:
+                self._call_hook("dirsync", self._dir)
+                fsync_directory(self._dir)
+        except OSError:
+            os.close(fd)
+            _unlink_quietly(path)
+            raise
+        seg = _Segment(first, path, 0, SEGMENT_HEADER_SIZE, [0], [SEGMENT_HEADER_SIZE])
+        old_fd, self._fd = self._fd, fd
+        with self._lock:
+            self._segments.append(seg)
+            self._firsts.append(first)
+        os.close(old_fd)
+        return seg
+
+    # ------------------------------------------------------------------ read
+
+    def read_from(self, offset: int, chunk_records: int = 4096) -> Iterator[tuple[int, object]]:
+        """See :meth:`engine.log.EventLog.read_from`. Seeking costs
+        ``O(log segments + log index + index_interval)``; then ``O(bytes)``."""
+        if offset < 0 or chunk_records < 1:
+            raise ValueError("offset must be >= 0 and chunk_records >= 1")
+        if offset < self.start_offset():
+            raise ValueError(f"offset {offset} precedes the oldest retained offset {self.start_offset()}")
+        return self._reader(offset, chunk_records)
+
+    def _reader(self, offset: int, chunk_records: int) -> Iterator[tuple[int, object]]:
+        cur = offset
+        f = None
+        fseg: _Segment | None = None
+        buf = b""
+        buf_base = 0  # file position of buf[0]
+        pos = 0  # file position of record `cur` when fseg is set
+        try:
+            while True:
+                with self._lock:
+                    if cur >= self._durable:
+                        return
+                    i = bisect_right(self._firsts, cur) - 1
+                    if i < 0:
+                        raise ValueError(f"offset {cur} precedes the oldest retained offset "
+                                         f"{self._firsts[0]}")
+                    seg = self._segments[i]
+                    seg_end_offset = seg.first_offset + seg.records
+                    seg_end_pos = seg.size
+                    if seg is not fseg:
+                        j = bisect_right(seg.index_k, cur - seg.first_offset) - 1
+                        seek_k, seek_pos = seg.index_k[j], seg.index_pos[j]
+                if seg is not fseg:
+                    if f is not None:
+                        f.close()
+                    try:
+                        f = open(seg.path, "rb")
+                    except FileNotFoundError:
+                        raise ValueError(f"offset {cur} was deleted by retention") from None
+                    fseg = seg
+                    buf, buf_base = b"", seek_pos
+                    pos = seek_pos
+                    skip = cur - seg.first_offset - seek_k
+                    if skip:
+                        _, buf, buf_base, pos = _read_frames(f, seg.path, buf, buf_base, pos,
+                                                             seg_end_pos, skip, keep=False)
+                n = min(chunk_records, seg_end_offset - cur)
+                if n <= 0:
+                    continue  # a newer segment holds `cur`; loop re-resolves it
+                values, buf, buf_base, pos = _read_frames(f, seg.path, buf, buf_base, pos,
+                                                          seg_end_pos, n, keep=True)
+                base = cur
+                cur += len(values)
+                yield from zip(range(base, cur), values)
+        finally:
+            if f is not None:
+                f.close()
+
+    # --------------------------------------------------------------- retention
+
+    def delete_segments_before(self, offset: int) -> list[str]:
+        """Delete the oldest segments whose records are all ``< offset``;
+        never the active one. ``O(segments deleted)`` + one directory fsync."""
+        deleted: list[str] = []
+        with self._lock:
+            while len(self._segments) > 1:
+                seg = self._segments[0]
+                if seg.first_offset + seg.records > offset:
+                    break
+                os.unlink(seg.path)
+                self._segments.pop(0)
+                self._firsts.pop(0)
+                deleted.append(seg.path)
+        if deleted:
+            fsync_directory(self._dir)
+        return deleted
+
+    # ----------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Finish queued appends, stop the writer, close the file. Idempotent."""
+        if self._closed:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._writer.join()
+        self._closed = True
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "SegmentedFileLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        if n <= 0:
+            raise OSError(errno.EIO, "short write")
+        view = view[n:]
+        pos += n
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _create_segment_file(path: str, first_offset: int, fsync: bool, hook: FaultHook | None) -> int:
+    """Create (or reset a leftover of a failed roll) a segment with its header,
+    fsync'd. Returns a write fd. The caller fsyncs the directory."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if hook is not None:
+            hook("write", path)
+        _pwrite_all(fd, encode_segment_header(first_offset), 0)
+        if fsync:
+            if hook is not None:
+                hook("fsync", path)
+            os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise
+    return fd
+
+
+def _read_frames(f, path: str, buf: bytes, buf_base: int, pos: int, limit_pos: int, n: int,
+                 *, keep: bool):
+    """Parse ``n`` frames starting at file position ``pos`` (all of them lie
+    before ``limit_pos``, the segment's durable size), refilling ``buf`` (the
+    bytes from file position ``buf_base``) as needed.
+    Returns ``(values, buf, buf_base, pos)``."""
+    values: list = []
+    while n > 0:
+        rel = pos - buf_base
+        result = parse_frames(buf, rel, len(buf), n, keep=keep)
+        if keep:
+            values.extend(result.values)
+        got = len(result.starts)
+        n -= got
+        pos = buf_base + result.end
+        if n == 0:
+            break
+        if result.problem is not None and not result.incomplete:
+            raise LogCorruption(f"log segment {path}: {result.problem} at byte offset {pos}")
+        # need more bytes: keep the unparsed remainder, read at least one block
+        if pos >= limit_pos:
+            raise LogCorruption(f"log segment {path}: durable data ends inside a record at byte offset {pos}")
+        remainder = buf[result.end:]
+        need = _READ_BLOCK
+        if len(remainder) >= 8:
+            need = max(need, int.from_bytes(remainder[:4], "little") + 8)
+        f.seek(buf_base + len(buf))
+        more = f.read(min(need, limit_pos - (buf_base + len(buf))))
+        if not more:
+            raise LogCorruption(f"log segment {path}: file shorter than its durable size at byte offset {pos}")
+        buf = remainder + more
+        buf_base = pos
+    return values, buf, buf_base, pos
+
+
+def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool) -> _Segment:
+    """Verify one segment file and build its sparse index (see module doc)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < SEGMENT_HEADER_SIZE:
+        expected = encode_segment_header(first)
+        if last and expected.startswith(data):
+            # crash while creating the segment: rewrite its header
+            logger.warning("log segment %s: torn segment header (%d bytes) at byte offset 0; rewriting it",
+                           path, len(data))
+            with open(path, "r+b") as f:
+                f.truncate(0)
+                f.write(expected)
+                f.flush()
+                if fsync:
+                    os.fsync(f.fileno())
+            return _Segment(first, path, 0, SEGMENT_HEADER_SIZE, [0], [SEGMENT_HEADER_SIZE])
+        raise LogCorruption(f"log segment {path}: short segment header at byte offset 0")
+    header_first = decode_segment_header(data)
+    if header_first is None:
+        raise LogCorruption(f"log segment {path}: bad segment magic/version at byte offset 0")
+    if header_first != first:
+        raise LogCorruption(f"log segment {path}: header says first offset {header_first}, "
+                            f"file name says {first} (byte offset 0)")
+    result = parse_frames(data, SEGMENT_HEADER_SIZE, len(data), len(data), keep=False)
+    end = result.end
+    if result.problem is not None:
+        if not last:
+            raise LogCorruption(f"log segment {path}: {result.problem} at byte offset {end} "
+                                f"(not the last segment)")
+        follower = find_valid_frame(data, end + 1, len(data))
+        if follower is not None:
+            raise LogCorruption(f"log segment {path}: {result.problem} at byte offset {end} "
+                                f"followed by a valid record at byte offset {follower}")
+        logger.warning("log segment %s: torn tail (%s) at byte offset %d; truncating %d bytes",
+                       path, result.problem, end, len(data) - end)
+        with open(path, "r+b") as f:
+            f.truncate(end)
+            if fsync:
+                os.fsync(f.fileno())
+    starts = result.starts
+    index_k = list(range(0, len(starts), interval)) or [0]
+    index_pos = [starts[k] for k in index_k] if starts else [SEGMENT_HEADER_SIZE]
+    return _Segment(first, path, len(starts), end, index_k, index_pos)
