@@ -96,7 +96,7 @@ def test_read_from_rejects_bad_arguments(log_factory):
 def test_reading_while_appending_sees_dense_durable_prefixes(log_factory):
     log = log_factory(segment_bytes=2000)
     stop = threading.Event()
-    total = 3000
+    total = 1000
 
     def writer():
         for i in range(0, total, 10):
