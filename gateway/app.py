@@ -1,0 +1,146 @@
+"""The FastAPI application: a thin shell over an :class:`EngineClient`.
+
+>>> # app = create_app(Settings(keys=({"name": "ops", "role": "admin", "key": "k"},)), engine)
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from engine.client import EngineClient
+
+from gateway import handlers
+from gateway.auth import KeyStore, load_keystore
+from gateway.friends import FriendsProvider, build_friends
+from gateway.limits import RateLimiter
+from gateway.live import LiveHub
+from gateway.metrics import Metrics, MetricsMiddleware
+from gateway.routes import boards, events, live, moderation, ops, reads
+from gateway.schemas import EventBatchIn
+from gateway.settings import Settings
+from gateway.viewcache import ViewCache
+
+DESCRIPTION = """FlowRank's public HTTP API (see API.md and docs/http.md).
+
+Every request except `/healthz`, `/readyz` and `/metrics` carries
+`Authorization: Bearer <key>`. Every non-2xx answer is
+`{"error": {"code", "message", "field"}}`.
+"""
+
+
+@dataclass
+class Gateway:
+    """Everything a route needs, hung on ``app.state.gateway``."""
+
+    settings: Settings
+    engine: EngineClient
+    keys: KeyStore
+    limiter: RateLimiter
+    friends: FriendsProvider
+    hub: LiveHub
+    cache: ViewCache
+    metrics: Metrics
+    default_shards: int
+
+
+def create_app(
+    settings: Settings,
+    engine_client: EngineClient,
+    *,
+    keys: KeyStore | None = None,
+    friends: FriendsProvider | None = None,
+    clock=None,
+) -> FastAPI:
+    """Build the app. ``keys``/``friends``/``clock`` override what ``settings`` would build (tests).
+
+    The app does not close ``engine_client``: whoever built it does (the CLI
+    does so after the server drained).
+    """
+    import time
+
+    clock = clock or time.monotonic
+    if keys is None:
+        keys, _ = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
+    if friends is None:
+        friends = build_friends(settings.friends_file, settings.friends_url, settings.friends_timeout_s,
+                                settings.friends_cache_ttl_s, settings.friends_cache_entries,
+                                settings.max_ranked_subset)
+    hub = LiveHub(
+        engine_client,
+        window_s=settings.live_window_ms / 1000.0,
+        queue_size=settings.live_queue_size,
+        max_total=settings.live_max_subscribers,
+        max_per_board=settings.live_max_per_board,
+        heartbeat_s=settings.live_heartbeat_s,
+    )
+    default_shards = settings.shards or getattr(engine_client, "default_shards", None) or os.cpu_count() or 1
+
+    def _stats() -> dict:
+        return engine_client.stats()
+
+    gateway = Gateway(
+        settings=settings,
+        engine=engine_client,
+        keys=keys,
+        limiter=RateLimiter(
+            read=(settings.read_rate_per_s, settings.read_burst),
+            write=(settings.write_rate_per_s, settings.write_burst),
+            clock=clock,
+        ),
+        friends=friends,
+        hub=hub,
+        cache=ViewCache(settings.view_cache_entries, settings.view_cache_max_age_ms, clock=clock),
+        metrics=Metrics(_stats, lambda: hub.subscriber_count),
+        default_shards=int(default_shards),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        hub.start()
+        try:
+            yield
+        finally:
+            await hub.close()
+            await friends.aclose()
+
+    app = FastAPI(
+        title="FlowRank",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    handlers.install(app)
+    for module in (boards, events, reads, live, moderation):
+        app.include_router(module.router)
+    app.include_router(ops.router)
+    app.include_router(ops.public)
+    app.add_middleware(MetricsMiddleware, metrics_getter=lambda: gateway.metrics)
+    _document_manual_bodies(app)
+    return app
+
+
+def _document_manual_bodies(app: FastAPI) -> None:
+    """Add the hand-validated events body to the OpenAPI components."""
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes,
+            openapi_version=app.openapi_version,
+        )
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        doc = EventBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in doc.pop("$defs", {}).items():
+            comps.setdefault(name, sub)
+        comps["EventBatchIn"] = doc
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

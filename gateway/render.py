@@ -1,0 +1,122 @@
+"""Engine records → the exact JSON shapes of API §5-10 (plain dicts).
+
+Every timestamp leaves as ``YYYY-MM-DDTHH:MM:SS.sssZ``. Each function is
+O(size of the record).
+"""
+
+from __future__ import annotations
+
+from engine.model import (
+    BoardInfo,
+    Changes,
+    Checksum,
+    DecisionResult,
+    EventResult,
+    HeldEvent,
+    HistoryEntry,
+    InvalidationResult,
+    PlayerView,
+    RankedEntry,
+    RowChange,
+)
+from engine.timefmt import format_timestamp
+
+
+def _v(x) -> str | None:
+    return None if x is None else getattr(x, "value", x)
+
+
+def board(b: BoardInfo) -> dict:
+    return {
+        "board_id": b.board_id,
+        "policy": _v(b.policy),
+        "state": _v(b.state),
+        "version": b.version,
+        "size": b.size,
+        "shards": b.shards,
+        "max_plausible_time_ms": b.max_plausible_time_ms,
+        "review_above": b.review_above,
+    }
+
+
+def result(r: EventResult) -> dict:
+    return {"event_id": r.event_id, "outcome": _v(r.outcome), "version": r.version}
+
+
+def entry(e: RankedEntry) -> dict:
+    return {"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
+
+
+def entries(es) -> list[dict]:
+    return [entry(e) for e in es]
+
+
+def change(c: RowChange) -> dict:
+    return {
+        "player_id": c.player_id,
+        "value": c.value,
+        "achieved_at": format_timestamp(c.achieved_at),
+        "status": _v(c.status),
+    }
+
+
+def player(p: PlayerView) -> dict:
+    return {
+        "version": p.version,
+        "player_id": p.player_id,
+        "rank": p.rank,
+        "value": p.value,
+        "achieved_at": format_timestamp(p.achieved_at),
+        "status": _v(p.status),
+        "approximate": bool(p.approximate),
+        "rank_error_bound": p.rank_error_bound if p.approximate else None,
+    }
+
+
+def changes(c: Changes) -> dict:
+    if c.kind == "deltas":
+        return {
+            "kind": "deltas",
+            "from_version": c.from_version,
+            "version": c.version,
+            "deltas": [{"version": d.version, "changes": [change(x) for x in d.changes]} for d in c.deltas],
+        }
+    return {"kind": "snapshot", "version": c.version, "entries": entries(c.entries)}
+
+
+def held(h: HeldEvent) -> dict:
+    return {
+        "event_id": h.event_id,
+        "player_id": h.player_id,
+        "value": h.value,
+        "achieved_at": format_timestamp(h.achieved_at),
+        "reason": _v(h.reason),
+    }
+
+
+def decision(d: DecisionResult) -> dict:
+    return {"event_id": d.event_id, "decision": d.decision, "outcome": _v(d.outcome), "version": d.version}
+
+
+def invalidation(r: InvalidationResult) -> dict:
+    return {
+        "correction_event_id": r.correction_event_id,
+        "player_id": r.player_id,
+        "status": _v(r.status),
+        "value": r.value,
+        "version": r.version,
+    }
+
+
+def history(h: HistoryEntry) -> dict:
+    return {
+        "event_id": h.event_id,
+        "kind": h.kind,
+        "value": h.value,
+        "achieved_at": None if h.achieved_at is None else format_timestamp(h.achieved_at),
+        "outcome": _v(h.outcome),
+    }
+
+
+def checksum(c: Checksum) -> dict:
+    return {"version": c.version, "checksum": c.checksum}

@@ -1,0 +1,52 @@
+"""Boards and season state (API §5)."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from engine.model import BoardSpec, DEFAULT_MAX_PLAUSIBLE_TIME_MS
+
+from gateway import render
+from gateway.auth import Permission
+from gateway.guard import access
+from gateway.routes.common import BoardIdPath, guarded_router, gw
+from gateway.schemas import BoardCreate, BoardList, BoardOut, StateIn, error_responses
+
+router = guarded_router("boards")
+
+
+@router.post("/v1/boards", status_code=201, response_model=BoardOut, responses=error_responses(409),
+             summary="Create a board (admin)")
+@access(Permission.ADMIN, "write")
+async def create_board(body: BoardCreate, request: Request):
+    g = gw(request)
+    spec = BoardSpec(
+        board_id=body.board_id,
+        policy=body.policy,
+        shards=body.shards if body.shards is not None else g.default_shards,
+        max_plausible_time_ms=body.max_plausible_time_ms or DEFAULT_MAX_PLAUSIBLE_TIME_MS,
+        review_above=body.review_above,
+    )
+    info = await g.engine.create_board(spec)
+    return JSONResponse(render.board(info), status_code=201)
+
+
+@router.get("/v1/boards", response_model=BoardList, responses=error_responses(), summary="List boards")
+@access(Permission.READ)
+async def list_boards(request: Request):
+    boards = await gw(request).engine.list_boards()
+    return JSONResponse({"boards": [render.board(b) for b in boards]})
+
+
+@router.get("/v1/boards/{board_id}", response_model=BoardOut, responses=error_responses(404), summary="One board")
+@access(Permission.READ)
+async def get_board(board_id: BoardIdPath, request: Request):
+    return JSONResponse(render.board(await gw(request).engine.board(board_id)))
+
+
+@router.post("/v1/boards/{board_id}/state", response_model=BoardOut, responses=error_responses(404, 409),
+             summary="Move a board's season state forward (admin)")
+@access(Permission.ADMIN, "write")
+async def set_state(board_id: BoardIdPath, body: StateIn, request: Request):
+    return JSONResponse(render.board(await gw(request).engine.set_state(board_id, body.state)))

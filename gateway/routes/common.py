@@ -1,0 +1,38 @@
+"""Shared route helpers: typed path parameters, the gateway state accessor."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import AfterValidator
+
+from gateway.guard import GuardedRoute, bearer_scheme
+from gateway.schemas import _valid_id
+from gateway.validation import BOARD_ID_PATTERN
+
+BoardIdPath = Annotated[
+    str,
+    Path(pattern=BOARD_ID_PATTERN, description="`game:mode:season:scope`.", examples=["arena-clash:solo:S7:global"]),
+]
+PlayerIdPath = Annotated[
+    str,
+    Path(min_length=1, max_length=128, description="1-128 Unicode characters, no control characters.",
+         examples=["p-ava"]),
+    AfterValidator(_valid_id),
+]
+EventIdPath = Annotated[
+    str,
+    Path(min_length=1, max_length=128, description="The held event's id.", examples=["evt-s7-late"]),
+    AfterValidator(_valid_id),
+]
+
+
+def guarded_router(tag: str, public: bool = False) -> APIRouter:
+    deps = [] if public else [Depends(bearer_scheme)]
+    return APIRouter(route_class=GuardedRoute, tags=[tag], dependencies=deps)
+
+
+def gw(request: Request):
+    """The :class:`gateway.app.Gateway` of this app."""
+    return request.app.state.gateway

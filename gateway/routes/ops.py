@@ -1,0 +1,53 @@
+"""Health, readiness, metrics and the checksum (API §1, §10, §11)."""
+
+from __future__ import annotations
+
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from engine.errors import FlowRankError
+
+from gateway import render
+from gateway.auth import Permission
+from gateway.guard import access
+from gateway.handlers import error_body
+from gateway.routes.common import BoardIdPath, guarded_router, gw
+from gateway.schemas import ChecksumOut, ErrorBody, Health, Ready, error_responses
+
+public = guarded_router("ops", public=True)
+router = guarded_router("ops")
+
+
+@public.get("/healthz", response_model=Health, summary="200 while the process is alive (no key)")
+@access(None)
+async def healthz():
+    return JSONResponse({"status": "ok"})
+
+
+@public.get("/readyz", response_model=Ready, summary="200 only when writes can be accepted (no key)",
+            responses={503: {"model": ErrorBody, "description": "`OVERLOADED`: not ready yet."}})
+@access(None)
+async def readyz(request: Request):
+    try:
+        ok = bool(await gw(request).engine.ready())
+    except FlowRankError:
+        ok = False
+    if ok:
+        return JSONResponse({"ready": True})
+    return JSONResponse(error_body("OVERLOADED", "Not ready to accept writes.", None), status_code=503,
+                        headers={"Retry-After": "1"})
+
+
+@public.get("/metrics", summary="Prometheus text (no key)", response_class=Response,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Metrics."}})
+@access(None)
+async def metrics(request: Request):
+    return Response(generate_latest(gw(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/boards/{board_id}/checksum", response_model=ChecksumOut, responses=error_responses(404),
+            summary="Hash over every row, identical after any replay (admin)")
+@access(Permission.ADMIN)
+async def checksum(board_id: BoardIdPath, request: Request):
+    return JSONResponse(render.checksum(await gw(request).engine.checksum(board_id)))

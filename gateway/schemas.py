@@ -1,0 +1,306 @@
+"""Typed request/response models: what /openapi.json and /docs describe.
+
+Request models validate strictly (``StrictInt``: floats, strings and booleans
+are not integers). The events batch is validated by hand in
+:mod:`gateway.validation` (so a 10,001-event batch is a 413 before any event
+is looked at, and the first bad field is named exactly); :class:`EventBatchIn`
+documents that body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+
+from engine.model import INT64_MAX, INT64_MIN, BoardState, Outcome, Policy, RowStatus
+
+from gateway.validation import BOARD_ID_PATTERN, id_problem
+
+
+def _valid_id(v: str) -> str:
+    problem = id_problem(v)
+    if problem is not None:
+        raise ValueError(f"id {problem}")
+    return v
+
+
+Int64 = Annotated[int, Strict(), Field(ge=INT64_MIN, le=INT64_MAX)]
+BoardId = Annotated[
+    str,
+    Field(
+        pattern=BOARD_ID_PATTERN,
+        description="`game:mode:season:scope`, each part `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.",
+        examples=["arena-clash:solo:S7:global"],
+    ),
+]
+PlayerId = Annotated[
+    str,
+    Field(min_length=1, max_length=128, description="1-128 Unicode characters, no control characters.",
+          examples=["p-ava"]),
+    AfterValidator(_valid_id),
+]
+EventId = Annotated[
+    str,
+    Field(min_length=1, max_length=128, description="1-128 Unicode characters, no control characters; "
+          "deduplicated per board.", examples=["evt-101"]),
+    AfterValidator(_valid_id),
+]
+Timestamp = Annotated[
+    str,
+    Field(description="UTC, always `YYYY-MM-DDTHH:MM:SS.sssZ`.", examples=["2026-11-01T10:05:00.000Z"]),
+]
+TimestampIn = Annotated[
+    int | str,
+    Field(description="Epoch milliseconds (integer) or an RFC 3339 string with a zone.",
+          examples=["2026-11-01T10:05:00Z", 1793527500000]),
+]
+Version = Annotated[int, Field(ge=0, description="Board version this answer reflects (a consistent cut).")]
+StaleMs = Annotated[
+    int | None,
+    Field(description="Only with `?max_staleness_ms`: how old (ms) the served view is; 0 when fresh."),
+]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---- errors -----------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine code (API §3).", examples=["VALIDATION_FAILED"])
+    message: str = Field(description="A human sentence. Never contains keys or tracebacks.")
+    field: str | None = Field(description="Path of the offending input, e.g. `events[3].value`, or null.",
+                              examples=["events[3].value"])
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+_ERROR_TEXT = {
+    400: "Bad request.",
+    401: "`UNAUTHENTICATED`: missing, malformed, unknown or revoked key.",
+    403: "`FORBIDDEN`: the key's role may not call this route.",
+    404: "`BOARD_NOT_FOUND`, `PLAYER_NOT_FOUND`, `PLAYER_NOT_RANKED`, `EVENT_NOT_FOUND` or an unknown route.",
+    409: "`BOARD_EXISTS`, `INVALID_TRANSITION` or `ALREADY_DECIDED`.",
+    410: "`VIEW_EXPIRED`: the pinned page version is gone; fetch page 1 again.",
+    413: "`BATCH_TOO_LARGE`: more than 10,000 events or a body over 8 MiB.",
+    422: "`VALIDATION_FAILED`: schema, types, ranges or ids; `field` names the first bad input.",
+    429: "`RATE_LIMITED`; see the `Retry-After` header (seconds).",
+    503: "`OVERLOADED`; see the `Retry-After` header (seconds).",
+}
+
+_RETRY_HEADER = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}}
+
+
+def error_responses(*statuses: int) -> dict:
+    """``responses=`` for a route: every listed status answers :class:`ErrorBody`."""
+    base = (401, 403, 422, 429, 503)
+    out: dict = {}
+    for s in sorted(set(base + statuses)):
+        entry: dict = {"model": ErrorBody, "description": _ERROR_TEXT.get(s, "Error.")}
+        if s in (429, 503):
+            entry["headers"] = _RETRY_HEADER
+        out[s] = entry
+    return out
+
+
+# ---- boards -------------------------------------------------------------------
+
+
+class BoardCreate(BaseModel):
+    board_id: BoardId
+    policy: Policy = Field(description="`best_score`, `cumulative` or `fastest_time`.")
+    shards: Annotated[int, Strict(), Field(ge=1, le=1024)] | None = Field(
+        None, description="Partition count; default: the server's `--shards`.")
+    max_plausible_time_ms: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="`fastest_time` only: larger times are `REJECTED_INVALID_TIMING` (default 24 h).")
+    review_above: Int64 | None = Field(None, description="Values (or deltas) above this are `HELD_FOR_REVIEW`.")
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
+         "max_plausible_time_ms": 86400000, "review_above": None}]})
+
+
+class BoardOut(_Out):
+    board_id: str = Field(examples=["arena-clash:solo:S7:global"])
+    policy: Policy
+    state: BoardState
+    version: Version
+    size: int = Field(description="Number of ranked (ACTIVE) players.")
+    shards: int
+    max_plausible_time_ms: int | None = None
+    review_above: int | None = None
+
+
+class BoardList(_Out):
+    boards: list[BoardOut]
+
+
+class StateIn(BaseModel):
+    state: BoardState = Field(description="Forward only: OPEN → FROZEN → FINALIZED → ARCHIVED.",
+                              examples=["FROZEN"])
+
+
+# ---- events ---------------------------------------------------------------------
+
+
+class EventIn(BaseModel):
+    event_id: EventId
+    board_id: BoardId
+    player_id: PlayerId
+    value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
+    achieved_at: TimestampIn
+    submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
+
+
+class EventBatchIn(BaseModel):
+    events: list[EventIn] = Field(min_length=1, max_length=10_000,
+                                  description="1-10,000 events; rejected whole if any is invalid.")
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"events": [
+        {"event_id": "evt-101", "board_id": "arena-clash:solo:S7:global", "player_id": "p-dev",
+         "value": 9700, "achieved_at": "2026-11-01T10:05:00Z", "submitted_at": None}]}]})
+
+
+class EventResultOut(_Out):
+    event_id: str
+    outcome: Outcome
+    version: Version = Field(description="Board version after this event (0 for unknown boards).")
+
+
+class EventsOut(_Out):
+    results: list[EventResultOut]
+
+
+# ---- reads ------------------------------------------------------------------------
+
+
+class EntryOut(_Out):
+    rank: int = Field(ge=1)
+    player_id: str
+    value: int
+    achieved_at: Timestamp
+
+
+class TopOut(_Out):
+    version: Version
+    entries: list[EntryOut]
+    next_cursor: str | None = Field(description="Opaque token for the next page (pinned to `version`); "
+                                    "null on the last page.")
+    stale_ms: StaleMs = None
+
+
+class PlayerOut(_Out):
+    version: Version
+    player_id: str
+    rank: int | None = Field(description="Null when `status` is INVALIDATED.")
+    value: int
+    achieved_at: Timestamp
+    status: RowStatus
+    approximate: bool
+    rank_error_bound: int | None = Field(None, description="With `approximate=true`: the true rank is within ±k.")
+    stale_ms: StaleMs = None
+
+
+class WindowOut(_Out):
+    version: Version
+    player_id: str | None = None
+    entries: list[EntryOut]
+    stale_ms: StaleMs = None
+
+
+class SubsetIn(BaseModel):
+    player_ids: list[PlayerId] = Field(max_length=10_000, description="Up to 10,000 player ids.",
+                                       examples=[["p-ben", "p-dev", "p-eli"]])
+
+
+class ChangeOut(_Out):
+    player_id: str
+    value: int
+    achieved_at: Timestamp
+    status: RowStatus
+
+
+class DeltaOut(_Out):
+    version: Version
+    changes: list[ChangeOut]
+
+
+class ChangesOut(_Out):
+    kind: Literal["deltas", "snapshot"]
+    version: Version
+    from_version: int | None = Field(None, description="`deltas` only: the version the replay starts after.")
+    deltas: list[DeltaOut] | None = Field(None, description="`deltas` only: contiguous, in order.")
+    entries: list[EntryOut] | None = Field(None, description="`snapshot` only: the whole board, ranked.")
+
+
+# ---- moderation ---------------------------------------------------------------------
+
+
+class HeldOut(_Out):
+    event_id: str
+    player_id: str
+    value: int
+    achieved_at: Timestamp
+    reason: Literal["HELD_FOR_CORRECTION", "HELD_FOR_REVIEW"]
+
+
+class QuarantineOut(_Out):
+    events: list[HeldOut]
+
+
+class DecisionIn(BaseModel):
+    decision: Literal["apply", "reject"]
+    reason: str = Field("", max_length=2000)
+    moderator: str | None = Field(None, max_length=256, description="Default: the key's name.")
+
+
+class DecisionOut(_Out):
+    event_id: str
+    decision: Literal["apply", "reject"]
+    outcome: Outcome | None = Field(description="The apply outcome; null for reject.")
+    version: Version
+
+
+class InvalidationIn(BaseModel):
+    event_id: EventId
+    reason: str = Field("", max_length=2000)
+    moderator: str | None = Field(None, max_length=256, description="Default: the key's name.")
+
+
+class InvalidationOut(_Out):
+    correction_event_id: str
+    player_id: str
+    status: RowStatus
+    value: int | None
+    version: Version
+
+
+class HistoryEntryOut(_Out):
+    event_id: str
+    kind: Literal["score", "invalidation", "decision"]
+    value: int | None
+    achieved_at: Timestamp | None
+    outcome: str
+
+
+class HistoryOut(_Out):
+    player_id: str
+    events: list[HistoryEntryOut]
+
+
+class ChecksumOut(_Out):
+    version: Version
+    checksum: str
+
+
+class Health(_Out):
+    status: str = Field(examples=["ok"])
+
+
+class Ready(_Out):
+    ready: bool

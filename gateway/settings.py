@@ -1,0 +1,68 @@
+"""Gateway configuration: every ``flowrank serve`` option plus the knobs
+API.md leaves to the implementation (limits, live fan-out, view caches).
+
+A :class:`Settings` is a frozen record; build one with keyword arguments or
+from parsed CLI arguments (:func:`gateway.cli.parse_args`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- API §1 options -------------------------------------------------
+    data_dir: str | None = "./flowrank-data"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    shards: int | None = None  # None: number of CPUs the engine sees
+    keys_file: str | None = None
+    friends_file: str | None = None
+    friends_url: str | None = None
+    delta_retention: int = DEFAULT_DELTA_RETENTION
+    dedup_retention: int = DEFAULT_DEDUP_RETENTION
+    ray_address: str | None = None
+
+    # --- credentials ----------------------------------------------------
+    # Inline key entries (same shape as the keys file entries). When set they
+    # win over ``keys_file``; meant for embedding and tests.
+    keys: tuple[dict, ...] | None = None
+
+    # --- request limits (API §3/§8) -------------------------------------
+    max_body_bytes: int = 8 * MIB
+    max_batch_events: int = 10_000
+    max_ranked_subset: int = 10_000
+    max_limit: int = 1000
+    max_radius: int = 100
+
+    # --- rate limits: per credential token buckets ------------------------
+    read_rate_per_s: float = 5000.0
+    read_burst: float = 10000.0
+    write_rate_per_s: float = 200.0
+    write_burst: float = 400.0
+
+    # --- live updates (API §9) --------------------------------------------
+    live_window_ms: int = 50
+    live_queue_size: int = 64
+    live_max_subscribers: int = 10_000
+    live_max_per_board: int = 2_000
+    live_heartbeat_s: float = 15.0
+    live_default_top: int = 100
+
+    # --- cached views for ?max_staleness_ms -------------------------------
+    view_cache_entries: int = 1024
+    view_cache_max_age_ms: int = 10_000  # never serve anything older, whatever N says
+
+    # --- friends provider ---------------------------------------------------
+    friends_timeout_s: float = 1.0
+    friends_cache_ttl_s: float = 30.0
+    friends_cache_entries: int = 10_000
+
+    # --- misc ----------------------------------------------------------------
+    retry_after_overloaded_s: int = 1
+    extra: dict = field(default_factory=dict)

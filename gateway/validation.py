@@ -1,0 +1,174 @@
+"""Input rules of API §3-4 as plain functions, and the cursor codec.
+
+Every check raises :class:`engine.errors.ValidationFailed` naming the field
+in the API's path format (``events[3].value``). Nothing here touches HTTP,
+so the same rules serve the routes, the client and the tests.
+
+>>> check_board_id("arena-clash:solo:S7:global")
+'arena-clash:solo:S7:global'
+>>> decode_cursor(encode_cursor(version=6, offset=10))
+(6, 10)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from typing import Any, Sequence
+
+from engine.errors import BatchTooLarge, ValidationFailed
+from engine.model import INT64_MAX, INT64_MIN, ScoreEvent
+from engine.timefmt import parse_timestamp
+
+BOARD_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+BOARD_ID_RE = re.compile(rf"^{BOARD_PART}:{BOARD_PART}:{BOARD_PART}:{BOARD_PART}$")
+BOARD_ID_PATTERN = BOARD_ID_RE.pattern
+MAX_ID_CHARS = 128
+
+
+def check_board_id(raw: object, field: str = "board_id") -> str:
+    if not isinstance(raw, str):
+        raise ValidationFailed("board_id must be a string.", field)
+    # fullmatch on the ASCII pattern; '$' would also accept a trailing newline
+    if not BOARD_ID_RE.fullmatch(raw) or raw.endswith("\n"):
+        raise ValidationFailed(
+            "board_id must be game:mode:season:scope, each part matching [A-Za-z0-9][A-Za-z0-9_.-]{0,63}.",
+            field,
+        )
+    return raw
+
+
+def id_problem(raw: object) -> str | None:
+    """Why ``raw`` is not a valid player/event id, or None when it is.
+
+    Valid: a str of 1-128 code points, none in Unicode category Cc and no
+    lone surrogates (which JSON ``\\ud800`` escapes can produce). O(len).
+    """
+    if not isinstance(raw, str):
+        return "must be a string"
+    if not 1 <= len(raw) <= MAX_ID_CHARS:
+        return f"must be 1-{MAX_ID_CHARS} characters long"
+    for ch in raw:
+        o = ord(ch)
+        if o < 0x20 or 0x7F <= o <= 0x9F:
+            return "must not contain control characters"
+        if 0xD800 <= o <= 0xDFFF:
+            return "must not contain lone surrogates"
+    return None
+
+
+def check_id(raw: object, field: str, what: str = "id") -> str:
+    problem = id_problem(raw)
+    if problem is not None:
+        raise ValidationFailed(f"{what} {problem}.", field)
+    return raw  # type: ignore[return-value]
+
+
+def check_int64(raw: object, field: str, what: str = "value") -> int:
+    """A JSON integer in the signed 64-bit range: no bool, no float (even 5.0), no str."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ValidationFailed(f"{what} must be a JSON integer (not a float, string or boolean).", field)
+    if not INT64_MIN <= raw <= INT64_MAX:
+        raise ValidationFailed(f"{what} must fit in a signed 64-bit integer.", field)
+    return raw
+
+
+_EVENT_REQUIRED = ("event_id", "board_id", "player_id", "value", "achieved_at")
+
+
+def event_from_json(raw: object, field: str) -> ScoreEvent:
+    """One API §7 event object → :class:`ScoreEvent`; unknown keys are ignored."""
+    if not isinstance(raw, dict):
+        raise ValidationFailed("Each event must be a JSON object.", field)
+    for key in _EVENT_REQUIRED:
+        if key not in raw:
+            raise ValidationFailed(f"{key} is required.", f"{field}.{key}")
+    event_id = check_id(raw["event_id"], f"{field}.event_id", "event_id")
+    board_id = check_board_id(raw["board_id"], f"{field}.board_id")
+    player_id = check_id(raw["player_id"], f"{field}.player_id", "player_id")
+    value = check_int64(raw["value"], f"{field}.value")
+    achieved_at = parse_timestamp(raw["achieved_at"], f"{field}.achieved_at")
+    submitted_raw = raw.get("submitted_at")
+    submitted_at = achieved_at if submitted_raw is None else parse_timestamp(submitted_raw, f"{field}.submitted_at")
+    return ScoreEvent(
+        board_id=board_id,
+        event_id=event_id,
+        player_id=player_id,
+        value=value,
+        achieved_at=achieved_at,
+        submitted_at=submitted_at,
+    )
+
+
+def events_from_body(body: object, max_events: int) -> list[ScoreEvent]:
+    """The whole batch or nothing: 413 past ``max_events``, else the first bad field's 422."""
+    if not isinstance(body, dict):
+        raise ValidationFailed("The body must be a JSON object with an events array.", None)
+    events = body.get("events")
+    if "events" not in body:
+        raise ValidationFailed("events is required.", "events")
+    if not isinstance(events, list):
+        raise ValidationFailed("events must be an array.", "events")
+    if len(events) > max_events:
+        raise BatchTooLarge(f"A batch holds at most {max_events} events; this one has {len(events)}.", "events")
+    if not events:
+        raise ValidationFailed("events must hold at least one event.", "events")
+    return [event_from_json(e, f"events[{i}]") for i, e in enumerate(events)]
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """Strict JSON (no NaN/Infinity) or 422 with field null."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationFailed("The body is not valid UTF-8.", None) from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise ValidationFailed("The body is not valid JSON.", None) from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loc_to_field(loc: Sequence[Any]) -> str | None:
+    """pydantic/FastAPI loc tuple → API path: ('body','events',3,'value') → 'events[3].value'."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif isinstance(p, str):
+            if p.startswith(("function-", "constrained-", "lax-", "strict-")) or "[" in p:
+                continue  # pydantic's internal validator tags
+            out += f".{p}" if out else p
+    return out or None
+
+
+# ---- cursor codec ------------------------------------------------------------
+
+
+def encode_cursor(version: int, offset: int) -> str:
+    """Opaque page token pinning ``version``: urlsafe base64 of a tiny JSON object."""
+    raw = json.dumps({"v": version, "o": offset}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> tuple[int, int]:
+    """(version, offset) or 422 naming ``cursor``."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        v, o = data["v"], data["o"]
+        if isinstance(v, bool) or isinstance(o, bool) or not isinstance(v, int) or not isinstance(o, int):
+            raise ValueError
+        if v < 0 or o < 0 or o > 2**62:
+            raise ValueError
+        return v, o
+    except (ValueError, KeyError, TypeError, UnicodeEncodeError, binascii.Error):
+        raise ValidationFailed("cursor is not a cursor this server issued.", "cursor") from None

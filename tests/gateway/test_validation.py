@@ -1,0 +1,233 @@
+"""API §3-4 input rules: a table of bad inputs, each must be 4xx with the
+right code and field and must change nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import BatchTooLarge, ValidationFailed
+from gateway.validation import (
+    check_board_id,
+    decode_cursor,
+    encode_cursor,
+    event_from_json,
+    events_from_body,
+    id_problem,
+    loc_to_field,
+)
+from tests.gateway.conftest import BOARD, H
+
+GOOD = {"event_id": "evt-x", "board_id": BOARD, "player_id": "p-zed", "value": 5, "achieved_at": "2026-11-01T10:00:00Z"}
+
+
+def ev(**kw):
+    e = dict(GOOD)
+    for k, v in kw.items():
+        if v is ...:
+            e.pop(k)
+        else:
+            e[k] = v
+    return e
+
+
+BAD_EVENTS = [
+    # (description, event, field)
+    ("float value", ev(value=5.0), "value"),
+    ("float value 5.5", ev(value=5.5), "value"),
+    ("string value", ev(value="5"), "value"),
+    ("bool value", ev(value=True), "value"),
+    ("null value", ev(value=None), "value"),
+    ("value above int64", ev(value=2**63), "value"),
+    ("value below int64", ev(value=-(2**63) - 1), "value"),
+    ("missing value", ev(value=...), "value"),
+    ("missing event_id", ev(event_id=...), "event_id"),
+    ("empty event_id", ev(event_id=""), "event_id"),
+    ("long event_id", ev(event_id="e" * 129), "event_id"),
+    ("control char in event_id", ev(event_id="e\u0007"), "event_id"),
+    ("numeric event_id", ev(event_id=7), "event_id"),
+    ("empty player_id", ev(player_id=""), "player_id"),
+    ("long player_id", ev(player_id="p" * 129), "player_id"),
+    ("NUL in player_id", ev(player_id="p\x00"), "player_id"),
+    ("C1 control in player_id", ev(player_id="p\u0085"), "player_id"),
+    ("DEL in player_id", ev(player_id="p\x7f"), "player_id"),
+    ("newline in player_id", ev(player_id="p\n"), "player_id"),
+    ("lone surrogate in player_id", ev(player_id="p\ud800"), "player_id"),
+    ("board_id with 3 parts", ev(board_id="a:b:c"), "board_id"),
+    ("board_id part starting with dash", ev(board_id="a:b:-c:d"), "board_id"),
+    ("board_id part too long", ev(board_id="a:b:c:" + "d" * 65), "board_id"),
+    ("board_id with space", ev(board_id="a:b:c:d e"), "board_id"),
+    ("board_id trailing newline", ev(board_id="a:b:c:d\n"), "board_id"),
+    ("missing achieved_at", ev(achieved_at=...), "achieved_at"),
+    ("achieved_at without zone", ev(achieved_at="2026-11-01T10:00:00"), "achieved_at"),
+    ("achieved_at float", ev(achieved_at=1.5), "achieved_at"),
+    ("achieved_at bool", ev(achieved_at=False), "achieved_at"),
+    ("achieved_at garbage", ev(achieved_at="yesterday"), "achieved_at"),
+    ("achieved_at Feb 30", ev(achieved_at="2026-02-30T10:00:00Z"), "achieved_at"),
+    ("submitted_at without zone", ev(submitted_at="2026-11-01 10:00:00"), "submitted_at"),
+]
+
+
+@pytest.mark.parametrize("desc,event,field", BAD_EVENTS, ids=[b[0] for b in BAD_EVENTS])
+def test_event_rules(desc, event, field):
+    with pytest.raises(ValidationFailed) as ei:
+        event_from_json(event, "events[0]")
+    assert ei.value.field == f"events[0].{field}"
+
+
+def test_good_event_converts_and_defaults_submitted_at():
+    e = event_from_json(GOOD, "events[0]")
+    assert e.achieved_at == e.submitted_at == 1793527200000
+    assert event_from_json(ev(submitted_at=1793527200001, achieved_at=1793527200000), "x").submitted_at == 1793527200001
+    assert event_from_json(ev(player_id="p-\u00e9\U0001f600" * 32), "x")  # 128 code points
+
+
+def test_batch_rules():
+    with pytest.raises(BatchTooLarge):
+        events_from_body({"events": [GOOD] * 10_001}, 10_000)
+    with pytest.raises(BatchTooLarge):  # size is checked before contents
+        events_from_body({"events": [{"junk": 1}] * 10_001}, 10_000)
+    with pytest.raises(ValidationFailed) as ei:
+        events_from_body({"events": [GOOD, GOOD, GOOD, ev(value=1.0), ev(value="x")]}, 10_000)
+    assert ei.value.field == "events[3].value"
+    for body, field in [([], None), ({}, "events"), ({"events": {}}, "events"), ({"events": []}, "events"),
+                        ({"events": [1]}, "events[0]")]:
+        with pytest.raises(ValidationFailed) as ei:
+            events_from_body(body, 10)
+        assert ei.value.field == field
+
+
+def test_ids_and_board_ids():
+    assert id_problem("p" * 128) is None
+    assert id_problem("\U0001f600") is None
+    assert id_problem("p\u200b") is None  # format chars (Cf) are allowed, only Cc is not
+    assert check_board_id("a:b:c:d") == "a:b:c:d"
+    assert check_board_id("A0:b_1:c.2:d-3") == "A0:b_1:c.2:d-3"
+
+
+def test_cursor_codec():
+    assert decode_cursor(encode_cursor(12, 3400)) == (12, 3400)
+    for bad in ["", "x", "!!!", encode_cursor(1, 2)[:-2], "eyJ2IjoiYSIsIm8iOjF9", "bnVsbA", "W10"]:
+        with pytest.raises(ValidationFailed) as ei:
+            decode_cursor(bad)
+        assert ei.value.field == "cursor"
+
+
+def test_loc_to_field():
+    assert loc_to_field(("body", "events", 3, "value")) == "events[3].value"
+    assert loc_to_field(("query", "limit")) == "limit"
+    assert loc_to_field(("body", "player_ids", 2, "function-after[_valid_id(), str]")) == "player_ids[2]"
+    assert loc_to_field(("body",)) is None
+
+
+# ---------------------------------------------------------------- over HTTP
+
+pytestmark_http = pytest.mark.anyio
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("desc,event,field", BAD_EVENTS, ids=[b[0] for b in BAD_EVENTS])
+async def test_bad_event_in_batch_is_422_and_changes_nothing(seeded, desc, event, field):
+    before = await seeded.board()
+    good = [dict(GOOD, event_id=f"evt-ok-{i}", player_id=f"p-ok-{i}") for i in range(3)]
+    r = await seeded.client.post("/v1/events", json={"events": good + [event]}, headers=H("game_server")) \
+        if "surrogate" not in desc else await seeded.client.post(
+            "/v1/events", content=_json_with_surrogate(good + [event]), headers=H("game_server"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_FAILED"
+    assert r.json()["error"]["field"] == f"events[3].{field}"
+    after = await seeded.board()
+    assert (after["version"], after["size"]) == (before["version"], before["size"])
+
+
+def _json_with_surrogate(events) -> bytes:
+    import json
+
+    return json.dumps({"events": events}, ensure_ascii=True).encode()
+
+
+BAD_REQUESTS = [
+    # (desc, method, path, kwargs, status, code, field)
+    ("malformed json", "POST", "/v1/events", {"content": b'{"events": ['}, 422, "VALIDATION_FAILED", None),
+    ("NaN literal", "POST", "/v1/events", {"content": b'{"events": [{"value": NaN}]}'}, 422, "VALIDATION_FAILED", None),
+    ("not utf-8", "POST", "/v1/events", {"content": b'\xff\xfe'}, 422, "VALIDATION_FAILED", None),
+    ("events not list", "POST", "/v1/events", {"json": {"events": 3}}, 422, "VALIDATION_FAILED", "events"),
+    ("too many events", "POST", "/v1/events", {"json": {"events": [GOOD] * 10_001}}, 413, "BATCH_TOO_LARGE", "events"),
+    ("body over 8 MiB", "POST", "/v1/events", {"content": b" " * (8 * 1024 * 1024 + 1)}, 413, "BATCH_TOO_LARGE", None),
+    ("chunked body over 8 MiB", "POST", "/v1/events",
+     {"content": "CHUNKED"}, 413, "BATCH_TOO_LARGE", None),
+    ("limit 0", "GET", f"/v1/boards/{BOARD}/top?limit=0", {}, 422, "VALIDATION_FAILED", "limit"),
+    ("limit 1001", "GET", f"/v1/boards/{BOARD}/top?limit=1001", {}, 422, "VALIDATION_FAILED", "limit"),
+    ("limit text", "GET", f"/v1/boards/{BOARD}/top?limit=ten", {}, 422, "VALIDATION_FAILED", "limit"),
+    ("bad cursor", "GET", f"/v1/boards/{BOARD}/top?cursor=zzz", {}, 422, "VALIDATION_FAILED", "cursor"),
+    ("radius 101", "GET", f"/v1/boards/{BOARD}/players/p-ava/around?radius=101", {}, 422, "VALIDATION_FAILED", "radius"),
+    ("radius -1", "GET", f"/v1/boards/{BOARD}/players/p-ava/around?radius=-1", {}, 422, "VALIDATION_FAILED", "radius"),
+    ("since_version -1", "GET", f"/v1/boards/{BOARD}/changes?since_version=-1", {}, 422, "VALIDATION_FAILED",
+     "since_version"),
+    ("since_version missing", "GET", f"/v1/boards/{BOARD}/changes", {}, 422, "VALIDATION_FAILED", "since_version"),
+    ("max_staleness_ms -1", "GET", f"/v1/boards/{BOARD}/top?max_staleness_ms=-1", {}, 422, "VALIDATION_FAILED",
+     "max_staleness_ms"),
+    ("bad board id in path", "GET", "/v1/boards/a:b:c/top", {}, 422, "VALIDATION_FAILED", "board_id"),
+    ("control char player in path", "GET", f"/v1/boards/{BOARD}/players/p%07x", {}, 422, "VALIDATION_FAILED",
+     "player_id"),
+    ("subset over 10k", "POST", f"/v1/boards/{BOARD}/ranked-subset",
+     {"json": {"player_ids": [f"p{i}" for i in range(10_001)]}}, 422, "VALIDATION_FAILED", "player_ids"),
+    ("subset bad id", "POST", f"/v1/boards/{BOARD}/ranked-subset",
+     {"json": {"player_ids": ["p-ava", "p\x01"]}}, 422, "VALIDATION_FAILED", "player_ids[1]"),
+    ("create board float shards", "POST", "/v1/boards",
+     {"json": {"board_id": "g:m:s:x", "policy": "best_score", "shards": 2.0}}, 422, "VALIDATION_FAILED", "shards"),
+    ("create board bad policy", "POST", "/v1/boards",
+     {"json": {"board_id": "g:m:s:x", "policy": "highest"}}, 422, "VALIDATION_FAILED", "policy"),
+    ("create board bad id", "POST", "/v1/boards",
+     {"json": {"board_id": "g:m:s", "policy": "best_score"}}, 422, "VALIDATION_FAILED", "board_id"),
+    ("create board bool review_above", "POST", "/v1/boards",
+     {"json": {"board_id": "g:m:s:x", "policy": "best_score", "review_above": True}}, 422, "VALIDATION_FAILED",
+     "review_above"),
+    ("state unknown", "POST", f"/v1/boards/{BOARD}/state", {"json": {"state": "CLOSED"}}, 422, "VALIDATION_FAILED",
+     "state"),
+    ("body is a list", "POST", f"/v1/boards/{BOARD}/state", {"json": []}, 422, "VALIDATION_FAILED", None),
+    ("decision unknown", "POST", f"/v1/boards/{BOARD}/quarantine/evt-1", {"json": {"decision": "maybe"}}, 422,
+     "VALIDATION_FAILED", "decision"),
+    ("invalidation without event", "POST", f"/v1/boards/{BOARD}/invalidations", {"json": {"reason": "x"}}, 422,
+     "VALIDATION_FAILED", "event_id"),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("desc,method,path,kw,status,code,field", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+async def test_bad_requests(seeded, desc, method, path, kw, status, code, field):
+    before = await seeded.board()
+    boards_before = (await seeded.client.get("/v1/boards", headers=H("reader"))).json()
+    if kw.get("content") == "CHUNKED":
+        async def chunks():
+            for _ in range(9):
+                yield b" " * (1024 * 1024)
+
+        kw = {"content": chunks()}
+    r = await seeded.client.request(method, path, headers=H("admin"), **kw)
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body == {"error": {"code": code, "message": body["error"]["message"], "field": field}}
+    assert isinstance(body["error"]["message"], str) and "Traceback" not in body["error"]["message"]
+    after = await seeded.board()
+    assert (after["version"], after["size"], after["state"]) == (before["version"], before["size"], before["state"])
+    assert (await seeded.client.get("/v1/boards", headers=H("reader"))).json() == boards_before
+
+
+@pytest.mark.anyio
+async def test_unknown_route_and_method_use_error_body(harness):
+    r = await harness.client.get("/v1/nope", headers=H("reader"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"
+    r = await harness.client.delete("/v1/boards", headers=H("admin"))
+    assert r.status_code == 405 and r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+@pytest.mark.anyio
+async def test_engine_bug_is_500_without_traceback(harness):
+    async def boom(*a, **k):
+        raise RuntimeError("secret internals")
+
+    harness.engine.list_boards = boom
+    r = await harness.client.get("/v1/boards", headers=H("reader"))
+    assert r.status_code == 500
+    assert r.json() == {"error": {"code": "INTERNAL", "message": "Internal error.", "field": None}}
+    assert "secret" not in r.text
