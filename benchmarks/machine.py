@@ -1,0 +1,108 @@
+"""What machine and software a benchmark ran on, for headers and results.json.
+
+Every number FlowRank publishes is a ratio against Redis measured in the same
+run on the same machine; :func:`describe` records that machine so a reader can
+tell which runs are comparable. Nothing here raises: a missing piece of
+information is recorded as ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _ram_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return None
+
+
+def describe() -> dict:
+    """A JSON-ready description of this machine and the software under test."""
+    from .redis_peer import redis_server_version
+
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "cpu_model": _cpu_model(),
+        "cores_logical": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "ram_bytes": _ram_bytes(),
+        "os": f"{platform.system()} {platform.release()}",
+        "os_pretty": _os_pretty(),
+        "python": platform.python_version(),
+        "python_impl": platform.python_implementation(),
+        "ray": _version("ray"),
+        "redis_py": _version("redis"),
+        "numpy": _version("numpy"),
+        "redis_server": redis_server_version(),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(dirty) if dirty is not None else None,
+        "argv": sys.argv,
+    }
+
+
+def _os_pretty() -> str | None:
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return None
+
+
+def header(params: dict, machine: dict | None = None) -> str:
+    """A short multi-line header: machine, versions, then the run parameters."""
+    m = machine or describe()
+    ram = f"{m['ram_bytes'] / 2**30:.1f} GiB" if m.get("ram_bytes") else "?"
+    commit = (m.get("git_commit") or "?")[:12] + (" (dirty)" if m.get("git_dirty") else "")
+    lines = [
+        "FlowRank benchmarks",
+        f"  machine : {m.get('cpu_model')} | {m.get('cores_usable')}/{m.get('cores_logical')} cores | {ram} | {m.get('os_pretty') or m.get('os')}",
+        f"  software: Python {m.get('python')} | Ray {m.get('ray')} | redis-server {m.get('redis_server')} | redis-py {m.get('redis_py')}",
+        f"  commit  : {commit}",
+    ]
+    lines.append("  params  : " + " ".join(f"{k}={v}" for k, v in params.items()))
+    return "\n".join(lines)
