@@ -1,0 +1,64 @@
+"""Quarantine, decisions, invalidations, history and checksum (API §10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway.conftest import BOARD, H
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_invalidation_scenario_g(seeded):
+    c = seeded.client
+    r = await c.post(f"/v1/boards/{BOARD}/invalidations",
+                     json={"event_id": "evt-ava-1", "reason": "exploit", "moderator": "mod-1"}, headers=H("moderator"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"correction_event_id", "player_id", "status", "value", "version"}
+    assert (body["player_id"], body["status"], body["version"]) == ("p-ava", "INVALIDATED", 6)
+    top = (await c.get(f"/v1/boards/{BOARD}/top?limit=5", headers=H("reader"))).json()
+    assert [e["player_id"] for e in top["entries"]] == ["p-ben", "p-chloe", "p-dev", "p-eli"]
+    p = (await c.get(f"/v1/boards/{BOARD}/players/p-ava", headers=H("reader"))).json()
+    assert (p["rank"], p["status"]) == (None, "INVALIDATED")
+    r = await c.post(f"/v1/boards/{BOARD}/invalidations", json={"event_id": "evt-never"}, headers=H("moderator"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "EVENT_NOT_FOUND"
+    hist = (await c.get(f"/v1/boards/{BOARD}/players/p-ava/history", headers=H("moderator"))).json()
+    assert [h["kind"] for h in hist["events"]] == ["score", "invalidation"]
+    assert hist["events"][0]["achieved_at"] == "2026-11-01T09:58:00.000Z"
+
+
+async def test_quarantine_scenario_h_and_decisions(seeded):
+    c = seeded.client
+    for state in ("FROZEN", "FINALIZED"):
+        await c.post(f"/v1/boards/{BOARD}/state", json={"state": state}, headers=H("admin"))
+    late = {"event_id": "evt-s7-late", "board_id": BOARD, "player_id": "p-ben", "value": 9900,
+            "achieved_at": "2026-11-01T10:07:00Z"}
+    r = await c.post("/v1/events", json={"events": [late]}, headers=H("game_server"))
+    assert r.json()["results"][0]["outcome"] == "HELD_FOR_CORRECTION"
+    q = (await c.get(f"/v1/boards/{BOARD}/quarantine", headers=H("moderator"))).json()
+    assert q == {"events": [{"event_id": "evt-s7-late", "player_id": "p-ben", "value": 9900,
+                             "achieved_at": "2026-11-01T10:07:00.000Z", "reason": "HELD_FOR_CORRECTION"}]}
+    r = await c.post(f"/v1/boards/{BOARD}/quarantine/evt-s7-late", json={"decision": "apply", "reason": "ok"},
+                     headers=H("moderator"))
+    assert r.status_code == 200, r.text
+    assert r.json()["decision"] == "apply" and r.json()["version"] == 6
+    r = await c.post(f"/v1/boards/{BOARD}/quarantine/evt-s7-late", json={"decision": "reject"},
+                     headers=H("moderator"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "ALREADY_DECIDED"
+    r = await c.post(f"/v1/boards/{BOARD}/quarantine/evt-other", json={"decision": "reject"}, headers=H("moderator"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "EVENT_NOT_FOUND"
+    assert (await c.get(f"/v1/boards/{BOARD}/quarantine", headers=H("moderator"))).json() == {"events": []}
+
+
+async def test_checksum_and_readyz(seeded):
+    c = seeded.client
+    r = await c.get(f"/v1/boards/{BOARD}/checksum", headers=H("admin"))
+    assert r.status_code == 200 and r.json()["version"] == 5 and isinstance(r.json()["checksum"], str)
+    assert (await c.get("/readyz")).status_code == 200
+    if hasattr(seeded.engine, "is_ready"):
+        seeded.engine.is_ready = False
+        r = await c.get("/readyz")
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert r.json()["error"]["code"] == "OVERLOADED"
+    assert (await c.get("/healthz")).json() == {"status": "ok"}
