@@ -29,6 +29,7 @@ class Admission:
         self.held: dict[str, HeldEvent] = {}  # pending decisions, in log order
         self.decided: dict[str, tuple[str, HeldEvent]] = {}  # event id -> (decision, event)
         self.freeze_position: int | None = None
+        self._pending: list[str] = []  # ids admitted since the last commit
 
     def admit(self, ev: ScoreEvent) -> Outcome | None:
         """The verdict for an event, or None when it goes on to ``apply``.
@@ -46,13 +47,35 @@ class Admission:
         if quarantined is not None:  # the window forgot it, the quarantine did not
             same = (quarantined.player_id, quarantined.value, quarantined.achieved_at, quarantined.submitted_at) == ev.content
             return Outcome.DUPLICATE_IGNORED if same else Outcome.REJECTED_EVENT_ID_CONFLICT
-        self.dedup.remember(ev.event_id, fp)
+        self.dedup.add(ev.event_id, fp)
+        self._pending.append(ev.event_id)
         if not accepts_scores(self.state):
             return self._hold(ev, Outcome.HELD_FOR_CORRECTION)
         review = self.spec.review_above
         if review is not None and ev.value > review:
             return self._hold(ev, Outcome.HELD_FOR_REVIEW)
         return None
+
+    def commit(self) -> None:
+        """The admitted events are durable: make their ids final. O(k)."""
+        self._pending.clear()
+        self.dedup.trim()
+
+    def rollback(self) -> None:
+        """The log refused the batch: forget what ``admit`` remembered since
+        the last commit, so a retry is judged afresh. O(k)."""
+        for event_id in reversed(self._pending):
+            self.dedup.discard(event_id)
+            self.held.pop(event_id, None)
+        self._pending.clear()
+
+    def replay(self, ev: ScoreEvent, verdict: Outcome | None) -> None:
+        """Fold a logged admission verdict back in (recovery): the same
+        state ``admit`` built, whatever today's dedup settings say."""
+        if verdict is None or verdict in (Outcome.HELD_FOR_CORRECTION, Outcome.HELD_FOR_REVIEW):
+            self.dedup.remember(ev.event_id, fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at))
+            if verdict is not None:
+                self._hold(ev, verdict)
 
     def _decided_event(self, event_id: str) -> HeldEvent | None:
         d = self.decided.get(event_id)

@@ -76,6 +76,7 @@ class Board:
         if ev.board_id != self.spec.board_id:
             return EventResult(ev.event_id, Outcome.REJECTED_UNKNOWN_SEASON, self.version)
         verdict = self.admission.admit(ev)
+        self.admission.commit()
         if verdict is None:
             outcome, change = self.partition.apply(ev)
             if change is not None:

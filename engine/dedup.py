@@ -58,6 +58,19 @@ class DedupWindow:
             # dicts keep insertion order: the first key is the oldest id.
             del seen[next(iter(seen))]
 
+    def add(self, event_id: str, fp: int) -> None:
+        """Remember without evicting yet (see ``trim``): lets a caller undo."""
+        self._seen[event_id] = fp
+
+    def discard(self, event_id: str) -> None:
+        self._seen.pop(event_id, None)
+
+    def trim(self) -> None:
+        """Evict the oldest ids beyond the retention. O(evicted)."""
+        seen = self._seen
+        while len(seen) > self.retention:
+            del seen[next(iter(seen))]
+
     def __len__(self) -> int:
         return len(self._seen)
 

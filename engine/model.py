@@ -54,6 +54,9 @@ class Outcome(str, enum.Enum):
     HELD_FOR_CORRECTION = "HELD_FOR_CORRECTION"
     HELD_FOR_REVIEW = "HELD_FOR_REVIEW"
     REJECTED_UNKNOWN_SEASON = "REJECTED_UNKNOWN_SEASON"
+    # An extension (API §7 allows adding): the event made the engine fail
+    # unexpectedly (a bug); it is dead-lettered and skipped on every replay.
+    DEAD_LETTERED = "DEAD_LETTERED"
 
     @property
     def changes_ranking(self) -> bool:

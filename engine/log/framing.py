@@ -16,9 +16,11 @@ Everything here is pure (bytes in, values out); files live in
 
 from __future__ import annotations
 
+import gc
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import msgpack
@@ -35,6 +37,24 @@ MAX_RECORD_BYTES = 1 << 28
 _unpack_header = FRAME_HEADER.unpack_from
 _pack_header = FRAME_HEADER.pack
 _crc32 = zlib.crc32
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while decoding many containers at once.
+
+    msgpack allocates one tracked list/dict per container; with the GC on,
+    decoding 1M rows triggers repeated full collections (about 8x slower).
+    Decoded msgpack values contain no reference cycles, so pausing is safe.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def pack_payload(record: object) -> bytes:
@@ -124,6 +144,11 @@ def parse_frames(buf, pos: int, end: int, limit: int, *, keep: bool = True, deco
     single complete msgpack value. Stops at the first bad frame (see
     :class:`ParseResult`). ``O(bytes parsed)``.
     """
+    with gc_paused():
+        return _parse_frames(buf, pos, end, limit, keep, decode)
+
+
+def _parse_frames(buf, pos: int, end: int, limit: int, keep: bool, decode: bool) -> ParseResult:
     view = memoryview(buf)
     values: list = []
     starts: list[int] = []

@@ -24,7 +24,7 @@ import msgpack
 import xxhash
 
 from engine.errors import StorageUnavailable
-from engine.log.framing import pack_payload, unpack_payload
+from engine.log.framing import gc_paused, pack_payload, unpack_payload
 from engine.log.memory import check_snapshot_name
 from engine.log.port import FaultHook
 from engine.log.segment_log import fsync_directory
@@ -69,7 +69,8 @@ def decode_snapshot(data: bytes) -> tuple[int, object]:
     if digest.digest() != data[SNAP_HEADER_SIZE:start]:
         raise SnapshotInvalid("checksum mismatch")
     try:
-        payload = unpack_payload(view[start:])
+        with gc_paused():
+            payload = unpack_payload(view[start:])
     except (ValueError, msgpack.UnpackException) as exc:
         raise SnapshotInvalid(f"undecodable payload: {exc}") from exc
     return offset, payload

@@ -1,0 +1,829 @@
+"""The router: sequencing, durable append, dispatch, and every board read.
+
+One router fronts all shards (in-process partitions or Ray shard actors,
+behind a :class:`ShardTransport`). It is the imperative shell around the
+pure core: it runs board-wide admission in log order, appends each batch to
+the event log (durable before any acknowledgement), sends every shard one
+call per batch carrying the batch's log offsets, and assembles outcomes and
+versions in log order. Reads fan out to the shards that hold a board and
+merge with the comparator (:mod:`engine.ranking`).
+
+Consistency (docs/consistency.md): a shard transport submits calls in
+order and every shard runs one caller's calls in submission order (sync Ray
+actors do), and every batch goes to every shard. So a read whose calls are
+all submitted in one step sees the same prefix of batches on every shard: a
+consistent cut, whose version is the sum of the shards' local versions.
+Reads that need two steps (rank: find the key, then count above it) hold
+the :class:`CutLock` so no batch is dispatched between the steps. Every
+answer carries the shard's applied log offset; answers with different
+offsets (a shard that replayed ahead after a restart) are retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol, Sequence
+
+from engine import checksum as checksum_mod
+from engine import records as R
+from engine.admission import Admission
+from engine.changes import ChangeRing
+from engine.errors import (
+    BoardExists,
+    BoardNotFound,
+    EventNotFound,
+    FlowRankError,
+    Overloaded,
+    PlayerNotFound,
+    PlayerNotRanked,
+    StorageUnavailable,
+    ValidationFailed,
+    ViewExpired,
+)
+from engine.model import (
+    DEFAULT_DEDUP_RETENTION,
+    DEFAULT_DELTA_RETENTION,
+    BoardInfo,
+    BoardSpec,
+    BoardState,
+    Changes,
+    Checksum,
+    DecisionResult,
+    Delta,
+    EventResult,
+    HeldEvent,
+    HistoryEntry,
+    Invalidation,
+    InvalidationResult,
+    Outcome,
+    Page,
+    PlayerView,
+    QuarantineDecision,
+    RankedEntry,
+    RowChange,
+    RowStatus,
+    ScoreEvent,
+)
+from engine.placement import actor_of, actors_of, part_of
+from engine.ranking import merge_top, merge_window, rank_locally
+from engine.season import next_state
+
+log = logging.getLogger("flowrank.router")
+
+
+class ShardTransport(Protocol):
+    """Submits calls to shard ``i`` in order; returns an awaitable answer."""
+
+    n: int
+
+    def apply(self, shard: int, through: int, items: list) -> Awaitable[list]: ...
+
+    def read(self, shard: int, requests: list) -> Awaitable[list]: ...
+
+
+class LogPort(Protocol):
+    async def append(self, records: list) -> int:
+        """Durably append; returns the offset of the first record."""
+
+    async def read_from(self, offset: int): ...
+
+
+@dataclass
+class RouterConfig:
+    dedup_retention: int = DEFAULT_DEDUP_RETENTION
+    delta_retention: int = DEFAULT_DELTA_RETENTION
+    max_queued_events: int = 200_000  # back-pressure: beyond this, OVERLOADED
+    max_cycle_events: int = 20_000  # events appended with one fsync
+    pinned_pages: int = 10  # page 1 materialises this many pages for its cursor
+    max_view_entries: int = 10_000
+    view_ttl_s: float = 120.0
+    max_views: int = 256
+    read_retries: int = 5
+    approx_sample_points: int = 256
+
+
+@dataclass
+class BoardCtl:
+    """What the router keeps per board: admission, versions, deltas."""
+
+    spec: BoardSpec
+    admission: Admission
+    ring: ChangeRing
+    actors: list[int]
+    version: int = 0
+    corrections: int = 0
+    actor_changes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    samples: dict[int, tuple[int, int, list]] = field(default_factory=dict)  # actor -> (changes at sample, step, keys)
+    parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
+
+
+class CutLock:
+    """A fair readers-writer lock: multi-step reads share it; a batch
+    dispatch takes it alone (for an instant), and new readers queue behind a
+    waiting dispatch so neither side starves."""
+
+    def __init__(self):
+        self._readers = 0
+        self._writer_waiting = 0
+        self._cond = asyncio.Condition()
+
+    async def acquire_read(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._writer_waiting)
+            self._readers += 1
+
+    async def release_read(self):
+        async with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
+
+    async def acquire_write(self):
+        async with self._cond:
+            self._writer_waiting += 1
+            await self._cond.wait_for(lambda: self._readers == 0)
+
+    async def release_write(self):
+        async with self._cond:
+            self._writer_waiting -= 1
+            self._cond.notify_all()
+
+
+class _Reads:
+    """Coalesces the read requests submitted in one event-loop turn into one
+    call per shard (a Ray call costs ~1 ms; a batch of requests costs little more)."""
+
+    def __init__(self, transport: ShardTransport):
+        self.t = transport
+        self.pending: dict[int, list] = {}
+        self.scheduled = False
+
+    def ask(self, shard: int, req: list) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.setdefault(shard, []).append((req, fut))
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+        return fut
+
+    def flush(self):
+        self.scheduled = False
+        pending, self.pending = self.pending, {}
+        for shard, items in pending.items():  # submitted together: one cut
+            aw = self.t.read(shard, [r for r, _ in items])
+            asyncio.ensure_future(self._deliver(aw, items))
+
+    @staticmethod
+    async def _deliver(aw, items):
+        try:
+            offset, answers = await aw
+        except BaseException as exc:  # the shard failed: every waiter learns it
+            err = exc if isinstance(exc, FlowRankError) else Overloaded(
+                f"A shard is unavailable ({type(exc).__name__}); retry shortly.", retry_after=1)
+            for _, fut in items:
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        for (_, fut), ans in zip(items, answers):
+            if not fut.done():
+                fut.set_result((offset, ans))
+
+
+@dataclass
+class _Cycle:
+    submissions: list  # [(kind, payload, future, extra)]
+    records: list
+    first: int
+    futures: dict
+    per_actor: dict
+    started: float
+    durable_at: float
+
+
+class Router:
+    def __init__(self, transport: ShardTransport, log_port: LogPort, config: RouterConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.t = transport
+        self.log = log_port
+        self.cfg = config or RouterConfig()
+        self.clock = clock
+        self.boards: dict[str, BoardCtl] = {}
+        self.reads = _Reads(transport)
+        self.cut = CutLock()
+        self.listeners: list = []
+        self.views: OrderedDict[tuple[str, int], tuple[float, list]] = OrderedDict()
+        self.log_offset = -1  # last offset the router has folded in
+        self._queue: list = []
+        self._queued_events = 0
+        self._wake: asyncio.Event | None = None
+        self._inflight: asyncio.Queue | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._closing = False
+        self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
+        self.metrics = {
+            "fsync_seconds": [], "ingest_to_rank_seconds": [], "outcomes": defaultdict(int),
+            "batches": 0, "storage_errors": 0,
+        }
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._inflight = asyncio.Queue(maxsize=4)
+        self._tasks = [asyncio.ensure_future(self._sequencer()), asyncio.ensure_future(self._completer())]
+
+    async def drain(self) -> None:
+        """Stop taking submissions and wait until every queued one is answered."""
+        self._closing = True
+        while self._queue or (self._inflight and not self._inflight.empty()):
+            await asyncio.sleep(0.005)
+        if self._inflight is not None:
+            await self._inflight.join()
+
+    async def stop(self) -> None:
+        await self.drain()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def sequencing(self) -> asyncio.Lock:
+        """Hold to see router and shards between two cycles (snapshots)."""
+        return self._seq_lock
+
+    def queue_depth(self) -> int:
+        return self._queued_events
+
+    # ------------------------------------------------------------- recovery
+
+    def fold(self, offset: int, rec: list) -> None:
+        """Replay one log record into router state (recovery; no I/O)."""
+        kind = rec[0]
+        if kind == R.BOARD:
+            spec = R.spec_of(rec)
+            self.boards.setdefault(spec.board_id, self._new_ctl(spec))
+        elif kind == R.STATE:
+            ctl = self.boards.get(rec[1])
+            if ctl is not None:
+                ctl.admission.state = BoardState(rec[2])
+                if ctl.admission.state is BoardState.FROZEN:
+                    ctl.admission.freeze_position = offset
+        elif kind == R.SCORE:
+            ctl = self.boards.get(rec[1])
+            if ctl is not None:
+                ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
+                ctl.admission.dedup.trim()
+        elif kind == R.INVALIDATE:
+            ctl = self.boards.get(rec[1])
+            if ctl is not None:
+                ctl.corrections += 1
+        elif kind == R.DECIDE:
+            ctl = self.boards.get(rec[1])
+            if ctl is not None and rec[2] in ctl.admission.held:
+                held = ctl.admission.held.pop(rec[2])
+                ctl.admission.decided[rec[2]] = (rec[3], held)
+        self.log_offset = offset
+
+    def to_state(self) -> dict:
+        return {
+            "log_offset": self.log_offset,
+            "boards": [
+                [R.board_record(c.spec), c.admission.to_state(), c.corrections] for c in self.boards.values()
+            ],
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.log_offset = state["log_offset"]
+        for rec, adm, corrections in state["boards"]:
+            spec = R.spec_of(rec)
+            ctl = self._new_ctl(spec)
+            ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
+            ctl.corrections = corrections
+            self.boards[spec.board_id] = ctl
+
+    async def sync_versions(self) -> None:
+        """Read every board's version from the shards (after recovery) and
+        restart each delta ring there: older versions answer with a snapshot."""
+        for ctl in self.boards.values():
+            answers = await self._fan(ctl, lambda a: ["size", ctl.spec.board_id])
+            ctl.version = sum(ans[0] for _, ans in answers.values())
+            ctl.ring.reset(ctl.version)
+            ctl.actor_changes.clear()
+            ctl.samples.clear()
+
+    def _new_ctl(self, spec: BoardSpec) -> BoardCtl:
+        parts_on: dict[int, int] = defaultdict(int)
+        for p in range(spec.shards):
+            parts_on[actor_of(spec.board_id, p, self.t.n)] += 1
+        return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
+                        actors_of(spec.board_id, spec.shards, self.t.n), parts_on=dict(parts_on))
+
+    # ------------------------------------------------------------------ writes
+
+    async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
+        if not events:
+            return []
+        return await self._enqueue("score", list(events), len(events))
+
+    async def create_board(self, spec: BoardSpec) -> BoardInfo:
+        if spec.shards < 1:
+            raise ValidationFailed("shards must be at least 1.", "shards")
+        await self._enqueue("board", spec, 1)
+        return await self.board(spec.board_id)
+
+    async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
+        self._ctl(board_id)
+        await self._enqueue("state", (board_id, state), 1)
+        return await self.board(board_id)
+
+    async def decide(self, d: QuarantineDecision) -> DecisionResult:
+        if d.decision not in ("apply", "reject"):
+            raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
+        self._ctl(d.board_id)
+        return await self._enqueue("decide", d, 1)
+
+    async def invalidate(self, inv: Invalidation) -> InvalidationResult:
+        ctl = self._ctl(inv.board_id)
+        ctl.admission.check_corrections_allowed()
+        return await self._enqueue("invalidate", inv, 1)
+
+    async def _enqueue(self, kind: str, payload, n: int):
+        if self._closing:
+            raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
+        if self._queued_events + n > self.cfg.max_queued_events:
+            raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.append((kind, payload, fut))
+        self._queued_events += n
+        self._wake.set()
+        return await fut
+
+    async def _sequencer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                taken, size = [], 0
+                while self._queue and (not taken or size + _size(self._queue[0]) <= self.cfg.max_cycle_events):
+                    item = self._queue.pop(0)
+                    taken.append(item)
+                    size += _size(item)
+                try:
+                    async with self._seq_lock:
+                        await self._cycle(taken)
+                except Exception as exc:  # never let the sequencer die
+                    log.exception("sequencer cycle failed")
+                    for _, _, fut in taken:
+                        if not fut.done():
+                            fut.set_exception(exc if isinstance(exc, FlowRankError) else Overloaded(
+                                f"Internal error while sequencing ({type(exc).__name__}); retry.", retry_after=1))
+                finally:
+                    self._queued_events -= size
+
+    async def _cycle(self, taken: list) -> None:
+        records: list = []
+        subs: list = []  # (kind, payload, fut, start index, count, undo)
+        touched: set[str] = set()
+        for kind, payload, fut in taken:
+            start = len(records)
+            try:
+                undo = self._prepare(kind, payload, records, touched)
+            except FlowRankError as exc:
+                fut.set_exception(exc)
+                continue
+            subs.append((kind, payload, fut, start, len(records) - start, undo))
+        if not records:
+            return
+        started = self.clock()
+        try:
+            first = await self.log.append(records)
+        except Exception as exc:
+            self.metrics["storage_errors"] += 1
+            for board_id in touched:
+                self.boards[board_id].admission.rollback() if board_id in self.boards else None
+            for sub in reversed(subs):
+                if sub[5] is not None:
+                    sub[5]()
+            err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
+                f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
+            for sub in subs:
+                if not sub[2].done():
+                    sub[2].set_exception(err)
+            return
+        durable_at = self.clock()
+        self.metrics["fsync_seconds"].append(durable_at - started)
+        for board_id in touched:
+            if board_id in self.boards:
+                self.boards[board_id].admission.commit()
+        self.log_offset = first + len(records) - 1
+        per_actor: dict[int, list] = defaultdict(list)
+        for i, rec in enumerate(records):
+            for a in self._targets(rec):
+                per_actor[a].append([first + i, rec])
+        through = first + len(records) - 1
+        await self.cut.acquire_write()
+        try:
+            futures = {a: self.t.apply(a, through, per_actor.get(a, [])) for a in range(self.t.n)}
+        finally:
+            await self.cut.release_write()
+        await self._inflight.put(_Cycle(subs, records, first, futures, per_actor, started, durable_at))
+
+    def _prepare(self, kind: str, payload, records: list, touched: set):
+        """Admission for one submission: appends its records, returns an undo."""
+        if kind == "score":
+            for ev in payload:
+                ctl = self.boards.get(ev.board_id)
+                if ctl is None:
+                    records.append(R.score_record(ev, Outcome.REJECTED_UNKNOWN_SEASON))
+                    continue
+                touched.add(ev.board_id)
+                records.append(R.score_record(ev, ctl.admission.admit(ev)))
+            return None
+        if kind == "board":
+            spec = payload
+            if spec.board_id in self.boards:
+                raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
+            self.boards[spec.board_id] = self._new_ctl(spec)
+            records.append(R.board_record(spec))
+            return lambda: self.boards.pop(spec.board_id, None)
+        if kind == "state":
+            board_id, state = payload
+            ctl = self._ctl(board_id)
+            before = (ctl.admission.state, ctl.admission.freeze_position)
+            ctl.admission.state = next_state(ctl.admission.state, state)
+            records.append([R.STATE, board_id, state.value])
+
+            def undo():
+                ctl.admission.state, ctl.admission.freeze_position = before
+            return undo
+        if kind == "decide":
+            d = payload
+            ctl = self._ctl(d.board_id)
+            held = ctl.admission.take_decision(d.event_id, d.decision)
+            records.append([R.DECIDE, d.board_id, d.event_id, d.decision, d.reason, d.moderator,
+                            held.player_id, held.value, held.achieved_at, held.submitted_at])
+
+            def undo():
+                ctl.admission.decided.pop(d.event_id, None)
+                ctl.admission.held[d.event_id] = held
+            return undo
+        if kind == "invalidate":
+            inv = payload
+            ctl = self._ctl(inv.board_id)
+            ctl.admission.check_corrections_allowed()
+            ctl.corrections += 1
+            cid = f"correction:{inv.event_id}:{ctl.corrections}"
+            records.append([R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator])
+
+            def undo():
+                ctl.corrections -= 1
+            return undo
+        raise ValueError(kind)
+
+    def _targets(self, rec: list) -> list[int]:
+        kind = rec[0]
+        if kind == R.SCORE:
+            ctl = self.boards.get(rec[1])
+            if ctl is None:
+                return []
+            return [actor_of(rec[1], part_of(rec[3], ctl.spec.shards), self.t.n)]
+        if kind == R.BOARD:
+            return list(range(self.t.n))
+        if kind == R.DECIDE:
+            ctl = self.boards[rec[1]]
+            return [actor_of(rec[1], part_of(rec[6], ctl.spec.shards), self.t.n)]
+        if kind == R.INVALIDATE:
+            return self.boards[rec[1]].actors
+        return []
+
+    async def _completer(self) -> None:
+        while True:
+            cyc: _Cycle = await self._inflight.get()
+            try:
+                await self._complete(cyc)
+            except Exception as exc:
+                log.exception("completing a batch failed")
+                err = exc if isinstance(exc, FlowRankError) else Overloaded(
+                    f"A shard failed while applying a durable batch ({type(exc).__name__}); the events are "
+                    "in the log and will be applied on recovery; retry with the same event ids.", retry_after=1)
+                for sub in cyc.submissions:
+                    if not sub[2].done():
+                        sub[2].set_exception(err)
+                await self._resync_after_failure()
+            finally:
+                self._inflight.task_done()
+
+    async def _complete(self, cyc: _Cycle) -> None:
+        answers = {a: await f for a, f in cyc.futures.items()}
+        cursor = {a: 0 for a in answers}
+        per_record: list = []
+        for i, rec in enumerate(cyc.records):
+            got = []
+            for a in self._targets(rec):
+                got.append((a, answers[a][cursor[a]]))
+                cursor[a] += 1
+            per_record.append(got)
+        now = self.clock()
+        new_deltas: dict[str, list[Delta]] = defaultdict(list)
+        for kind, payload, fut, start, count, _ in cyc.submissions:
+            results = []
+            for i in range(start, start + count):
+                rec, got = cyc.records[i], per_record[i]
+                results.append(self._finish_record(rec, got, new_deltas))
+            if fut.done():
+                continue
+            answer = results if kind == "score" else results[0]
+            if isinstance(answer, FlowRankError):
+                fut.set_exception(answer)
+            else:
+                fut.set_result(answer)
+        self.metrics["ingest_to_rank_seconds"].append(now - cyc.durable_at)
+        self.metrics["batches"] += 1
+        _trim(self.metrics["fsync_seconds"])
+        _trim(self.metrics["ingest_to_rank_seconds"])
+        for board_id, deltas in new_deltas.items():
+            for listener in list(self.listeners):
+                try:
+                    listener(board_id, deltas)
+                except Exception:
+                    log.exception("delta listener failed")
+
+    def _finish_record(self, rec: list, got: list, new_deltas) -> object:
+        kind = rec[0]
+        ctl = self.boards.get(rec[1])
+        if kind == R.SCORE:
+            if ctl is None:
+                self.metrics["outcomes"][Outcome.REJECTED_UNKNOWN_SEASON.value] += 1
+                return EventResult(rec[2], Outcome.REJECTED_UNKNOWN_SEASON, 0)
+            a, (code, change) = got[0]
+            outcome = R.outcome_of(code)
+            self.metrics["outcomes"][outcome.value] += 1
+            self._note_change(ctl, a, change, new_deltas)
+            return EventResult(rec[2], outcome, ctl.version)
+        if kind == R.DECIDE:
+            a, (code, change) = got[0]
+            self._note_change(ctl, a, change, new_deltas)
+            outcome = None if code == 0 else R.outcome_of(code)
+            return DecisionResult(rec[2], rec[3], outcome, ctl.version)
+        if kind == R.INVALIDATE:
+            for a, ans in got:
+                if ans is not None:
+                    pid, active, value, change = ans
+                    self._note_change(ctl, a, change, new_deltas)
+                    status = RowStatus.ACTIVE if active else RowStatus.INVALIDATED
+                    return InvalidationResult(rec[3], pid, status, value if active else None, ctl.version)
+            return EventNotFound(f"No applied event {rec[2]!r} on board {rec[1]!r}.", "event_id")
+        return None
+
+    def _note_change(self, ctl: BoardCtl, actor: int, change, new_deltas) -> None:
+        if change is None:
+            return
+        ctl.version += 1
+        ctl.actor_changes[actor] += 1
+        delta = Delta(ctl.version, (RowChange(change[0], change[1], change[2], RowStatus(change[3])),))
+        ctl.ring.push(delta)
+        new_deltas[ctl.spec.board_id].append(delta)
+
+    async def _resync_after_failure(self) -> None:
+        try:
+            await self.sync_versions()
+        except Exception:
+            log.exception("version resync failed; will retry on the next failure")
+
+    # ------------------------------------------------------------------- reads
+
+    def _ctl(self, board_id: str) -> BoardCtl:
+        ctl = self.boards.get(board_id)
+        if ctl is None:
+            raise BoardNotFound(f"No board {board_id!r}.", "board_id")
+        return ctl
+
+    async def _fan(self, ctl: BoardCtl, make: Callable[[int], list], actors: Sequence[int] | None = None) -> dict:
+        """One request per actor, all submitted in the same turn: a cut."""
+        actors = ctl.actors if actors is None else actors
+        futs = {a: self.reads.ask(a, make(a)) for a in actors}
+        return {a: await f for a, f in futs.items()}
+
+    async def _consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]]):
+        """Run a read until every shard answered from the same log offset."""
+        for i in range(self.cfg.read_retries):
+            offsets, result = await attempt()
+            if len(offsets) <= 1:
+                return result
+            await asyncio.sleep(0.002 * (i + 1))  # a shard replayed ahead: let dispatch catch up
+        raise Overloaded("Shards are recovering; retry shortly.", retry_after=1)
+
+    async def list_boards(self) -> list[BoardInfo]:
+        return [await self.board(b) for b in sorted(self.boards)]
+
+    async def board(self, board_id: str) -> BoardInfo:
+        ctl = self._ctl(board_id)
+
+        async def attempt():
+            answers = await self._fan(ctl, lambda a: ["size", board_id])
+            version = sum(ans[0] for _, ans in answers.values())
+            size = sum(ans[1] for _, ans in answers.values())
+            return {o for o, _ in answers.values()}, (version, size)
+
+        version, size = await self._consistent(attempt)
+        s = ctl.spec
+        return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
+                         s.max_plausible_time_ms, s.review_above)
+
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None) -> Page:
+        ctl = self._ctl(board_id)
+        if at_version is not None:
+            view = self._view(board_id, at_version)
+            if view is not None and (offset + limit <= len(view) or view.complete):
+                return Page(at_version, tuple(view[offset:offset + limit]))
+        pin = offset == 0 and at_version is None
+        n = offset + limit
+        fetch = min(max(n, limit * self.cfg.pinned_pages), self.cfg.max_view_entries) if pin else n
+
+        async def attempt():
+            answers = await self._fan(ctl, lambda a: ["top", board_id, fetch])
+            version = sum(ans[0] for _, ans in answers.values())
+            lists = [[((e[0], e[1], e[2]), e[3], e[4]) for e in ans[1]] for _, ans in answers.values()]
+            return {o for o, _ in answers.values()}, (version, lists)
+
+        version, lists = await self._consistent(attempt)
+        if at_version is not None and version != at_version:
+            raise ViewExpired("That page's version is no longer retained: fetch page 1 again.", "cursor")
+        merged = merge_top(lists, 0, fetch) if lists else []
+        if pin and len(merged) > limit:
+            complete = len(merged) < fetch
+            self._remember_view(board_id, version, merged, complete)
+        return Page(version, tuple(merged[offset:offset + limit]))
+
+    def _view(self, board_id: str, version: int):
+        key = (board_id, version)
+        hit = self.views.get(key)
+        if hit is None:
+            return None
+        born, entries = hit
+        if self.clock() - born > self.cfg.view_ttl_s:
+            del self.views[key]
+            return None
+        return entries
+
+    def _remember_view(self, board_id: str, version: int, entries: list, complete: bool) -> None:
+        self.views[(board_id, version)] = (self.clock(), _View(entries, complete))
+        self.views.move_to_end((board_id, version))
+        while len(self.views) > self.cfg.max_views:
+            self.views.popitem(last=False)
+
+    async def _locate(self, ctl: BoardCtl, player_id: str):
+        owner = actor_of(ctl.spec.board_id, part_of(player_id, ctl.spec.shards), self.t.n)
+        offset, (version_part, row, local) = await self.reads.ask(owner, ["get", ctl.spec.board_id, player_id])
+        if row is None:
+            raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
+        return owner, offset, version_part, row, local
+
+    async def player(self, board_id: str, player_id: str) -> PlayerView:
+        ctl = self._ctl(board_id)
+
+        async def attempt():
+            await self.cut.acquire_read()
+            try:
+                owner, off, vpart, row, local = await self._locate(ctl, player_id)
+                others = [a for a in ctl.actors if a != owner]
+                key = [row[6], row[7], row[0]]
+                answers = await self._fan(ctl, lambda a: ["count", board_id, key] if row[4] else ["size", board_id], others)
+            finally:
+                await self.cut.release_read()
+            version = vpart + sum(ans[0] for _, ans in answers.values())
+            rank = 1 + local + sum(ans[1] for _, ans in answers.values()) if row[4] else None
+            offsets = {off} | {o for o, _ in answers.values()}
+            return offsets, _player_view(version, row, rank)
+
+        return await self._consistent(attempt)
+
+    async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
+        """Exact count on the player's own shard plus, for every other shard,
+        an estimate from a sorted sample of its keys (every ``step``-th key).
+        The estimate on a shard is off by less than ``step`` when the sample
+        is fresh, plus one per change on that shard since: the stated bound
+        is the sum, so the exact rank always lies within it."""
+        ctl = self._ctl(board_id)
+        owner, _, vpart, row, local = await self._locate(ctl, player_id)
+        if not row[4]:
+            return _player_view(ctl.version, row, None, approximate=True, bound=0)
+        key = [row[6], row[7], row[0]]
+        est, bound = 1 + local, 0
+        for a in ctl.actors:
+            if a == owner:
+                continue
+            sample = ctl.samples.get(a)
+            drift = ctl.actor_changes[a] - sample[0] if sample else None
+            if sample is None or drift > max(sample[1], 64):
+                size_off, (_, size) = await self.reads.ask(a, ["size", board_id])
+                step = max(1, -(-size // self.cfg.approx_sample_points))
+                changes_now = ctl.actor_changes[a]
+                _, (_, _, keys) = await self.reads.ask(a, ["sample", board_id, step])
+                ctl.samples[a] = sample = (changes_now, step, keys)
+                drift = ctl.actor_changes[a] - sample[0]
+            _, step, keys = sample
+            below = bisect.bisect_left(keys, key)
+            # The true count on this shard lies in [below*step, below*step + parts*(step-1)]
+            # at sampling time, and each later change moves it by at most one.
+            spread = ctl.parts_on[a] * (step - 1)
+            est += below * step + spread // 2
+            bound += spread - spread // 2 + drift
+        return _player_view(ctl.version, row, est, approximate=True, bound=bound)
+
+    async def around(self, board_id: str, player_id: str, radius: int) -> Page:
+        ctl = self._ctl(board_id)
+
+        async def attempt():
+            await self.cut.acquire_read()
+            try:
+                owner, off, vpart, row, local = await self._locate(ctl, player_id)
+                if not row[4]:
+                    raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.", "player_id")
+                key = [row[6], row[7], row[0]]
+                answers = await self._fan(ctl, lambda a: ["nbrs", board_id, key, radius, radius])
+            finally:
+                await self.cut.release_read()
+            version = sum(ans[0] for _, ans in answers.values())
+            rank = 1 + sum(ans[3] for _, ans in answers.values())
+            conv = lambda es: [((e[0], e[1], e[2]), e[3], e[4]) for e in es]  # noqa: E731
+            me = ((row[6], row[7], row[0]), row[1], row[2])
+            entries = merge_window(rank, me, [conv(a[1]) for _, a in answers.values()],
+                                   [conv(a[2]) for _, a in answers.values()], radius)
+            return {off} | {o for o, _ in answers.values()}, Page(version, tuple(entries))
+
+        return await self._consistent(attempt)
+
+    async def ranked_subset(self, board_id: str, player_ids: Sequence[str]) -> Page:
+        ctl = self._ctl(board_id)
+        by_actor: dict[int, list[str]] = defaultdict(list)
+        for pid in dict.fromkeys(player_ids):
+            by_actor[actor_of(board_id, part_of(pid, ctl.spec.shards), self.t.n)].append(pid)
+
+        async def attempt():
+            answers = await self._fan(ctl, lambda a: ["mget", board_id, by_actor.get(a, [])])
+            version = sum(ans[0] for _, ans in answers.values())
+            entries = [((e[0], e[1], e[2]), e[3], e[4]) for _, ans in answers.values() for e in ans[1]]
+            return {o for o, _ in answers.values()}, Page(version, tuple(rank_locally(entries)))
+
+        return await self._consistent(attempt)
+
+    async def changes(self, board_id: str, since_version: int) -> Changes:
+        ctl = self._ctl(board_id)
+        if since_version < 0:
+            raise ValidationFailed("since_version must be >= 0.", "since_version")
+        deltas = ctl.ring.since(since_version)
+        if deltas is not None:
+            return Changes("deltas", ctl.ring.version, from_version=since_version, deltas=tuple(deltas))
+        info = await self.board(board_id)
+        page = await self.top(board_id, 0, max(info.size, 1))
+        return Changes("snapshot", page.version, entries=page.entries)
+
+    async def quarantine(self, board_id: str) -> list[HeldEvent]:
+        return list(self._ctl(board_id).admission.held.values())
+
+    async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]:
+        ctl = self._ctl(board_id)
+        owner = actor_of(board_id, part_of(player_id, ctl.spec.shards), self.t.n)
+        _, (_, items) = await self.reads.ask(owner, ["hist", board_id, player_id])
+        return [HistoryEntry(h[0], h[1], h[2], h[3], h[5]) for h in items]
+
+    async def checksum(self, board_id: str) -> Checksum:
+        ctl = self._ctl(board_id)
+
+        async def attempt():
+            answers = await self._fan(ctl, lambda a: ["sum", board_id])
+            version = sum(ans[0] for _, ans in answers.values())
+            total = checksum_mod.combine(ans[1] for _, ans in answers.values())
+            return {o for o, _ in answers.values()}, Checksum(version, checksum_mod.render(total))
+
+        return await self._consistent(attempt)
+
+    def subscribe(self, listener) -> Callable[[], None]:
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+
+
+class _View(list):
+    def __init__(self, entries, complete: bool):
+        super().__init__(entries)
+        self.complete = complete
+
+
+def _size(item) -> int:
+    kind, payload, _ = item
+    return len(payload) if kind == "score" else 1
+
+
+def _trim(samples: list, keep: int = 4096) -> None:
+    if len(samples) > keep:
+        del samples[: len(samples) - keep]
+
+
+def _player_view(version: int, row: list, rank: int | None, approximate: bool = False, bound: int | None = None) -> PlayerView:
+    status = RowStatus.ACTIVE if row[4] else RowStatus.INVALIDATED
+    return PlayerView(version, row[0], rank if row[4] else None, row[1], row[2], status, row[5], approximate,
+                      bound if approximate else None)

@@ -1,0 +1,291 @@
+"""One shard: the partitions of many boards that live on one shard actor.
+
+``ShardCore`` is plain Python (the Ray actor in :mod:`engine.cluster` only
+forwards to it). It applies the log records the router sends it, each
+batch carrying its log offsets, and ignores offsets it has already applied
+(Ray delivers at least once); it answers reads in batches; it snapshots
+itself as plain data and replays the shared log from its snapshot's offset.
+Arguments and answers are lists (cheap to ship between processes).
+
+Wire shapes: an *entry* is ``[primary, tie, player_id, value, achieved_at]``;
+a *row* is ``[player_id, value, achieved_at, submitted_at, active,
+row_version, primary, tie]`` (primary/tie None when not ranked).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import OrderedDict
+from itertools import islice
+from typing import Iterable
+
+from engine import records as R
+from engine.model import BoardSpec, Outcome
+from engine.partition import KIND_DECISION, Partition
+from engine.placement import actor_of, part_of
+
+log = logging.getLogger("flowrank.shard")
+
+RESULT_CACHE = 50_000  # per-record results kept for re-delivered batches
+DEAD = R.CODE[Outcome.DEAD_LETTERED]
+
+
+def entry(row) -> list:
+    k = row.key
+    return [k[0], k[1], row.player_id, row.value, row.achieved_at]
+
+
+def row_wire(row) -> list:
+    k = row.key
+    return [row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
+            k[0] if k else None, k[1] if k else None]
+
+
+def change_wire(change) -> list | None:
+    if change is None:
+        return None
+    return [change.player_id, change.value, change.achieved_at, change.status.value]
+
+
+class ShardCore:
+    def __init__(self, index: int, n_actors: int):
+        self.index = index
+        self.n_actors = n_actors
+        self.specs: dict[str, BoardSpec] = {}
+        self.parts: dict[str, dict[int, Partition]] = {}  # board -> part number -> partition
+        self.applied_offset = -1
+        self.dead_letters: list[list] = []  # [offset, board_id, event_id, error]
+        self._dead_offsets: set[int] = set()
+        self._results: OrderedDict[int, list | None] = OrderedDict()
+
+    # ------------------------------------------------------------------ writes
+
+    def apply(self, through: int, items: list) -> list:
+        """Apply ``items`` (``[offset, record]`` in log order) and mark every
+        offset up to ``through`` applied. Items already applied (a retried
+        or replayed batch) answer from the result cache, unchanged."""
+        out = []
+        for offset, rec in items:
+            if offset <= self.applied_offset:
+                out.append(self._results.get(offset, [DEAD, None]))
+                continue
+            out.append(self._apply_record(offset, rec))
+        if through > self.applied_offset:
+            self.applied_offset = through
+        return out
+
+    def replay(self, records: Iterable[tuple[int, list]]) -> int:
+        """Fold the log tail into this shard, keeping only its own records.
+        Returns how many records were applied here."""
+        n = 0
+        for offset, rec in records:
+            if offset <= self.applied_offset:
+                continue
+            if self.owns(rec):
+                self._apply_record(offset, rec)
+                n += 1
+            self.applied_offset = offset
+        return n
+
+    def owns(self, rec: list) -> bool:
+        """Whether a log record concerns a partition on this shard."""
+        kind = rec[0]
+        if kind == R.BOARD:
+            return True
+        spec = self.specs.get(rec[1])
+        if spec is None:
+            return False
+        if kind == R.SCORE:
+            return actor_of(spec.board_id, part_of(rec[3], spec.shards), self.n_actors) == self.index
+        if kind == R.DECIDE:
+            return actor_of(spec.board_id, part_of(rec[6], spec.shards), self.n_actors) == self.index
+        if kind == R.INVALIDATE:
+            return spec.board_id in self.parts
+        return False
+
+    def _apply_record(self, offset: int, rec: list):
+        if offset in self._dead_offsets:
+            result = [DEAD, None]
+        else:
+            try:
+                result = self._dispatch(rec)
+            except Exception as exc:  # a bug, not an expected outcome: dead-letter it
+                result = self._dead_letter(offset, rec, exc)
+        self._results[offset] = result
+        if len(self._results) > RESULT_CACHE:
+            self._results.popitem(last=False)
+        return result
+
+    def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("dead-lettering log offset %d (%s %s): %s", offset, rec[0], rec[1:3], error)
+        self.dead_letters.append([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, error])
+        self._dead_offsets.add(offset)
+        return [DEAD, None]
+
+    def _dispatch(self, rec: list):
+        kind = rec[0]
+        if kind == R.SCORE:
+            spec = self.specs.get(rec[1])
+            if spec is None:
+                return [R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], None]
+            partition = self.parts[spec.board_id][part_of(rec[3], spec.shards)]
+            ev = R.event_of(rec)
+            verdict = R.verdict_of(rec)
+            if verdict is not None:
+                partition.record(ev, verdict)
+                return [R.CODE[verdict], None]
+            outcome, change = partition.apply(ev)
+            return [R.CODE[outcome], change_wire(change)]
+        if kind == R.BOARD:
+            spec = R.spec_of(rec)
+            if spec.board_id not in self.specs:
+                self.specs[spec.board_id] = spec
+                mine = {
+                    p: Partition(spec.policy, spec.max_plausible_time_ms)
+                    for p in range(spec.shards)
+                    if actor_of(spec.board_id, p, self.n_actors) == self.index
+                }
+                if mine:
+                    self.parts[spec.board_id] = mine
+            return None
+        if kind == R.INVALIDATE:
+            _, board_id, event_id, correction_id = rec[:4]
+            for partition in self.parts.get(board_id, {}).values():
+                if event_id in partition.owner:
+                    row, change = partition.invalidate(event_id, correction_id)
+                    return [row.player_id, row.key is not None, row.value, change_wire(change)]
+            return None
+        if kind == R.DECIDE:
+            _, board_id, event_id, decision, _reason, _moderator, pid, value, achieved, submitted = rec
+            spec = self.specs[board_id]
+            partition = self.parts[board_id][part_of(pid, spec.shards)]
+            from engine.model import ScoreEvent
+
+            ev = ScoreEvent(board_id, event_id, pid, value, achieved, submitted)
+            if decision == "reject":
+                partition.record_rejection(ev)
+                return [0, None]
+            outcome, change = partition.apply(ev, kind=KIND_DECISION)
+            return [R.CODE[outcome], change_wire(change)]
+        return None  # state changes live in the router
+
+    # ------------------------------------------------------------------- reads
+
+    def read(self, requests: list) -> list:
+        """Answer a batch of read requests: ``[applied_offset, answers]``.
+
+        Every answer starts with the board's local version (the sum of the
+        ``changes`` of its partitions here), so the router can state the
+        exact version a fan-out reflects.
+        """
+        return [self.applied_offset, [self._read(r) for r in requests]]
+
+    def _read(self, req: list):
+        op, board_id = req[0], req[1]
+        parts = list(self.parts.get(board_id, {}).values())
+        version = sum(p.changes for p in parts)
+        if op == "top":
+            n = req[2]
+            its = [islice(p.index, n) for p in parts]
+            keys = list(islice(heapq.merge(*its), n)) if len(its) > 1 else list(its[0]) if its else []
+            return [version, [self._entry_for_key(parts, k) for k in keys]]
+        if op == "get":
+            for p in parts:
+                row = p.get(req[2])
+                if row is not None:
+                    local = p.count_better_than(row.key) if row.key is not None else None
+                    return [version, row_wire(row), local]
+            return [version, None, None]
+        if op == "count":
+            key = (req[2][0], req[2][1], req[2][2])
+            return [version, sum(p.count_better_than(key) for p in parts)]
+        if op == "nbrs":
+            key = (req[2][0], req[2][1], req[2][2])
+            above, below = req[3], req[4]
+            befores, afters = [], []
+            count = 0
+            for p in parts:
+                b, a = p.neighbours(key, above, below)
+                befores.append([entry(r) for r in b])
+                afters.append([entry(r) for r in a])
+                count += p.count_better_than(key)
+            before = list(heapq.merge(*befores))[-above:] if above else []
+            after = list(islice(heapq.merge(*afters), below))
+            return [version, before, after, count]
+        if op == "mget":
+            rows = [r for p in parts for r in p.multi_get(req[2]) if r.key is not None]
+            return [version, [entry(r) for r in rows]]
+        if op == "size":
+            return [version, sum(len(p) for p in parts)]
+        if op == "hist":
+            for p in parts:
+                if req[2] in p.history:
+                    return [version, [list(h) for h in p.history[req[2]]]]
+            return [version, []]
+        if op == "sum":
+            return [version, sum(p.checksum_sum() for p in parts)]
+        if op == "sample":
+            step = req[2]
+            keys = []
+            for p in parts:
+                keys.extend([k[0], k[1], k[2]] for k in islice(p.index, step - 1, None, step))
+            keys.sort()
+            return [version, sum(len(p) for p in parts), keys]
+        raise ValueError(f"unknown read op {op!r}")
+
+    @staticmethod
+    def _entry_for_key(parts, k) -> list:
+        for p in parts:
+            row = p.rows.get(k[2])
+            if row is not None and row.key == k:
+                return entry(row)
+        raise KeyError(k)
+
+    def stats(self) -> dict:
+        return {
+            "index": self.index,
+            "applied_offset": self.applied_offset,
+            "rows": {b: sum(len(p) for p in ps.values()) for b, ps in self.parts.items()},
+            "dead_letters": list(self.dead_letters),
+        }
+
+    # --------------------------------------------------------------- snapshots
+
+    def to_state(self) -> dict:
+        return {
+            "index": self.index,
+            "n_actors": self.n_actors,
+            "applied_offset": self.applied_offset,
+            "specs": [R.board_record(s) for s in self.specs.values()],
+            "parts": [[b, n, p.to_state()] for b, ps in self.parts.items() for n, p in ps.items()],
+            "dead_letters": self.dead_letters,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> "ShardCore":
+        core = cls(state["index"], state["n_actors"])
+        core.applied_offset = state["applied_offset"]
+        for rec in state["specs"]:
+            spec = R.spec_of(rec)
+            core.specs[spec.board_id] = spec
+        for board_id, n, pstate in state["parts"]:
+            spec = core.specs[board_id]
+            core.parts.setdefault(board_id, {})[n] = Partition.from_state(spec.policy, spec.max_plausible_time_ms, pstate)
+        core.dead_letters = [list(d) for d in state["dead_letters"]]
+        core._dead_offsets = {d[0] for d in core.dead_letters}
+        return core
+
+    def checksum_of_state(self) -> int:
+        """Sum of every partition's checksum (recovery compares this)."""
+        return sum(p.checksum_sum() for ps in self.parts.values() for p in ps.values())
+
+    def _check(self) -> None:
+        for board_id, ps in self.parts.items():
+            spec = self.specs[board_id]
+            for n, p in ps.items():
+                assert actor_of(board_id, n, self.n_actors) == self.index
+                p._check()
+                for pid in p.rows:
+                    assert part_of(pid, spec.shards) == n
