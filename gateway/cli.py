@@ -1,0 +1,117 @@
+"""``flowrank`` command line: ``serve`` (API §1) and ``demo`` (engine.demo).
+
+Graceful shutdown: on SIGTERM/SIGINT uvicorn stops accepting, live streams
+are ended, in-flight requests drain, then ``await engine.close()`` and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+from typing import Sequence
+
+from gateway.settings import Settings
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flowrank", description="FlowRank real-time leaderboards.")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the HTTP gateway and the engine")
+    d = Settings()
+    s.add_argument("--data-dir", default=d.data_dir, help="event log and snapshots (default ./flowrank-data)")
+    s.add_argument("--host", default=d.host)
+    s.add_argument("--port", type=int, default=d.port)
+    s.add_argument("--shards", type=_positive, default=None, help="default partitions for new boards")
+    s.add_argument("--keys", dest="keys_file", default=None, help="keys JSON file (API §2)")
+    s.add_argument("--friends-file", default=None)
+    s.add_argument("--friends-url", default=None)
+    s.add_argument("--delta-retention", type=_positive, default=d.delta_retention)
+    s.add_argument("--dedup-retention", type=_positive, default=d.dedup_retention)
+    s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
+    # extras (not in API §1)
+    s.add_argument("--live-window-ms", type=int, default=d.live_window_ms, help="live coalescing window")
+    s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
+    s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
+    s.add_argument("--graceful-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
+    sub.add_parser("demo", help="run the engine demo (engine.demo)")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    d = Settings()
+    return Settings(
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        shards=args.shards,
+        keys_file=args.keys_file,
+        friends_file=args.friends_file,
+        friends_url=args.friends_url,
+        delta_retention=args.delta_retention,
+        dedup_retention=args.dedup_retention,
+        ray_address=args.ray_address,
+        live_window_ms=args.live_window_ms,
+        read_rate_per_s=args.read_rate,
+        read_burst=max(d.read_burst, 2 * args.read_rate),
+        write_rate_per_s=args.write_rate,
+        write_burst=max(d.write_burst, 2 * args.write_rate),
+    )
+
+
+async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
+    import uvicorn  # noqa: PLC0415
+
+    from gateway.app import create_app  # noqa: PLC0415
+    from gateway.auth import load_keystore  # noqa: PLC0415
+    from gateway.runtime import build_engine  # noqa: PLC0415
+
+    keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
+    engine = await build_engine(settings)
+    try:
+        app = create_app(settings, engine, keys=keys)
+        hub = app.state.gateway.hub
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig, frame):  # end SSE streams so connections can drain
+                hub.begin_shutdown()
+                super().handle_exit(sig, frame)
+
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
+                                timeout_graceful_shutdown=graceful_timeout, access_log=False)
+        server = Server(config)
+        print(f"flowrank: listening on http://{settings.host}:{settings.port}", flush=True)
+        print(f"flowrank: data in {os.path.abspath(settings.data_dir) if settings.data_dir else '(memory)'}",
+              flush=True)
+        if keys_path is not None:
+            print(f"flowrank: keys in {os.path.abspath(keys_path)}", flush=True)
+        await server.serve()
+    finally:
+        await engine.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        try:
+            demo = importlib.import_module("engine.demo")
+        except ImportError:
+            print("flowrank demo: engine.demo is not available in this build", file=sys.stderr)
+            return 2
+        return int(demo.main() or 0)
+    settings = settings_from_args(args)
+    return asyncio.run(serve(settings, args.graceful_timeout))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
