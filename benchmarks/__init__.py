@@ -175,10 +175,12 @@ def run_distributed(
     *,
     same_node: bool = False,
     num_cpus: float = 1,
+    processes: int = 0,
 ) -> list[Any]:
     """Run ``fn(part)`` for every part; results in the order of the parts.
 
-    Without ``ray_address``: in this process, one part after the other.
+    Without ``ray_address``: in this process, one part after the other, or
+    in a pool of ``processes`` local worker processes when ``processes > 1``.
     With one (``auto`` or ``host:port``): ``ray.init(address=...)`` if needed,
     then one ``ray.remote`` task per part, gathered with ``ray.get``.
     ``same_node=True`` pins the tasks to the driver's node (needed for load
@@ -187,6 +189,11 @@ def run_distributed(
     the cluster expects (see RAY_NOTES: ``token`` on real clusters).
     """
     if not ray_address:
+        if processes > 1 and len(shards_of_work) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=min(processes, len(shards_of_work))) as pool:
+                return list(pool.map(fn, shards_of_work))
         return [fn(part) for part in shards_of_work]
     import ray
 

@@ -74,12 +74,14 @@ def _ingest(ctx: Context, srv, events: list, policy: str, naive: bool = False, d
     outcomes: Counter = Counter()
     bar = ctx.progress(total=len(events), desc=desc, unit="ev")
     t0 = time.perf_counter()
-    if ctx.ray_address:
+    if ctx.ray_address or len(parts) > 1:
+        # Ray tasks pinned to this node, or local worker processes
         res = run_distributed(
             _ingest_part,
             [(srv.host, srv.port, board_id, policy, p, ctx.batch, naive) for p in parts],
             ctx.ray_address,
             same_node=True,
+            processes=len(parts),
         )
         for r in res:
             outcomes.update(r["outcomes"])
@@ -369,7 +371,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--events", type=int, default=None, help="events (default 200k quick / 2M full)")
     r.add_argument("--repeat", type=int, default=None, help="measured repeats per scenario (after a warm-up)")
     r.add_argument("--shards", default="1,2,4", help="FlowRank shard counts to sweep")
-    r.add_argument("--generators", type=int, default=1, help="load-generator parts for ingest")
+    r.add_argument("--generators", type=int, default=1,
+                   help="load-generator parts for ingest (Ray tasks with --ray-address, else local processes)")
     r.add_argument("--batch", type=int, default=1000)
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--no-plots", action="store_true")

@@ -52,3 +52,7 @@ def test_cli_rejects_unknown_scenario(capsys):
 
     assert main(["run", "--only", "nope", "--no-progress"]) == 2
     assert benchmarks.SCENARIOS  # registry intact
+
+
+def test_run_distributed_local_processes():
+    assert run_distributed(_square, [1, 2, 3, 4], processes=2) == [1, 4, 9, 16]
