@@ -226,6 +226,7 @@ def _plot(metric: str, rows: list[dict], path: str) -> None:
     ax.set_ylabel(unit)
     ax.set_xticks(shard_counts)
     ax.set_xlim(min(shard_counts) - 0.5, max(shard_counts) + 0.5)
+    ax.set_ylim(bottom=0)  # ratios are read off bars: never a truncated axis
     ax.set_title(metric)
     ax.legend(fontsize="small")
     fig.tight_layout()
