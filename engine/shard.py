@@ -195,7 +195,7 @@ class ShardCore:
             for p in parts:
                 row = p.get(req[2])
                 if row is not None:
-                    local = p.count_better_than(row.key) if row.key is not None else None
+                    local = sum(q.count_better_than(row.key) for q in parts) if row.key is not None else None
                     return [version, row_wire(row), local]
             return [version, None, None]
         if op == "count":
