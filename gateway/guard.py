@@ -78,7 +78,12 @@ class GuardedRoute(APIRoute):
                 gw.limiter.check(principal, acc.kind)
                 request.state.principal = principal
             if request.method in ("POST", "PUT", "PATCH"):
-                request._body = await _read_limited(request, gw.settings.max_body_bytes)  # noqa: SLF001
+                body = await _read_limited(request, gw.settings.max_body_bytes)
+                try:
+                    body.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValidationFailed("The body is not valid JSON (not UTF-8).", None) from None
+                request._body = body  # noqa: SLF001  (FastAPI reads the cached body)
             return await inner(request)
 
         return handler

@@ -47,7 +47,7 @@ async def decide(board_id: BoardIdPath, event_id: EventIdPath, body: DecisionIn,
 
 
 @router.post("/v1/boards/{board_id}/invalidations", response_model=InvalidationOut,
-             responses=error_responses(404), summary="Invalidate an applied event (moderator)")
+             responses=error_responses(404, 409), summary="Invalidate an applied event (moderator)")
 @access(Permission.MODERATE, "write")
 async def invalidate(board_id: BoardIdPath, body: InvalidationIn, request: Request):
     inv = Invalidation(
