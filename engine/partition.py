@@ -89,6 +89,40 @@ class Partition:
         self.invalid: set[str] = set()
         self.changes = 0
         self._key = key_for(policy)
+        self._deferred: dict[str, RankKey | None] | None = None  # player -> key before the batch
+
+    # A burst of events for one player inside a batch (a hot board) moves its
+    # index entry once: outcomes, versions and rows are decided per event as
+    # always, but the O(log n) SortedList remove/add runs once per player per
+    # batch. Nobody reads the index mid-batch, so the final state is identical.
+
+    def defer_index(self) -> None:
+        if self._deferred is None:
+            self._deferred = {}
+
+    def flush_index(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        if not deferred:
+            return
+        index, rows = self.index, self.rows
+        for pid, old in deferred.items():
+            new = rows[pid].key
+            if old != new:
+                if old is not None:
+                    index.remove(old)
+                if new is not None:
+                    index.add(new)
+
+    def _move(self, pid: str, old: RankKey | None, new: RankKey | None) -> None:
+        deferred = self._deferred
+        if deferred is not None:
+            if pid not in deferred:
+                deferred[pid] = old
+            return
+        if old is not None:
+            self.index.remove(old)
+        if new is not None:
+            self.index.add(new)
 
     # ------------------------------------------------------------------ writes
 
@@ -174,7 +208,7 @@ class Partition:
         if not candidates:
             if row.status is INVALIDATED:
                 return None
-            self.index.remove(row.key)
+            self._move(pid, row.key, None)
             row.status, row.key = INVALIDATED, None
             row.row_version += 1
             row.last_event_id = correction_id
@@ -195,17 +229,15 @@ class Partition:
     def _set_row(self, pid, row, value, achieved_at, submitted_at, event_id, key=None) -> RowChange:
         if key is None:
             key = self._key(value, achieved_at, submitted_at, pid)
-        index = self.index
         if row is None:
             row = Row(pid, value, achieved_at, submitted_at, ACTIVE, 1, event_id, key)
             self.rows[pid] = row
+            self._move(pid, None, key)
         else:
-            if row.key is not None:
-                index.remove(row.key)
+            self._move(pid, row.key, key)
             row.value, row.achieved_at, row.submitted_at = value, achieved_at, submitted_at
             row.status, row.key, row.last_event_id = ACTIVE, key, event_id
             row.row_version += 1
-        index.add(key)
         self.changes += 1
         return RowChange(pid, value, achieved_at, ACTIVE)
 
@@ -327,6 +359,7 @@ class Partition:
 
     def _check(self) -> None:
         """O(n) self-check used by tests (STYLE §11)."""
+        assert not self._deferred, "index has deferred moves outside a batch"
         self.index._check()
         active = [r for r in self.rows.values() if r.status is ACTIVE]
         assert len(active) == len(self.index), "index size != ACTIVE rows"

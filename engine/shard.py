@@ -58,6 +58,7 @@ class ShardCore:
         self.dead_letters: list[list] = []  # [offset, board_id, event_id, error]
         self._dead_offsets: set[int] = set()
         self._results: OrderedDict[int, list | None] = OrderedDict()
+        self._touched: set[Partition] = set()  # partitions with deferred index moves
 
     # ------------------------------------------------------------------ writes
 
@@ -66,26 +67,39 @@ class ShardCore:
         offset up to ``through`` applied. Items already applied (a retried
         or replayed batch) answer from the result cache, unchanged."""
         out = []
-        for offset, rec in items:
-            if offset <= self.applied_offset:
-                out.append(self._results.get(offset, [DEAD, None]))
-                continue
-            out.append(self._apply_record(offset, rec))
+        try:
+            for offset, rec in items:
+                if offset <= self.applied_offset:
+                    out.append(self._results.get(offset, [DEAD, None]))
+                    continue
+                out.append(self._apply_record(offset, rec))
+        finally:
+            self._flush()
         if through > self.applied_offset:
             self.applied_offset = through
         return out
+
+    def _flush(self) -> None:
+        touched, self._touched = self._touched, set()
+        for p in touched:
+            p.flush_index()
 
     def replay(self, records: Iterable[tuple[int, list]]) -> int:
         """Fold the log tail into this shard, keeping only its own records.
         Returns how many records were applied here."""
         n = 0
-        for offset, rec in records:
-            if offset <= self.applied_offset:
-                continue
-            if self.owns(rec):
-                self._apply_record(offset, rec)
-                n += 1
-            self.applied_offset = offset
+        try:
+            for offset, rec in records:
+                if offset <= self.applied_offset:
+                    continue
+                if self.owns(rec):
+                    self._apply_record(offset, rec)
+                    n += 1
+                    if len(self._touched) and n % 65536 == 0:
+                        self._flush()
+                self.applied_offset = offset
+        finally:
+            self._flush()
         return n
 
     def owns(self, rec: list) -> bool:
@@ -131,6 +145,9 @@ class ShardCore:
             if spec is None:
                 return [R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], None]
             partition = self.parts[spec.board_id][part_of(rec[3], spec.shards)]
+            if partition._deferred is None:
+                partition.defer_index()
+                self._touched.add(partition)
             ev = R.event_of(rec)
             verdict = R.verdict_of(rec)
             if verdict is not None:
