@@ -1,0 +1,56 @@
+"""CLI parsing and the client's retry contract."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from gateway.cli import build_parser, settings_from_args
+from gateway.client import FlowRankClient
+
+
+def test_serve_options_per_api_section_1():
+    args = build_parser().parse_args([
+        "serve", "--data-dir", "/d", "--host", "0.0.0.0", "--port", "9000", "--shards", "4", "--keys", "k.json",
+        "--friends-file", "f.json", "--friends-url", "http://fr", "--delta-retention", "7", "--dedup-retention", "9",
+        "--ray-address", "auto"])
+    s = settings_from_args(args)
+    assert (s.data_dir, s.host, s.port, s.shards, s.keys_file, s.friends_file, s.friends_url) == (
+        "/d", "0.0.0.0", 9000, 4, "k.json", "f.json", "http://fr")
+    assert (s.delta_retention, s.dedup_retention, s.ray_address) == (7, 9, "auto")
+    d = settings_from_args(build_parser().parse_args(["serve"]))
+    assert (d.data_dir, d.host, d.port, d.shards, d.ray_address) == ("./flowrank-data", "127.0.0.1", 8000, None, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--shards", "0"])
+
+
+def test_client_retries_reuse_the_same_event_ids():
+    bodies = []
+
+    def handler(request: httpx.Request):
+        bodies.append(json.loads(request.content))
+        if len(bodies) == 1:
+            return httpx.Response(429, headers={"Retry-After": "1"},
+                                  json={"error": {"code": "RATE_LIMITED", "message": "slow", "field": None}})
+        if len(bodies) == 2:
+            raise httpx.ConnectError("boom")
+        return httpx.Response(200, json={"results": [{"event_id": "e1", "outcome": "DUPLICATE_IGNORED", "version": 1}]})
+
+    slept = []
+    c = FlowRankClient("http://x", "k", transport=httpx.MockTransport(handler), sleep=slept.append)
+    ev = {"event_id": "e1", "board_id": "g:m:s:x", "player_id": "p", "value": 1, "achieved_at": 1}
+    assert c.submit([ev])[0]["outcome"] == "DUPLICATE_IGNORED"
+    assert len(bodies) == 3 and all(b == {"events": [ev]} for b in bodies)
+    assert slept[0] >= 1.0
+
+
+def test_client_raises_typed_errors():
+    def handler(request):
+        return httpx.Response(404, json={"error": {"code": "BOARD_NOT_FOUND", "message": "no", "field": "board_id"}})
+
+    c = FlowRankClient("http://x", "k", transport=httpx.MockTransport(handler))
+    with pytest.raises(Exception) as ei:
+        c.board("g:m:s:x")
+    assert ei.value.code == "BOARD_NOT_FOUND" and ei.value.field == "board_id"
