@@ -224,6 +224,9 @@ class Router:
         self._tasks: list[asyncio.Task] = []
         self._closing = False
         self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
+        # Test seam (tests/service): hooks["after_append"](first_offset, records) runs once a
+        # batch is durable and before any shard sees it. Empty in production.
+        self.hooks: dict[str, Callable] = {}
         self.metrics = {
             "fsync_seconds": [], "ingest_to_rank_seconds": [], "outcomes": defaultdict(int),
             "batches": 0, "storage_errors": 0,
@@ -414,6 +417,8 @@ class Router:
                     sub[2].set_exception(err)
             return
         durable_at = self.clock()
+        if "after_append" in self.hooks:
+            self.hooks["after_append"](first, records)
         self.metrics["fsync_seconds"].append(durable_at - started)
         for board_id in touched:
             if board_id in self.boards:
