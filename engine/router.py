@@ -467,13 +467,16 @@ class Router:
         if kind == "decide":
             d = payload
             ctl = self._ctl(d.board_id)
+            pos = list(ctl.admission.held).index(d.event_id) if d.event_id in ctl.admission.held else None
             held = ctl.admission.take_decision(d.event_id, d.decision)
             records.append([R.DECIDE, d.board_id, d.event_id, d.decision, d.reason, d.moderator,
                             held.player_id, held.value, held.achieved_at, held.submitted_at])
 
-            def undo():
+            def undo():  # back in its log-order place, as a replay would list it
                 ctl.admission.decided.pop(d.event_id, None)
-                ctl.admission.held[d.event_id] = held
+                items = list(ctl.admission.held.items())
+                items.insert(pos, (d.event_id, held))
+                ctl.admission.held = dict(items)
             return undo
         if kind == "invalidate":
             inv = payload
