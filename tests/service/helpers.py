@@ -162,8 +162,10 @@ async def state_of(svc, board_ids=None) -> dict:
             try:
                 views[pid] = await svc.player(board_id, pid)
             except PlayerNotFound:
-                continue
-            hist[pid] = await svc.history(board_id, pid)
+                pass  # no row (e.g. only invalid timings): the history may still hold events
+            items = await svc.history(board_id, pid)
+            if items:
+                hist[pid] = items
         out[board_id] = {
             "checksum": await svc.checksum(board_id),
             "info": info,
