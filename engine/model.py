@@ -57,6 +57,9 @@ class Outcome(str, enum.Enum):
     # An extension (API §7 allows adding): the event made the engine fail
     # unexpectedly (a bug); it is dead-lettered and skipped on every replay.
     DEAD_LETTERED = "DEAD_LETTERED"
+    # Extension: a cumulative delta that would take the total outside the
+    # signed 64-bit range every reader and the wire format can carry.
+    REJECTED_TOTAL_OUT_OF_RANGE = "REJECTED_TOTAL_OUT_OF_RANGE"
 
     @property
     def changes_ranking(self) -> bool:

@@ -28,7 +28,7 @@ from typing import Iterable
 from sortedcontainers import SortedList
 
 from engine.errors import EventNotFound
-from engine.model import Outcome, Policy, RowChange, RowStatus, ScoreEvent
+from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 
 ACTIVE = RowStatus.ACTIVE
@@ -148,8 +148,12 @@ class Partition:
             if row is None or row.status is INVALIDATED:
                 change = self._set_row(pid, row, ev.value, ev.achieved_at, ev.submitted_at, ev.event_id)
             else:
+                total = row.value + ev.value
+                if not INT64_MIN <= total <= INT64_MAX:
+                    self._remember(ev, kind, Outcome.REJECTED_TOTAL_OUT_OF_RANGE, owned=False)
+                    return Outcome.REJECTED_TOTAL_OUT_OF_RANGE, None
                 reached = ev.achieved_at if ev.achieved_at > row.achieved_at else row.achieved_at
-                change = self._set_row(pid, row, row.value + ev.value, reached, ev.submitted_at, ev.event_id)
+                change = self._set_row(pid, row, total, reached, ev.submitted_at, ev.event_id)
             self._remember(ev, kind, outcome, owned=True)
             return outcome, change
         key = self._key(ev.value, ev.achieved_at, ev.submitted_at, pid)

@@ -805,7 +805,7 @@ class Router:
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["sum", board_id])
             version = sum(ans[0] for _, ans in answers.values())
-            total = checksum_mod.combine(ans[1] for _, ans in answers.values())
+            total = checksum_mod.combine(int(ans[1], 16) for _, ans in answers.values())
             return {o for o, _ in answers.values()}, Checksum(version, checksum_mod.render(total))
 
         return await self._consistent(attempt)

@@ -242,7 +242,7 @@ class ShardCore:
                     return [version, [list(h) for h in p.history[req[2]]]]
             return [version, []]
         if op == "sum":
-            return [version, sum(p.checksum_sum() for p in parts)]
+            return [version, format(sum(p.checksum_sum() for p in parts), "x")]  # > 64 bits: msgpack-safe text
         if op == "sample":
             step = req[2]
             keys = []

@@ -1,0 +1,134 @@
+"""Every Ray actor of FlowRank and every actor option, in one place.
+
+* ``LogServer``: owns the event log and the snapshot store under the data
+  directory, pinned to the node the gateway runs on (the head). Every shard,
+  wherever it runs, reads the log and stores its snapshots through it, so
+  no shared filesystem is needed.
+* ``ShardActor``: one :class:`engine.shard.ShardCore`. A sync actor, so it
+  runs one caller's calls in submission order (RAY_NOTES). On (re)start its
+  ``__init__`` loads its newest good snapshot and replays the log tail
+  before it serves anything; ``max_task_retries=-1`` re-runs interrupted
+  calls on the new process, which the core answers idempotently by offset.
+
+Payloads are msgpack bytes (cheaper for Ray than nested Python lists).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import msgpack
+import ray
+
+from engine.log import FileSnapshotStore, SegmentedFileLog
+from engine.shard import ShardCore
+
+log = logging.getLogger("flowrank.cluster")
+
+REPLAY_CHUNK = 20_000
+SHARD_OPTIONS = dict(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0)
+
+
+def pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes):
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class LogServer:
+    def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20):
+        root = Path(data_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes)
+        self.store = FileSnapshotStore(root / "snapshots")
+
+    def append(self, packed_records: bytes) -> int:
+        """Durably append (fsync'd on return); the first record's offset."""
+        return self.log.append_batch(unpack(packed_records))[0]
+
+    def read_chunk(self, offset: int, max_records: int = REPLAY_CHUNK) -> bytes:
+        out = []
+        for item in self.log.read_from(offset, chunk_records=max_records):
+            out.append(item)
+            if len(out) >= max_records:
+                break
+        return pack(out)
+
+    def end_offset(self) -> int:
+        return self.log.end_offset()
+
+    def save_snapshot(self, name: str, offset: int, payload: bytes) -> str:
+        return self.store.save(name, offset, payload)
+
+    def load_snapshot(self, name: str):
+        got = self.store.load_latest(name)
+        return None if got is None else [got[0], got[1]]
+
+    def delete_segments_before(self, offset: int) -> list:
+        return self.log.delete_segments_before(offset)
+
+    def stats(self) -> dict:
+        return self.log.stats() | {"end_offset": self.log.end_offset()}
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def replay_from_server(core: ShardCore, log_server) -> int:
+    """Fold the log tail served by ``log_server`` into ``core``."""
+    applied = 0
+    offset = core.applied_offset + 1
+    while True:
+        chunk = unpack(ray.get(log_server.read_chunk.remote(offset)))
+        if not chunk:
+            return applied
+        applied += core.replay((o, rec) for o, rec in chunk)
+        offset = chunk[-1][0] + 1
+
+
+class ShardActor:
+    def __init__(self, index: int, n_actors: int, log_server):
+        self.log_server = log_server
+        self.name = f"shard-{index}"
+        snap = ray.get(log_server.load_snapshot.remote(self.name))
+        core = None
+        if snap is not None:
+            state = unpack(snap[1])
+            if state.get("n_actors") == n_actors:
+                core = ShardCore.from_state(state)
+        if core is None:
+            core = ShardCore(index, n_actors)
+        replayed = replay_from_server(core, log_server)  # shadow: served only once complete
+        self.core = core
+        self.replayed = replayed
+
+    def apply(self, through: int, packed_items: bytes) -> bytes:
+        return pack(self.core.apply(through, unpack(packed_items)))
+
+    def read(self, packed_requests: bytes) -> bytes:
+        return pack(self.core.read(unpack(packed_requests)))
+
+    def snapshot(self) -> int:
+        """Ship a snapshot of this shard to the log server; its offset."""
+        offset = self.core.applied_offset
+        if offset >= 0:
+            ray.get(self.log_server.save_snapshot.remote(self.name, offset, pack(self.core.to_state())))
+        return offset
+
+    def stats(self) -> dict:
+        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed}
+
+    def checksum(self) -> int:
+        return self.core.checksum_of_state()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+RemoteLogServer = ray.remote(**LOG_SERVER_OPTIONS)(LogServer)
+RemoteShard = ray.remote(**SHARD_OPTIONS)(ShardActor)

@@ -1,0 +1,200 @@
+"""``ClusterEngine``: the EngineClient whose shards are Ray actors.
+
+The gateway process is a Ray driver. It runs the :class:`engine.router.Router`
+(sequencing, admission, merges) and talks to one ``LogServer`` actor pinned
+to its own node and to ``n`` shard actors spread over the cluster. Calls
+from this one driver reach each sync shard actor in submission order, which
+is what makes a fan-out a consistent cut (docs/consistency.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from engine.cluster.actors import RemoteLogServer, RemoteShard, pack, unpack
+from engine.errors import Overloaded
+from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.recovery import recover_router
+from engine.router import Router, RouterConfig
+from engine.router_client import RouterClient
+from engine.service import _lock
+
+log = logging.getLogger("flowrank.cluster")
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Start an embedded local Ray (no address) or join a cluster; returns
+    whether this call started Ray. Keeps the caller's SIGTERM/SIGINT
+    handlers (ray.init installs its own, which defeats graceful shutdown)."""
+    if ray.is_initialized():
+        return False
+    if address is None:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only embedded instance
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
+                 include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    finally:
+        for s, h in saved.items():
+            if h is not None:
+                signal.signal(s, h)
+    return True
+
+
+class RayShards:
+    """Shard transport over sync Ray actors (order-preserving per caller)."""
+
+    def __init__(self, actors: list):
+        self.actors = actors
+        self.n = len(actors)
+
+    def apply(self, shard: int, through: int, items: list):
+        return _unpacked(self.actors[shard].apply.remote(through, pack(items)))
+
+    def read(self, shard: int, requests: list):
+        return _unpacked(self.actors[shard].read.remote(pack(requests)))
+
+
+async def _unpacked(ref):
+    try:
+        return unpack(await ref)
+    except ray.exceptions.RayError as exc:
+        raise Overloaded(f"A shard actor is restarting or unreachable ({type(exc).__name__}); retry shortly.",
+                         retry_after=1) from exc
+
+
+class RayLog:
+    """LogPort over the LogServer actor."""
+
+    def __init__(self, server):
+        self.server = server
+
+    async def append(self, records: list) -> int:
+        return await self.server.append.remote(pack(records))
+
+
+class _RemoteLogView:
+    """Just enough of EventLog/SnapshotStore for :func:`recover_router`."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def read_from(self, offset: int, chunk_records: int = 20_000):
+        while True:
+            chunk = unpack(ray.get(self.server.read_chunk.remote(offset, chunk_records)))
+            if not chunk:
+                return
+            yield from ((o, rec) for o, rec in chunk)
+            offset = chunk[-1][0] + 1
+
+    def load_latest(self, name: str):
+        got = ray.get(self.server.load_snapshot.remote(name))
+        return None if got is None else (got[0], unpack(got[1]))
+
+
+class ClusterEngine(RouterClient):
+    def __init__(self, router: Router, log_server, shards: list, lock_fd, started_ray: bool):
+        self.router = router
+        self.log_server = log_server
+        self.shards = shards
+        self._lock_fd = lock_fd
+        self._started_ray = started_ray
+        self._shard_stats: dict = {}
+        self.recovery_seconds = 0.0
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: str = "./flowrank-data",
+        default_shards: int | None = None,
+        dedup_retention: int = DEFAULT_DEDUP_RETENTION,
+        delta_retention: int = DEFAULT_DELTA_RETENTION,
+        n_shards: int | None = None,
+        ray_address: str | None = None,
+        snapshot_every_events: int = 1_000_000,
+        snapshot_every_seconds: float = 300.0,
+        max_queued_events: int = 200_000,
+    ) -> "ClusterEngine":
+        started = time.monotonic()
+        root = Path(data_dir).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        lock_fd = _lock(root / "LOCK")
+        started_ray = init_ray(ray_address)  # main thread: ray.init wants it
+        n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        here = ray.get_runtime_context().get_node_id()
+        log_server = RemoteLogServer.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+        ).remote(str(root))
+        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_server) for i in range(n)]
+        await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
+        router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
+            dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events))
+        view = _RemoteLogView(log_server)
+        await asyncio.to_thread(recover_router, router, view, view)
+        await router.sync_versions()
+        router.start()
+        eng = cls(router, log_server, shards, lock_fd, started_ray)
+        eng.default_shards = default_shards or n
+        eng.snapshot_every_events = snapshot_every_events
+        eng.snapshot_every_seconds = snapshot_every_seconds
+        eng.recovery_seconds = time.monotonic() - started
+        eng._init_snapshots()
+        eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
+        return eng
+
+    async def _take_snapshot(self) -> float:
+        paused = time.monotonic()
+        async with self.router.sequencing():
+            offset, state = self.router.log_offset, self.router.to_state()
+            refs = [s.snapshot.remote() for s in self.shards]  # ordered after every dispatched batch
+        pause = time.monotonic() - paused
+        await asyncio.gather(*refs)
+        if offset >= 0:
+            await self.log_server.save_snapshot.remote("router", offset, pack(state))
+        return pause
+
+    async def _refresh_stats(self) -> None:
+        while True:
+            try:
+                stats = await asyncio.gather(*(s.stats.remote() for s in self.shards))
+                self._shard_stats = {i: st for i, st in enumerate(stats)}
+            except Exception:
+                pass
+            await asyncio.sleep(2.0)
+
+    def stats(self) -> dict:
+        return self.router_stats() | {
+            "shard_rows": {i: sum(st["rows"].values()) for i, st in self._shard_stats.items()},
+            "dead_letters": [d for st in self._shard_stats.values() for d in st["dead_letters"]],
+        }
+
+    async def shard_pids(self) -> list[int]:
+        return list(await asyncio.gather(*(s.pid.remote() for s in self.shards)))
+
+    async def close(self) -> None:
+        self._stop_snapshots()
+        self._stats_task.cancel()
+        await self.router.stop()
+        try:
+            await self.snapshot()
+        except Exception:
+            log.exception("final snapshot failed; recovery will replay the log instead")
+        try:
+            await self.log_server.close.remote()
+        except Exception:
+            pass
+        for a in [*self.shards, self.log_server]:
+            ray.kill(a)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._started_ray:
+            ray.shutdown()
