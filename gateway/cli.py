@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dedup-retention", type=_positive, default=d.dedup_retention)
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
     # extras (not in API §1)
+    s.add_argument("--engine", choices=("ray", "local"), default="ray",
+                   help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
+    s.add_argument("--shard-actors", type=_positive, default=None, help="shard actors (default: CPUs Ray sees)")
     s.add_argument("--live-window-ms", type=int, default=d.live_window_ms, help="live coalescing window")
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
@@ -60,6 +63,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         delta_retention=args.delta_retention,
         dedup_retention=args.dedup_retention,
         ray_address=args.ray_address,
+        engine=args.engine,
+        n_shard_actors=args.shard_actors,
         live_window_ms=args.live_window_ms,
         read_rate_per_s=args.read_rate,
         read_burst=max(d.read_burst, 2 * args.read_rate),

@@ -1,10 +1,11 @@
-"""SEAM: how ``flowrank serve`` builds its engine.
+"""How ``flowrank serve`` builds its engine: the one place that picks the
+EngineClient implementation.
 
-``build_engine(settings)`` is the one place that picks the EngineClient
-implementation. Today it opens the in-process ``engine.service.LocalService``;
-it will switch to the Ray-backed ``engine.cluster`` client (honouring
-``settings.ray_address``) once that exists. Imports are lazy so the gateway
-imports without Ray or the engine service installed.
+Default: :class:`engine.cluster.ClusterEngine` — shard actors on Ray, an
+embedded local Ray instance when no ``--ray-address`` is given, joining the
+cluster otherwise. ``--engine local`` keeps every shard in this process
+(:class:`engine.service.LocalService`), with no Ray at all. Imports are lazy
+so the gateway module imports without starting anything.
 """
 
 from __future__ import annotations
@@ -25,14 +26,28 @@ async def build_engine(settings: Settings) -> EngineClient:
     """
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from engine.service import LocalService  # noqa: PLC0415  (lazy: the seam)
+        if settings.engine == "local":
+            from engine.service import LocalService  # noqa: PLC0415
 
-        engine = await LocalService.open(
-            data_dir=settings.data_dir,
-            default_shards=settings.shards or os.cpu_count() or 1,
-            dedup_retention=settings.dedup_retention,
-            delta_retention=settings.delta_retention,
-        )
+            engine = await LocalService.open(
+                data_dir=settings.data_dir,
+                default_shards=settings.shards or os.cpu_count() or 1,
+                n_shards=settings.n_shard_actors or os.cpu_count() or 1,
+                dedup_retention=settings.dedup_retention,
+                delta_retention=settings.delta_retention,
+            )
+            engine.default_shards = settings.shards or os.cpu_count() or 1
+        else:
+            from engine.cluster import ClusterEngine  # noqa: PLC0415
+
+            engine = await ClusterEngine.open(
+                data_dir=settings.data_dir or "./flowrank-data",
+                default_shards=settings.shards,
+                n_shards=settings.n_shard_actors,
+                dedup_retention=settings.dedup_retention,
+                delta_retention=settings.delta_retention,
+                ray_address=settings.ray_address,
+            )
     finally:
         for sig, handler in saved.items():
             if handler is not None:

@@ -27,6 +27,10 @@ class Settings:
     delta_retention: int = DEFAULT_DELTA_RETENTION
     dedup_retention: int = DEFAULT_DEDUP_RETENTION
     ray_address: str | None = None
+    # "ray" (default: shards are Ray actors, embedded local Ray unless
+    # --ray-address) or "local" (every shard in this process, no Ray).
+    engine: str = "ray"
+    n_shard_actors: int | None = None  # None: one per CPU Ray sees
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

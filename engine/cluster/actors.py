@@ -92,7 +92,10 @@ def replay_from_server(core: ShardCore, log_server) -> int:
 
 
 class ShardActor:
-    def __init__(self, index: int, n_actors: int, log_server):
+    def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str):
+        # By name, not by handle: a restart must not depend on constructor
+        # arguments kept in the object store (ray-project/ray#53727).
+        log_server = ray.get_actor(log_server_name, namespace=namespace)
         self.log_server = log_server
         self.name = f"shard-{index}"
         snap = ray.get(log_server.load_snapshot.remote(self.name))

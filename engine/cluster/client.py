@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import ray
@@ -130,10 +131,13 @@ class ClusterEngine(RouterClient):
         started_ray = init_ray(ray_address)  # main thread: ray.init wants it
         n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
         here = ray.get_runtime_context().get_node_id()
+        namespace = ray.get_runtime_context().namespace
+        log_name = f"flowrank-log-{uuid.uuid4().hex[:12]}"
         log_server = RemoteLogServer.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+            name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(str(root))
-        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_server) for i in range(n)]
+        await log_server.end_offset.remote()  # opened (torn tail truncated) before any shard reads it
+        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace) for i in range(n)]
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events))
