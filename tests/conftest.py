@@ -1,0 +1,27 @@
+"""Session-wide fixtures. One local Ray instance serves every test that
+needs Ray (RAY_NOTES: ray.init costs ~4 s); unit tests never start it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A private local Ray for the whole run: address="local" (never attach to
+    someone else's cluster), its own short temp dir, token auth off on loopback."""
+    import ray
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    tmp = tempfile.mkdtemp(prefix="fr-ray-", dir="/tmp")  # short: unix socket paths are limited
+    os.environ["RAY_TMPDIR"] = tmp
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=tmp)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
