@@ -143,6 +143,12 @@ class Board:
         rank = self.partition.rank(player_id)
         return _view(self.version, row, rank)
 
+    def ranks(self, player_ids: Iterable[str]) -> list[int | None]:
+        """Exact 1-based ranks of many players in one call, in the given
+        order; None for an unknown or unranked player (no exception, so one
+        missing id does not fail the batch). O(k log n)."""
+        return self.partition.ranks(player_ids)
+
     def approximate_player(self, player_id: str) -> PlayerView:
         """One partition answers exactly: the error bound is 0."""
         v = self.player(player_id)

@@ -296,6 +296,19 @@ class Partition:
             return None
         return self.index.bisect_left(row.key) + 1
 
+    def ranks(self, player_ids: Iterable[str]) -> list[int | None]:
+        """``rank`` for many players in one call (None for unranked or
+        unknown ids), in the given order. O(k log n), no per-call overhead."""
+        get = self.rows.get
+        bisect = self.index.bisect_left
+        out: list[int | None] = []
+        append = out.append
+        for pid in player_ids:
+            row = get(pid)
+            key = None if row is None else row.key
+            append(None if key is None else bisect(key) + 1)
+        return out
+
     def count_better_than(self, key: RankKey) -> int:
         """How many ACTIVE rows rank strictly before ``key``. O(log n).
 

@@ -154,9 +154,10 @@ class LocalService(RouterClient):
     def _write_snapshots(self, router_state, shard_states) -> None:
         if router_state[0] < 0:  # empty log: nothing to snapshot (a store refuses offset -1)
             return
-        self.store.save("router", router_state[0], router_state[1])
+        # A snapshot named N holds the state after every record < N (docs/storage.md).
+        self.store.save("router", router_state[0] + 1, router_state[1])
         for i, (offset, state) in enumerate(shard_states):
-            self.store.save(f"shard-{i}", offset, state)
+            self.store.save(f"shard-{i}", offset + 1, state)
         if self.cfg.prune_log and hasattr(self.event_log, "delete_segments_before"):
             oldest = min([router_state[0]] + [o for o, _ in shard_states])
             self.event_log.delete_segments_before(oldest + 1)

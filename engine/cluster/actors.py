@@ -120,7 +120,8 @@ class ShardActor:
         """Ship a snapshot of this shard to the log server; its offset."""
         offset = self.core.applied_offset
         if offset >= 0:
-            ray.get(self.log_server.save_snapshot.remote(self.name, offset, pack(self.core.to_state())))
+            # named by the first offset not in it (docs/storage.md)
+            ray.get(self.log_server.save_snapshot.remote(self.name, offset + 1, pack(self.core.to_state())))
         return offset
 
     def stats(self) -> dict:

@@ -162,7 +162,7 @@ class ClusterEngine(RouterClient):
         pause = time.monotonic() - paused
         await asyncio.gather(*refs)
         if offset >= 0:
-            await self.log_server.save_snapshot.remote("router", offset, pack(state))
+            await self.log_server.save_snapshot.remote("router", offset + 1, pack(state))
         return pause
 
     async def _refresh_stats(self) -> None:
