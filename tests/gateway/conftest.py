@@ -1,13 +1,20 @@
-"""Fixtures for gateway tests: an app over the real LocalService when it
-exists, else over the test-only BoardEngine; an httpx client per role."""
+"""Fixtures for gateway tests: an app over the real engine
+(:class:`engine.service.LocalService`, in memory, two in-process shards, no
+Ray) and an httpx client per role. There is no second implementation of the
+engine's semantics in the gateway tests."""
 
 from __future__ import annotations
 
-import warnings
+import asyncio
+import socket
+import threading
+import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
 
+from engine.service import LocalService
 from gateway.app import create_app
 from gateway.settings import Settings
 
@@ -40,14 +47,24 @@ def anyio_backend():
     return "asyncio"
 
 
-async def open_engine(delta_retention: int = 10_000):
-    try:
-        from engine.service import LocalService  # noqa: PLC0415
-    except ImportError:
-        from tests.gateway.board_engine import BoardEngine  # noqa: PLC0415
+async def open_engine(delta_retention: int = 10_000, n_shards: int = 2) -> LocalService:
+    """The real engine, in memory; the caller closes it (``await engine.close()``)."""
+    return await LocalService.open(data_dir=None, n_shards=n_shards, delta_retention=delta_retention)
 
-        return BoardEngine(delta_retention=delta_retention)
-    return await LocalService.open(data_dir=None, delta_retention=delta_retention)
+
+@pytest.fixture
+async def engines():
+    """A factory of LocalService engines, all closed at teardown."""
+    opened: list[LocalService] = []
+
+    async def make(**kw) -> LocalService:
+        eng = await open_engine(**kw)
+        opened.append(eng)
+        return eng
+
+    yield make
+    for eng in opened:
+        await eng.close()
 
 
 def settings(**kw) -> Settings:
@@ -82,13 +99,59 @@ async def harness(request):
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield Harness(app, engine, client)
     await app.state.gateway.hub.close()
-    try:
-        await engine.close()
-    except Exception as e:  # engine-side teardown bug: surface it without failing gateway tests
-        warnings.warn(f"engine.close() failed: {e!r}", stacklevel=1)
+    await engine.close()
 
 
 @pytest.fixture
 async def seeded(harness):
     await harness.seed()
     return harness
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def thread_server(make_settings=settings, **engine_kw):
+    """uvicorn in a thread over a fresh LocalService opened on that thread's
+    loop (httpx's ASGITransport buffers whole responses, so SSE needs a socket;
+    schemathesis calls from its own loop). Yields the base URL."""
+    import uvicorn  # noqa: PLC0415
+
+    port = free_port()
+    holder: dict = {}
+
+    def run():
+        async def main():
+            engine = await open_engine(**engine_kw)
+            try:
+                app = create_app(make_settings(), engine)
+                srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                    timeout_graceful_shutdown=1))
+                holder["server"] = srv
+                await srv.serve()
+            finally:
+                await engine.close()
+
+        asyncio.run(main())
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz").status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    else:
+        raise RuntimeError("gateway thread server did not become ready")
+    try:
+        yield url
+    finally:
+        holder["server"].should_exit = True
+        t.join(10)

@@ -9,7 +9,6 @@ from engine.errors import RateLimited
 from gateway.app import create_app
 from gateway.auth import Principal, Role
 from gateway.limits import RateLimiter, TokenBucket
-from tests.gateway.board_engine import BoardEngine
 from tests.gateway.conftest import H, settings
 
 
@@ -56,9 +55,9 @@ def test_key_entry_rate_overrides_defaults():
 
 
 @pytest.mark.anyio
-async def test_http_429_with_retry_after():
+async def test_http_429_with_retry_after(engines):
     clock = Clock()
-    engine = BoardEngine()
+    engine = await engines()
     app = create_app(settings(write_rate_per_s=1, write_burst=2, read_rate_per_s=1, read_burst=3), engine, clock=clock)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         codes = [(await c.get("/v1/boards", headers=H("reader"))).status_code for _ in range(4)]

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 
 import httpx
 import pytest
@@ -14,7 +11,7 @@ import pytest
 from engine.errors import Overloaded
 from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
 from gateway.live import LiveHub
-from tests.gateway.board_engine import BoardEngine
+from tests.gateway.conftest import thread_server
 
 pytestmark = pytest.mark.anyio
 B = "g:m:s:live"
@@ -52,8 +49,8 @@ class Mirror:
         return list(self.rows)
 
 
-async def fresh(n_players=8, delta_retention=10_000):
-    eng = BoardEngine(delta_retention=delta_retention)
+async def fresh(engines, n_players=8, delta_retention=10_000):
+    eng = await engines(delta_retention=delta_retention)
     await eng.create_board(BoardSpec(B, Policy.BEST_SCORE))
     await eng.submit([ScoreEvent(B, f"e{i}", f"p{i}", 100 * i, 1000 + i, 1000 + i) for i in range(n_players)])
     return eng
@@ -78,8 +75,8 @@ async def settle(hub):
     await asyncio.sleep(hub.window_s * 3)
 
 
-async def test_snapshot_then_coalesced_deltas_reproduce_the_window():
-    eng = await fresh()
+async def test_snapshot_then_coalesced_deltas_reproduce_the_window(engines):
+    eng = await fresh(engines)
     hub = LiveHub(eng, window_s=0.02)
     hub.start()
     sub = await hub.subscribe(B, 3)
@@ -113,8 +110,8 @@ async def test_snapshot_then_coalesced_deltas_reproduce_the_window():
     await hub.close()
 
 
-async def test_work_is_per_group_not_per_subscriber():
-    eng = await fresh()
+async def test_work_is_per_group_not_per_subscriber(engines):
+    eng = await fresh(engines)
     hub = LiveHub(eng, window_s=0.02)
     hub.start()
     subs = [await hub.subscribe(B, 3) for _ in range(50)] + [await hub.subscribe(B, 5)]
@@ -130,8 +127,8 @@ async def test_work_is_per_group_not_per_subscriber():
     await hub.close()
 
 
-async def test_reconnect_contiguous_replay_or_snapshot():
-    eng = await fresh(n_players=8, delta_retention=1000)
+async def test_reconnect_contiguous_replay_or_snapshot(engines):
+    eng = await fresh(engines, n_players=8, delta_retention=1000)
     hub = LiveHub(eng, window_s=0.02)
     hub.start()
     keeper = await hub.subscribe(B, 3)  # keeps the group alive
@@ -159,7 +156,7 @@ async def test_reconnect_contiguous_replay_or_snapshot():
         hub.unsubscribe(s)
     await hub.close()
 
-    eng2 = await fresh(n_players=8, delta_retention=2)
+    eng2 = await fresh(engines, n_players=8, delta_retention=2)
     for i in range(6):
         await eng2.submit([ev(f"y{i}", f"p{i}", 2000 + 100 * i)])
     hub2 = LiveHub(eng2, window_s=0.02)
@@ -170,8 +167,8 @@ async def test_reconnect_contiguous_replay_or_snapshot():
     await hub2.close()
 
 
-async def test_slow_subscriber_is_skipped_forward_to_a_snapshot():
-    eng = await fresh()
+async def test_slow_subscriber_is_skipped_forward_to_a_snapshot(engines):
+    eng = await fresh(engines)
     hub = LiveHub(eng, window_s=0.005, queue_size=2)
     hub.start()
     sub = await hub.subscribe(B, 3)
@@ -187,8 +184,8 @@ async def test_slow_subscriber_is_skipped_forward_to_a_snapshot():
     await hub.close()
 
 
-async def test_caps_answer_overloaded():
-    eng = await fresh()
+async def test_caps_answer_overloaded(engines):
+    eng = await fresh(engines)
     hub = LiveHub(eng, max_total=3, max_per_board=2)
     s1, s2 = await hub.subscribe(B, 3), await hub.subscribe(B, 4)
     with pytest.raises(Overloaded):
@@ -205,48 +202,10 @@ async def test_caps_answer_overloaded():
 # ------------------------------------------------------------------ over a real server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server():
-    """uvicorn in a thread (httpx's ASGITransport buffers whole responses, so SSE needs a socket)."""
-    import uvicorn
-
-    from gateway.app import create_app
-    from tests.gateway.conftest import open_engine, settings
-
-    port = _free_port()
-    holder: dict = {}
-
-    def run():
-        async def main():
-            engine = await open_engine()
-            app = create_app(settings(), engine)
-            holder["engine"], holder["loop"] = engine, asyncio.get_running_loop()
-            srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                                timeout_graceful_shutdown=1))
-            holder["server"] = srv
-            await srv.serve()
-            await engine.close()
-
-        asyncio.run(main())
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    holder["server"].should_exit = True
-    t.join(10)
+    with thread_server() as url:
+        yield url
 
 
 class SSEReader:

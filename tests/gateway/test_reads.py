@@ -135,11 +135,9 @@ async def test_friends_file(tmp_path):
     assert await prov.friends_of("p-ava") == ["p-ben"] and await prov.friends_of("p-x") == []
 
 
-async def test_max_staleness_serves_cached_views_with_age():
-    from tests.gateway.board_engine import BoardEngine
-
+async def test_max_staleness_serves_cached_views_with_age(engines):
     now = [100.0]
-    engine = BoardEngine()
+    engine = await engines()
     app = create_app(settings(), engine, clock=lambda: now[0])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score"}, headers=H("admin"))
