@@ -78,7 +78,8 @@ def create_app(
         max_per_board=settings.live_max_per_board,
         heartbeat_s=settings.live_heartbeat_s,
     )
-    default_shards = settings.shards or getattr(engine_client, "default_shards", None) or os.cpu_count() or 1
+    default_shards = (settings.shards or getattr(engine_client, "default_shards", None)
+                      or getattr(getattr(engine_client, "cfg", None), "default_shards", None) or os.cpu_count() or 1)
 
     def _stats() -> dict:
         return engine_client.stats()

@@ -1,16 +1,32 @@
 """Prometheus metrics (API §11), one :class:`CollectorRegistry` per app.
 
-Gateway-side: requests and latency by route template, events by outcome,
-live subscribers. Engine-side numbers are read at scrape time from
-``engine_client.stats()`` (a dict); whatever keys are present are exported,
-see docs/http.md for the keys we expect:
+Gateway-side: requests and latency by route template, live subscribers.
+Engine-side series are read at scrape time from ``engine_client.stats()``,
+whose keys are those of :class:`engine.router_client.RouterClient` (shared
+by ``LocalService`` and ``ClusterEngine``):
 
-* ``ingest_queue_depth``: number
-* ``ingest_to_rank_lag_seconds``: number or list of recent samples
-* ``log_fsync_seconds``: number or list of recent samples
-* ``shard_rows``: ``{board_id: {shard: rows}}`` or ``{shard: rows}``
-* ``dead_letters``: number
-* any other numeric key ``k``: exported as gauge ``flowrank_engine_<k>``
+======================  ==============================  =====================================
+stats key               value                           exported as
+======================  ==============================  =====================================
+``outcomes``            ``{outcome: count}`` (since     counter ``flowrank_events_total{outcome}``
+                        process start)
+``queue_depth``         events waiting to sequence      gauge ``flowrank_ingest_queue_depth``
+``fsync_seconds``       recent samples (≤ 4,096)        gauge ``flowrank_log_fsync_seconds{quantile}``
+``ingest_to_rank_       recent samples: durable append  gauge ``flowrank_ingest_to_rank_seconds{quantile}``
+seconds``               → visible to reads
+``snapshot_pause_       recent samples                  gauge ``flowrank_snapshot_pause_seconds{quantile}``
+seconds``
+``shard_rows``          ``{shard index: rows}``         gauge ``flowrank_shard_rows{shard}``
+``storage_errors``      count since start               counter ``flowrank_storage_errors_total``
+``dead_letters``        list of dead-lettered records   gauge ``flowrank_dead_letters``
+other numeric ``k``                                     gauge ``flowrank_engine_<k>``
+other list ``k``        numbers                         ``flowrank_engine_<k>{quantile}``
+======================  ==============================  =====================================
+
+Sample lists are windows of recent observations, not cumulative, so they
+are exported as quantile gauges (0.5, 0.9, 0.99, 1 = max) plus
+``<name>_window_samples`` (how many samples the quantiles cover) rather than
+as a Prometheus summary, whose ``_count``/``_sum`` must never decrease.
 """
 
 from __future__ import annotations
@@ -21,7 +37,7 @@ import time
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 log = logging.getLogger("flowrank.gateway")
 
@@ -29,17 +45,30 @@ _SAFE = re.compile(r"[^a-zA-Z0-9_]")
 
 _LAT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+_QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+# stats key -> (metric name, help) for the sample-window timings
+_TIMINGS = {
+    "fsync_seconds": ("flowrank_log_fsync_seconds", "Event-log fsync latency (recent samples)."),
+    "ingest_to_rank_seconds": ("flowrank_ingest_to_rank_seconds",
+                               "Seconds from durable append to visibility in reads (recent samples)."),
+    "snapshot_pause_seconds": ("flowrank_snapshot_pause_seconds",
+                               "How long ingestion paused for a snapshot (recent samples)."),
+}
+
 
 def _num(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _quantiles(samples: list[float]) -> list[tuple[str, float]]:
+def quantiles(samples: list[float], qs=_QUANTILES) -> list[tuple[float, float]]:
+    """Nearest-rank quantiles of ``samples`` (non-empty), O(n log n).
+
+    >>> quantiles([3.0, 1.0, 2.0], (0.5, 1.0))
+    [(0.5, 2.0), (1.0, 3.0)]
+    """
     s = sorted(samples)
-    out = []
-    for q in (0.5, 0.9, 0.99):
-        out.append((str(q), s[min(len(s) - 1, int(q * len(s)))]))
-    return out
+    return [(q, s[min(len(s) - 1, int(q * len(s)))]) for q in qs]
 
 
 class EngineStatsCollector:
@@ -53,42 +82,64 @@ class EngineStatsCollector:
 
     def collect(self):
         try:
-            stats = self._stats() or {}
+            stats = dict(self._stats() or {})
         except Exception:  # a broken stats() must not break /metrics
             log.warning("engine stats() failed", exc_info=True)
             return
+        try:
+            yield from self._families(stats)
+        except Exception:
+            log.warning("engine stats() had an unexpected shape", exc_info=True)
+
+    def _families(self, stats: dict):
+        outcomes = stats.pop("outcomes", None)
+        fam = CounterMetricFamily("flowrank_events", "Score events by outcome (engine, since process start).",
+                                  labels=["outcome"])
+        if isinstance(outcomes, dict):
+            for outcome, n in sorted(outcomes.items()):
+                if _num(n):
+                    fam.add_metric([str(outcome)], n)
+        yield fam
+        depth = stats.pop("queue_depth", None)
+        if _num(depth):
+            yield GaugeMetricFamily("flowrank_ingest_queue_depth", "Events admitted but not yet sequenced.",
+                                    value=depth)
+        rows = stats.pop("shard_rows", None)
+        if isinstance(rows, dict):
+            fam = GaugeMetricFamily("flowrank_shard_rows", "Rows held per shard (all boards).", labels=["shard"])
+            for shard, n in sorted(rows.items(), key=lambda kv: str(kv[0])):
+                if _num(n):
+                    fam.add_metric([str(shard)], n)
+            yield fam
+        errors = stats.pop("storage_errors", None)
+        if _num(errors):
+            yield CounterMetricFamily("flowrank_storage_errors", "Event-log append failures since start.",
+                                      value=errors)
+        dead = stats.pop("dead_letters", None)
+        if isinstance(dead, (list, tuple)) or _num(dead):
+            yield GaugeMetricFamily("flowrank_dead_letters", "Records a shard could not apply (dead letters).",
+                                    value=len(dead) if isinstance(dead, (list, tuple)) else dead)
+        for key, (name, doc) in _TIMINGS.items():
+            value = stats.pop(key, None)
+            if value is not None:
+                yield from self._window(name, doc, value)
         for key, value in stats.items():
-            name = _SAFE.sub("_", str(key))
-            if key in ("ingest_to_rank_lag_seconds", "log_fsync_seconds") or name.endswith("_seconds"):
-                yield from self._timing(name, value)
-            elif key == "shard_rows" and isinstance(value, dict):
-                fam = GaugeMetricFamily("flowrank_shard_rows", "Rows held per shard.", labels=["board", "shard"])
-                for k, v in value.items():
-                    if isinstance(v, dict):
-                        for shard, n in v.items():
-                            if _num(n):
-                                fam.add_metric([str(k), str(shard)], n)
-                    elif _num(v):
-                        fam.add_metric(["", str(k)], v)
-                yield fam
-            elif _num(value):
-                yield GaugeMetricFamily(f"flowrank_engine_{name}", f"Engine stat {key}.", value=value)
+            name = "flowrank_engine_" + _SAFE.sub("_", str(key))
+            if _num(value):
+                yield GaugeMetricFamily(name, f"Engine stat {key}.", value=value)
+            elif isinstance(value, (list, tuple)) and value and all(_num(x) for x in value):
+                yield from self._window(name, f"Engine stat {key} (recent samples).", value)
 
     @staticmethod
-    def _timing(name: str, value):
-        metric = f"flowrank_{name}"
-        if _num(value):
-            yield GaugeMetricFamily(metric, f"Latest {name}.", value=value)
-        elif isinstance(value, (list, tuple)):
-            samples = [float(x) for x in value if _num(x)]
-            fam = SummaryMetricFamily(metric, f"Recent samples of {name}.", count_value=len(samples),
-                                      sum_value=sum(samples))
-            yield fam
-            q = GaugeMetricFamily(f"{metric}_quantile", f"Quantiles of recent {name} samples.", labels=["quantile"])
-            if samples:
-                for label, v in _quantiles(samples):
-                    q.add_metric([label], v)
-            yield q
+    def _window(name: str, doc: str, value):
+        samples = [float(x) for x in value if _num(x)] if isinstance(value, (list, tuple)) else (
+            [float(value)] if _num(value) else [])
+        fam = GaugeMetricFamily(name, doc, labels=["quantile"])
+        if samples:
+            for q, v in quantiles(samples):
+                fam.add_metric([str(q)], v)
+        yield fam
+        yield GaugeMetricFamily(f"{name}_window_samples", f"Samples behind {name}.", value=len(samples))
 
 
 class Metrics:
@@ -98,14 +149,19 @@ class Metrics:
                                 ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("flowrank_http_request_seconds", "Request latency by route template.",
                                  ["route", "method"], buckets=_LAT_BUCKETS, registry=self.registry)
-        self.events = Counter("flowrank_events", "Score events by outcome.", ["outcome"], registry=self.registry)
         live = Gauge("flowrank_live_subscribers", "Connected live (SSE) subscribers.", registry=self.registry)
         live.set_function(lambda: float(live_subscribers()))
         self.registry.register(EngineStatsCollector(stats))
+        self._children: dict = {}
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route, method).observe(seconds)
+        key = (route, method, status)
+        pair = self._children.get(key)
+        if pair is None:  # labels() costs a lock and a dict walk; cache the children
+            pair = (self.requests.labels(route, method, str(status)), self.latency.labels(route, method))
+            self._children[key] = pair
+        pair[0].inc()
+        pair[1].observe(seconds)
 
 
 class MetricsMiddleware:

@@ -39,7 +39,7 @@ async def test_epoch_ms_and_rfc3339_are_the_same_content(seeded):
     assert (await post(c, b))[0]["outcome"] == "DUPLICATE_IGNORED"
 
 
-async def test_events_counted_in_metrics(seeded):
+async def test_events_counted_in_metrics(seeded):  # details: test_metrics.py
     await post(seeded.client, EVT_101)
     text = (await seeded.client.get("/metrics")).text
     assert 'flowrank_events_total{outcome="APPLIED_NEW_BEST"} 1.0' in text
