@@ -1,0 +1,41 @@
+"""Short fault-injection runs for CI (long runs: ``python -m benchmarks.chaos``).
+
+A ``flowrank serve`` subprocess on a loopback port, concurrent HTTP writers
+with recorded acknowledgements, a nemesis that SIGKILLs the server's whole
+session (and, on Ray, single shard actor processes) and restarts it on the
+same data directory; then the checker of :mod:`tests.chaos.harness`.
+The seed is printed; rerun one with ``--seed`` in the benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from tests.chaos.harness import run
+
+SEED = int(os.environ.get("FLOWRANK_CHAOS_SEED", "7"))
+
+
+def _run(tmp_path, **kw):
+    rep = asyncio.run(run(tmp_path, seed=SEED, **kw))
+    print(rep.line())
+    assert rep.anomalies == [], "\n".join(rep.anomalies[:20])
+    return rep
+
+
+def test_local_engine_survives_sigkills(tmp_path):
+    rep = _run(tmp_path, engine="local", duration=6.0, writers=4, min_gap=0.8, max_gap=1.6)
+    assert rep.server_kills >= 2
+    assert rep.events_acked > 100
+    assert rep.replays_compared == 2
+
+
+def test_ray_engine_survives_server_and_shard_kills(tmp_path):
+    pytest.importorskip("ray")
+    rep = _run(tmp_path, engine="ray", duration=14.0, writers=3, min_gap=2.0, max_gap=3.5)
+    assert rep.server_kills + rep.shard_kills >= 2
+    assert rep.events_acked > 50
+    assert rep.replays_compared == 2
