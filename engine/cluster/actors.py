@@ -133,6 +133,9 @@ class ShardActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
 
 RemoteLogServer = ray.remote(**LOG_SERVER_OPTIONS)(LogServer)
 RemoteShard = ray.remote(**SHARD_OPTIONS)(ShardActor)
