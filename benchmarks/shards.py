@@ -96,8 +96,15 @@ def _lat(samples: list[float]) -> tuple[float, float]:
 
 async def measure(n_shards: int, events: Sequence, ids: Sequence[str], *, batch: int = 1000, inflight: int = 4,
                   concurrency: int = 256, read_ops: int = 2000, approx_ops: int = 500,
-                  progress=None) -> dict[str, float]:
-    """One shard count, one repeat: open a ClusterEngine, ingest, read, close. Metrics dict."""
+                  around_radius: int = 5, friends: Sequence[tuple[str, list[str]]] = (),
+                  restart: bool = False, progress=None) -> dict[str, float]:
+    """One shard count, one repeat: open a ClusterEngine, ingest, read, close. Metrics dict.
+
+    ``friends``: (player, friend ids) requests timed through ``ranked_subset``.
+    ``restart``: after closing (which writes a final snapshot), reopen the same
+    data dir and time open (actors start, load snapshots, replay the tail)
+    plus the first exact rank read: ``restart_seconds``.
+    """
     from engine.cluster import ClusterEngine
     from engine.model import BoardSpec, Policy
 
@@ -182,9 +189,17 @@ async def measure(n_shards: int, events: Sequence, ids: Sequence[str], *, batch:
         lat = []
         for p in seq[:k]:
             t = time.perf_counter()
-            await eng.around(board, p, 5)
+            await eng.around(board, p, around_radius)
             lat.append((time.perf_counter() - t) * 1000)
-        out["around5_p50_ms"], out["around5_p99_ms"] = _lat(lat)
+        out[f"around{around_radius}_p50_ms"], out[f"around{around_radius}_p99_ms"] = _lat(lat)
+
+        if friends:
+            lat = []
+            for p, fr in friends:
+                t = time.perf_counter()
+                await eng.ranked_subset(board, [p, *fr])
+                lat.append((time.perf_counter() - t) * 1000)
+            out["friends50_p50_ms"], out["friends50_p99_ms"] = _lat(lat)
 
         lat = []
         a = eng.shards[0]
@@ -195,7 +210,20 @@ async def measure(n_shards: int, events: Sequence, ids: Sequence[str], *, batch:
         out["ray_noop_rtt_ms"] = percentile(lat[50:], 50)
     finally:
         await eng.close()
-        shutil.rmtree(data, ignore_errors=True)
+        if not restart:
+            shutil.rmtree(data, ignore_errors=True)
+    if restart:
+        try:
+            t0 = time.perf_counter()
+            eng = await ClusterEngine.open(data_dir=data, n_shards=n_shards)
+            try:
+                await eng.player(board, ids[0])
+                out["restart_seconds"] = time.perf_counter() - t0
+                out["restart_open_seconds"] = eng.recovery_seconds
+            finally:
+                await eng.close()
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
     return out
 
 
