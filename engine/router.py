@@ -224,6 +224,7 @@ class Router:
         self._tasks: list[asyncio.Task] = []
         self._closing = False
         self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
+        self.storage_failed_at: float | None = None  # last failed append, cleared by a durable one
         # Test seam (tests/service): hooks["after_append"](first_offset, records) runs once a
         # batch is durable and before any shard sees it. Empty in production.
         self.hooks: dict[str, Callable] = {}
@@ -256,6 +257,14 @@ class Router:
     def sequencing(self) -> asyncio.Lock:
         """Hold to see router and shards between two cycles (snapshots)."""
         return self._seq_lock
+
+    def accepting_writes(self, cooldown_s: float = 2.0) -> bool:
+        """False while shutting down, and for ``cooldown_s`` after the log
+        failed to make a batch durable (readiness; writes still get tried)."""
+        if self._closing:
+            return False
+        failed = self.storage_failed_at
+        return failed is None or self.clock() - failed >= cooldown_s
 
     def queue_depth(self) -> int:
         return self._queued_events
@@ -405,6 +414,7 @@ class Router:
             first = await self.log.append(records)
         except Exception as exc:
             self.metrics["storage_errors"] += 1
+            self.storage_failed_at = self.clock()
             for board_id in touched:
                 self.boards[board_id].admission.rollback() if board_id in self.boards else None
             for sub in reversed(subs):
@@ -417,6 +427,7 @@ class Router:
                     sub[2].set_exception(err)
             return
         durable_at = self.clock()
+        self.storage_failed_at = None
         if "after_append" in self.hooks:
             self.hooks["after_append"](first, records)
         self.metrics["fsync_seconds"].append(durable_at - started)

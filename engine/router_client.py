@@ -89,7 +89,9 @@ class RouterClient:
         return self.router.subscribe(listener)
 
     async def ready(self) -> bool:
-        return not self.router._closing
+        """Writes can be accepted: not draining, and the log made the last
+        batch durable (or its failure is older than a short cool-down)."""
+        return self.router.accepting_writes()
 
     def router_stats(self) -> dict:
         m = self.router.metrics

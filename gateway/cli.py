@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
 from gateway.settings import Settings
@@ -42,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", choices=("ray", "local"), default="ray",
                    help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
     s.add_argument("--shard-actors", type=_positive, default=None, help="shard actors (default: CPUs Ray sees)")
+    s.add_argument("--snapshot-every-events", type=_positive, default=d.snapshot_every_events,
+                   help="snapshot after this many events (default 1,000,000)")
+    s.add_argument("--snapshot-every-seconds", type=float, default=d.snapshot_every_seconds,
+                   help="or after this many seconds with new events (default 300)")
+    s.add_argument("--prune-log", action="store_true",
+                   help="delete log segments wholly before every snapshot (default: keep them for audit)")
     s.add_argument("--live-window-ms", type=int, default=d.live_window_ms, help="live coalescing window")
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
@@ -65,6 +74,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ray_address=args.ray_address,
         engine=args.engine,
         n_shard_actors=args.shard_actors,
+        snapshot_every_events=args.snapshot_every_events,
+        snapshot_every_seconds=args.snapshot_every_seconds,
+        prune_log=args.prune_log,
         live_window_ms=args.live_window_ms,
         read_rate_per_s=args.read_rate,
         read_burst=max(d.read_burst, 2 * args.read_rate),
@@ -90,6 +102,21 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
             def handle_exit(self, sig, frame):  # end SSE streams so connections can drain
                 hub.begin_shutdown()
                 super().handle_exit(sig, frame)
+
+            @contextlib.contextmanager
+            def capture_signals(self):
+                """uvicorn's, minus re-raising the captured signal once serving stops:
+                that would kill this process (default SIGTERM action) before
+                ``engine.close()`` drains and snapshots, and exit -15 instead of 0."""
+                if threading.current_thread() is not threading.main_thread():
+                    yield
+                    return
+                saved = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+                try:
+                    yield
+                finally:
+                    for sig, handler in saved.items():
+                        signal.signal(sig, handler)
 
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
                                 timeout_graceful_shutdown=graceful_timeout, access_log=False)

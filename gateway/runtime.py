@@ -35,6 +35,9 @@ async def build_engine(settings: Settings) -> EngineClient:
                 n_shards=settings.n_shard_actors or os.cpu_count() or 1,
                 dedup_retention=settings.dedup_retention,
                 delta_retention=settings.delta_retention,
+                snapshot_every_events=settings.snapshot_every_events,
+                snapshot_every_seconds=settings.snapshot_every_seconds,
+                prune_log=settings.prune_log,
             )
             engine.default_shards = settings.shards or os.cpu_count() or 1
         else:
@@ -47,6 +50,9 @@ async def build_engine(settings: Settings) -> EngineClient:
                 dedup_retention=settings.dedup_retention,
                 delta_retention=settings.delta_retention,
                 ray_address=settings.ray_address,
+                snapshot_every_events=settings.snapshot_every_events,
+                snapshot_every_seconds=settings.snapshot_every_seconds,
+                prune_log=settings.prune_log,
             )
     finally:
         for sig, handler in saved.items():

@@ -31,6 +31,9 @@ class Settings:
     # --ray-address) or "local" (every shard in this process, no Ray).
     engine: str = "ray"
     n_shard_actors: int | None = None  # None: one per CPU Ray sees
+    snapshot_every_events: int = 1_000_000
+    snapshot_every_seconds: float = 300.0
+    prune_log: bool = False  # delete log segments wholly before every snapshot (default: keep for audit)
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

@@ -110,6 +110,7 @@ class ClusterEngine(RouterClient):
         self._started_ray = started_ray
         self._shard_stats: dict = {}
         self.recovery_seconds = 0.0
+        self.prune_log = False
 
     @classmethod
     async def open(
@@ -123,6 +124,7 @@ class ClusterEngine(RouterClient):
         snapshot_every_events: int = 1_000_000,
         snapshot_every_seconds: float = 300.0,
         max_queued_events: int = 200_000,
+        prune_log: bool = False,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -149,6 +151,7 @@ class ClusterEngine(RouterClient):
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events
         eng.snapshot_every_seconds = snapshot_every_seconds
+        eng.prune_log = prune_log
         eng.recovery_seconds = time.monotonic() - started
         eng._init_snapshots()
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
@@ -160,9 +163,11 @@ class ClusterEngine(RouterClient):
             offset, state = self.router.log_offset, self.router.to_state()
             refs = [s.snapshot.remote() for s in self.shards]  # ordered after every dispatched batch
         pause = time.monotonic() - paused
-        await asyncio.gather(*refs)
+        shard_offsets = await asyncio.gather(*refs)
         if offset >= 0:
             await self.log_server.save_snapshot.remote("router", offset + 1, pack(state))
+            if self.prune_log:  # segments wholly before every snapshot
+                await self.log_server.delete_segments_before.remote(min([offset, *shard_offsets]) + 1)
         return pause
 
     async def _refresh_stats(self) -> None:
