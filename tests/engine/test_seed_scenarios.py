@@ -6,22 +6,12 @@ import pytest
 
 from engine.board import Board
 from engine.errors import FlowRankError
-from engine.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
-from engine.timefmt import format_timestamp, parse_timestamp
+from engine.model import BoardSpec, BoardState, Outcome, Policy
+from engine.timefmt import format_timestamp
 from tests import seed_scenarios as seeds
+from tests.client_driver import entry_json, event_from_json
 
 DATA = seeds.load()
-
-
-def event_from_json(e: dict) -> ScoreEvent:
-    achieved = parse_timestamp(e["achieved_at"])
-    sub = e.get("submitted_at")
-    return ScoreEvent(e["board_id"], e["event_id"], e["player_id"], e["value"], achieved,
-                      achieved if sub is None else parse_timestamp(sub))
-
-
-def entry_json(e) -> dict:
-    return {"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
 
 
 class BoardDriver:
