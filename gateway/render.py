@@ -70,6 +70,7 @@ def player(p: PlayerView) -> dict:
         "status": _v(p.status),
         "approximate": bool(p.approximate),
         "rank_error_bound": p.rank_error_bound if p.approximate else None,
+        "row_version": p.row_version,
     }
 
 

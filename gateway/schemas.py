@@ -203,6 +203,8 @@ class PlayerOut(_Out):
     status: RowStatus
     approximate: bool
     rank_error_bound: int | None = Field(None, description="With `approximate=true`: the true rank is within ±k.")
+    row_version: int = Field(0, description="Extension: grows by 1 on every change of this player's row "
+                                            "(apply or correction); compare it to detect a concurrent change.")
     stale_ms: StaleMs = None
 
 

@@ -58,7 +58,7 @@ async def test_player_exact_approximate_and_missing(seeded):
     p = await get(c, f"/v1/boards/{BOARD}/players/p-chloe")
     assert p == {"version": 5, "player_id": "p-chloe", "rank": 3, "value": 9500,
                  "achieved_at": "2026-11-01T10:02:00.000Z", "status": "ACTIVE", "approximate": False,
-                 "rank_error_bound": None}
+                 "rank_error_bound": None, "row_version": 1}
     a = await get(c, f"/v1/boards/{BOARD}/players/p-chloe", approximate="true")
     assert a["approximate"] is True and abs(a["rank"] - 3) <= a["rank_error_bound"]
     r = await c.get(f"/v1/boards/{BOARD}/players/p-nobody", headers=H("reader"))
