@@ -25,7 +25,7 @@ import asyncio
 import bisect
 import logging
 import time
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol, Sequence
 
@@ -98,6 +98,7 @@ class RouterConfig:
     dedup_retention: int = DEFAULT_DEDUP_RETENTION
     delta_retention: int = DEFAULT_DELTA_RETENTION
     max_queued_events: int = 200_000  # back-pressure: beyond this, OVERLOADED
+    max_board_queued_events: int = 100_000  # per board, so one hot board cannot take the whole queue
     max_cycle_events: int = 20_000  # events appended with one fsync
     pinned_pages: int = 10  # page 1 materialises this many pages for its cursor
     max_view_entries: int = 10_000
@@ -217,8 +218,9 @@ class Router:
         self.listeners: list = []
         self.views: OrderedDict[tuple[str, int], tuple[float, list]] = OrderedDict()
         self.log_offset = -1  # last offset the router has folded in
-        self._queue: list = []
+        self._queue: deque = deque()  # (kind, payload, future, events per board)
         self._queued_events = 0
+        self._board_queued: Counter = Counter()
         self._wake: asyncio.Event | None = None
         self._inflight: asyncio.Queue | None = None
         self._tasks: list[asyncio.Task] = []
@@ -367,9 +369,14 @@ class Router:
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
         if self._queued_events + n > self.cfg.max_queued_events:
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
+        per_board = Counter(ev.board_id for ev in payload) if kind == "score" else Counter()
+        for board_id, count in per_board.items():
+            if self._board_queued[board_id] + count > self.cfg.max_board_queued_events:
+                raise Overloaded(f"Board {board_id!r} has too much work queued; retry shortly.", retry_after=1)
         fut = asyncio.get_running_loop().create_future()
-        self._queue.append((kind, payload, fut))
+        self._queue.append((kind, payload, fut, per_board))
         self._queued_events += n
+        self._board_queued.update(per_board)
         self._wake.set()
         return await fut
 
@@ -380,9 +387,10 @@ class Router:
             while self._queue:
                 taken, size = [], 0
                 while self._queue and (not taken or size + _size(self._queue[0]) <= self.cfg.max_cycle_events):
-                    item = self._queue.pop(0)
-                    taken.append(item)
+                    item = self._queue.popleft()
+                    taken.append(item[:3])
                     size += _size(item)
+                    self._board_queued.subtract(item[3])
                 try:
                     async with self._seq_lock:
                         await self._cycle(taken)
@@ -833,7 +841,7 @@ class _View(list):
 
 
 def _size(item) -> int:
-    kind, payload, _ = item
+    kind, payload = item[0], item[1]
     return len(payload) if kind == "score" else 1
 
 

@@ -182,3 +182,21 @@ def test_backpressure_answers_overloaded(loop):
         await svc.close()
 
     loop.run_until_complete(go())
+
+
+def test_one_hot_board_cannot_fill_the_whole_queue(loop):
+    from engine.errors import Overloaded
+
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=1)
+        svc.router.cfg.max_board_queued_events = 5
+        await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE))
+        await svc.create_board(BoardSpec("g:m:s:other", Policy.BEST_SCORE))
+        with pytest.raises(Overloaded, match="too much work queued"):
+            await svc.submit([ScoreEvent(BOARD, f"e{i}", "p", i, 0, 0) for i in range(6)])
+        ok = await svc.submit([ScoreEvent("g:m:s:other", f"e{i}", "p", i, 0, 0) for i in range(5)])
+        assert ok[-1].version == 5
+        assert svc.router._board_queued[BOARD] == 0 and svc.router._board_queued["g:m:s:other"] == 0
+        await svc.close()
+
+    loop.run_until_complete(go())
