@@ -21,7 +21,15 @@ _xxh64 = xxhash.xxh3_64_intdigest
 
 def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int) -> int:
     """Stable 64-bit fingerprint of an event's content."""
-    return _xxh64(f"{player_id}\x1f{value}\x1f{achieved_at}\x1f{submitted_at}".encode("utf-8", "surrogatepass"))
+    text = f"{player_id}\x1f{value}\x1f{achieved_at}\x1f{submitted_at}"
+    try:
+        # strict UTF-8 gives the same bytes as "surrogatepass" for every
+        # string without lone surrogates, and is ~5x cheaper (CPython's
+        # encoder takes its fast path only with the default error handler)
+        data = text.encode()
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")
+    return _xxh64(data)
 
 
 class Seen(Enum):

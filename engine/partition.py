@@ -247,7 +247,8 @@ class Partition:
 
     def _remember(self, ev: ScoreEvent, kind: str, outcome: Outcome, owned: bool) -> None:
         hist = self.history.get(ev.player_id)
-        item = (ev.event_id, kind, ev.value, ev.achieved_at, ev.submitted_at, outcome.value)
+        # ``_value_`` is what the ``value`` property returns, without the enum descriptor call
+        item = (ev.event_id, kind, ev.value, ev.achieved_at, ev.submitted_at, outcome._value_)
         if hist is None:
             self.history[ev.player_id] = [item]
         else:
