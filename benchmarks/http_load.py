@@ -2,7 +2,7 @@
 
     python -m benchmarks.http_load [--engine ray|local] [--shards 1,4] [--size 10000]
         [--duration 5] [--max-requests 100000] [--concurrency 32] [--clients 1]
-        [--repeat 3] [--seed 7] [--no-redis]
+        [--repeat 3] [--seed 7] [--no-redis] [--mixes top+player+around,player+around]
 
 Bounded and loopback-only: it starts its own ``flowrank serve`` on
 127.0.0.1 (a free port, a temp data dir, its own Ray temp dir; SIGTERM then
@@ -13,8 +13,10 @@ Per shard count (one board per count on one server):
 
 * **mixed**: 5 % writes (``POST /v1/events``, batches of 100) and 95 % reads,
   split evenly between ``top?limit=100``, ``players/{p}`` (exact rank) and
-  ``players/{p}/around?radius=5``, from ``--concurrency`` asyncio workers
-  sharing one httpx client per client process (``--clients``).
+  ``players/{p}/around?radius=5`` (``--mixes``: also without ``top``, to
+  separate the cost of the engine's top pages from the rest), from
+  ``--concurrency`` asyncio workers sharing one httpx client per client
+  process (``--clients``).
 * **writes**: the write path alone, batches of 1,000 events.
 
 Then the same reads through one Redis client against a private
@@ -102,6 +104,22 @@ class Server:
         self.stop()
         raise RuntimeError("flowrank serve not ready after 120 s")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of every live process in the server's group
+        (the gateway and, with Ray, its raylet, GCS and actors)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.proc.pid:  # field 5 (pgrp), after pid and (comm)
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -157,13 +175,13 @@ async def _mixed_worker(c: httpx.AsyncClient, board: str, size: int, rnd: random
             r = await c.post("/v1/events", json=body, headers=wh)
         else:
             p = f"p{rnd.randrange(size)}"
-            third = (x - write_share) / (1 - write_share)
-            if third < 1 / 3:
-                route, path, params = "top", f"/v1/boards/{board}/top", {"limit": 100}
-            elif third < 2 / 3:
-                route, path, params = "player", f"/v1/boards/{board}/players/{p}", None
+            route = rnd.choice(state["reads"])
+            if route == "top":
+                path, params = f"/v1/boards/{board}/top", {"limit": 100}
+            elif route == "player":
+                path, params = f"/v1/boards/{board}/players/{p}", None
             else:
-                route, path, params = "around", f"/v1/boards/{board}/players/{p}/around", {"radius": 5}
+                path, params = f"/v1/boards/{board}/players/{p}/around", {"radius": 5}
             t = time.perf_counter()
             r = await c.get(path, params=params, headers=rh)
         dt = time.perf_counter() - t
@@ -193,9 +211,11 @@ async def _write_worker(c: httpx.AsyncClient, board: str, size: int, rnd: random
 
 
 async def _client_run(url: str, kind: str, board: str, size: int, seed: int, duration: float, cap: int,
-                      concurrency: int, tag: str) -> dict:
+                      concurrency: int, tag: str, reads: tuple = ("top", "player", "around"),
+                      write_share: float = 0.05) -> dict:
     lat: dict[str, list[float]] = {r: [] for r in ROUTES}
-    state = {"until": time.perf_counter() + duration, "left": cap, "written": 0, "errors": 0, "events": 0}
+    state = {"until": time.perf_counter() + duration, "left": cap, "written": 0, "errors": 0, "events": 0,
+             "reads": list(reads)}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     cpu0 = time.process_time()
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
@@ -204,7 +224,7 @@ async def _client_run(url: str, kind: str, board: str, size: int, seed: int, dur
         for w in range(concurrency):
             rnd = random.Random(seed * 1000 + w)
             if kind == "mixed":
-                workers.append(_mixed_worker(c, board, size, rnd, state, lat, 0.05, f"{tag}.{w}"))
+                workers.append(_mixed_worker(c, board, size, rnd, state, lat, write_share, f"{tag}.{w}"))
             else:
                 workers.append(_write_worker(c, board, size, rnd, state, lat, f"{tag}.{w}"))
         await asyncio.gather(*workers)
@@ -217,30 +237,36 @@ def _client_proc(args: tuple) -> dict:
     return asyncio.run(_client_run(*args))
 
 
-def run_load(url: str, kind: str, board: str, size: int, seed: int, duration: float, cap: int,
-             concurrency: int, clients: int, tag: str) -> dict:
+def run_load(server: "Server", kind: str, board: str, size: int, seed: int, duration: float, cap: int,
+             concurrency: int, clients: int, tag: str, reads: tuple = ("top", "player", "around"),
+             write_share: float = 0.05) -> dict:
     """One measured run over ``clients`` processes; merged latencies and rates."""
+    url = server.url
+    cpu0 = server.cpu_seconds()
     per = [(url, kind, board, size, seed + i, duration, max(1, cap // clients), max(1, concurrency // clients),
-            f"{tag}c{i}") for i in range(clients)]
+            f"{tag}c{i}", reads, write_share) for i in range(clients)]
     if clients == 1:
         outs = [_client_proc(per[0])]
     else:
         with mp.get_context("spawn").Pool(clients) as pool:
             outs = pool.map(_client_proc, per)
+    server_cpu = server.cpu_seconds() - cpu0
     lat = {r: [x for o in outs for x in o["lat"][r]] for r in ROUTES}
     elapsed = max(o["elapsed"] for o in outs)
+    n_req = sum(len(v) for v in lat.values())
     reads = sum(len(lat[r]) for r in ("top", "player", "around"))
     return {
         "lat": lat, "elapsed": elapsed, "errors": sum(o["errors"] for o in outs),
         "req_s": sum(len(v) for v in lat.values()) / elapsed, "reads_s": reads / elapsed,
         "events_s": sum(o["events"] for o in outs) / elapsed, "client_cpu": sum(o["cpu"] for o in outs) / elapsed,
+        "server_cpu": server_cpu / elapsed, "server_ms_per_req": 1000 * server_cpu / max(1, n_req),
     }
 
 
 # --------------------------------------------------------------------------- redis peer
 
 
-def redis_reads(size: int, seed: int, duration: float, cap: int) -> dict:
+def redis_reads(size: int, seed: int, duration: float, cap: int, reads: tuple = ("top", "player", "around")) -> dict:
     """The same read mix through one synchronous Redis client (RedisBoard)."""
     from benchmarks.redis_peer import RedisBoard, RedisServer  # noqa: PLC0415
 
@@ -254,23 +280,21 @@ def redis_reads(size: int, seed: int, duration: float, cap: int) -> dict:
         started = time.perf_counter()
         while time.perf_counter() < until and left > 0:
             left -= 1
-            third = rnd.random()
+            route = rnd.choice(reads)
             p = f"p{rnd.randrange(size)}"
             t = time.perf_counter()
-            if third < 1 / 3:
-                route = "top"
+            if route == "top":
                 board.top(100)
-            elif third < 2 / 3:
-                route = "player"
+            elif route == "player":
                 board.rank(p)
             else:
-                route = "around"
                 board.around(p, 5)
             lat[route].append(time.perf_counter() - t)
         elapsed = time.perf_counter() - started
     reads = sum(len(v) for v in lat.values())
     return {"lat": lat, "elapsed": elapsed, "errors": 0, "req_s": reads / elapsed, "reads_s": reads / elapsed,
-            "events_s": 0.0, "client_cpu": float("nan")}
+            "events_s": 0.0, "client_cpu": float("nan"), "server_cpu": float("nan"),
+            "server_ms_per_req": float("nan")}
 
 
 # --------------------------------------------------------------------------- report
@@ -280,7 +304,9 @@ def summarize(name: str, runs: list[dict], rate_key: str) -> list[str]:
     rates = [r[rate_key] for r in runs]
     lines = [f"{name:<28} {rate_key}: median {statistics.median(rates):>10,.0f}  (min {min(rates):,.0f}, "
              f"max {max(rates):,.0f})  req/s {statistics.median(r['req_s'] for r in runs):,.0f}  "
-             f"errors {sum(r['errors'] for r in runs)}  client_cpu {statistics.median(r['client_cpu'] for r in runs):.2f}"]
+             f"errors {sum(r['errors'] for r in runs)}  client_cpu {statistics.median(r['client_cpu'] for r in runs):.2f}  "
+             f"server_cpu {statistics.median(r['server_cpu'] for r in runs):.2f}  "
+             f"server_ms/req {statistics.median(r['server_ms_per_req'] for r in runs):.2f}"]
     for route in ROUTES:
         if not any(r["lat"][route] for r in runs):
             continue
@@ -305,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--write-share", type=float, default=0.05, help="share of mixed requests that write 100 events")
+    ap.add_argument("--mixes", default="top+player+around,player+around",
+                    help="read mixes to run, comma-separated; reads are drawn evenly from each '+'-list")
     args = ap.parse_args(argv)
+    mixes = args.mixes.split(",")
     shard_counts = [int(x) for x in args.shards.split(",")]
     params = {k: v for k, v in vars(args).items()}
     print(header(params), flush=True)
@@ -318,12 +348,14 @@ def main(argv: list[str] | None = None) -> int:
             board = board_id(shards)
             preload(server.url, board, shards, args.size, args.seed)
             # warm-up (connections, caches, JIT-free but import-heavy paths)
-            run_load(server.url, "mixed", board, args.size, args.seed, 1.0, 2_000, args.concurrency, args.clients,
+            run_load(server, "mixed", board, args.size, args.seed, 1.0, 2_000, args.concurrency, args.clients,
                      f"warm{shards}")
-            mixed = [run_load(server.url, "mixed", board, args.size, args.seed + r, args.duration, args.max_requests,
-                              args.concurrency, args.clients, f"m{shards}r{r}") for r in range(args.repeat)]
-            print("\n".join(summarize(f"mixed shards={shards}", mixed, "reads_s")), flush=True)
-            writes = [run_load(server.url, "writes", board, args.size, args.seed + r, args.duration,
+            for mix in mixes:
+                runs = [run_load(server, "mixed", board, args.size, args.seed + r, args.duration,
+                                 args.max_requests, args.concurrency, args.clients, f"m{shards}{mix}r{r}",
+                                 tuple(mix.split("+")), args.write_share) for r in range(args.repeat)]
+                print("\n".join(summarize(f"mixed {mix} shards={shards}", runs, "reads_s")), flush=True)
+            writes = [run_load(server, "writes", board, args.size, args.seed + r, args.duration,
                                max(1, args.max_requests // 100), args.write_concurrency, 1, f"w{shards}r{r}")
                       for r in range(args.repeat)]
             print("\n".join(summarize(f"writes x1000 shards={shards}", writes, "events_s")), flush=True)
@@ -331,8 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     if not args.no_redis:
         try:
-            peer = [redis_reads(args.size, args.seed + r, args.duration, args.max_requests) for r in range(args.repeat)]
-            print("\n".join(summarize("redis peer, one client", peer, "reads_s")), flush=True)
+            for mix in mixes:
+                peer = [redis_reads(args.size, args.seed + r, args.duration, args.max_requests, tuple(mix.split("+")))
+                        for r in range(args.repeat)]
+                print("\n".join(summarize(f"redis peer {mix}, one client", peer, "reads_s")), flush=True)
         except Exception as exc:  # e.g. no redis-server on this machine
             print(f"redis peer: skipped ({type(exc).__name__}: {exc})")
     return 0
