@@ -35,7 +35,7 @@ def test_local_engine_survives_sigkills(tmp_path):
 
 def test_ray_engine_survives_server_and_shard_kills(tmp_path):
     pytest.importorskip("ray")
-    rep = _run(tmp_path, engine="ray", duration=14.0, writers=3, min_gap=2.0, max_gap=3.5)
-    assert rep.server_kills + rep.shard_kills >= 2
+    rep = _run(tmp_path, engine="ray", duration=10.0, writers=3, min_gap=2.0, max_gap=3.0)
+    assert rep.shard_kills >= 1 and rep.server_kills + rep.shard_kills >= 2
     assert rep.events_acked > 50
     assert rep.replays_compared == 2

@@ -48,7 +48,7 @@ class App:
     async def fingerprint(self, board: str = BOARD) -> tuple:
         """(version, checksum, size): what a rejected request must leave unchanged."""
         c = await self.client.get(f"/v1/boards/{board}/checksum", headers=H("admin"))
-        b = await self.client.get(f"/v1/boards/{board}", headers=H("reader"))
+        b = await self.client.get(f"/v1/boards/{board}", headers=H("admin"))
         assert c.status_code == 200 and b.status_code == 200, (c.text, b.text)
         return c.json()["version"], c.json()["checksum"], b.json()["size"]
 
