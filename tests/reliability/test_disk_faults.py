@@ -149,8 +149,6 @@ async def test_readyz_while_the_log_is_failing(tmp_path):
         assert (await a.client.get("/readyz")).status_code == 200
 
 
-@pytest.mark.xfail(strict=True, reason="engine: ready() ignores log faults (RouterClient.ready returns "
-                                       "not router._closing); /readyz stays 200 while appends fail")
 async def test_readyz_is_503_while_the_log_is_failing(tmp_path):
     disk = Disk()
     async with open_app(engine_kw={"data_dir": str(tmp_path / "d"), "fault_hook": disk}) as a:
