@@ -141,6 +141,13 @@ def _document_manual_bodies(app: FastAPI) -> None:
         for name, sub in doc.pop("$defs", {}).items():
             comps.setdefault(name, sub)
         comps["EventBatchIn"] = doc
+        comps = schema["components"]
+        comps.setdefault("securitySchemes", {})["HTTPBearer"] = {
+            "type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>` (API §2)."}
+        for path, ops in schema.get("paths", {}).items():
+            if path.startswith("/v1/"):  # /healthz, /readyz, /metrics need no key
+                for op in ops.values():
+                    op["security"] = [{"HTTPBearer": []}]
         app.openapi_schema = schema
         return schema
 

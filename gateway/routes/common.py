@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Path, Request
 from pydantic import AfterValidator
 
-from gateway.guard import GuardedRoute, bearer_scheme
+from gateway.guard import GuardedRoute
 from gateway.schemas import _valid_id
 from gateway.validation import BOARD_ID_PATTERN
 
@@ -29,8 +29,11 @@ EventIdPath = Annotated[
 
 
 def guarded_router(tag: str, public: bool = False) -> APIRouter:
-    deps = [] if public else [Depends(bearer_scheme)]
-    return APIRouter(route_class=GuardedRoute, tags=[tag], dependencies=deps)
+    """Routes checked by :class:`GuardedRoute`. The bearer scheme is documented
+    in OpenAPI by ``gateway.app`` rather than declared as a FastAPI dependency:
+    the guard reads the header itself, and a dependency would be solved again
+    on every request for nothing (~15 % of a cheap read's gateway time)."""
+    return APIRouter(route_class=GuardedRoute, tags=[tag])
 
 
 def gw(request: Request):
