@@ -15,14 +15,10 @@ from typing import Any, Callable
 
 from fastapi import Request
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPBearer
 
 from engine.errors import BatchTooLarge, ValidationFailed
 
 from gateway.auth import Permission, Principal
-
-bearer_scheme = HTTPBearer(auto_error=False, description="`Authorization: Bearer <key>` (API §2).")
-
 
 @dataclass(frozen=True)
 class Access:
