@@ -73,14 +73,33 @@ class Server:
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self.failed_starts = 0
         self.ray_tmp = Path(tempfile.mkdtemp(prefix="frc-", dir="/tmp")) if engine == "ray" else None
         keys = {"keys": [{"name": r, "role": r, "key": k} for r, k in KEYS.items()]}
         self.keys_file = workdir / "keys.json"
         self.keys_file.write_text(json.dumps(keys))
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 90.0) -> float:
-        """Start and wait until /readyz is 200; returns seconds taken."""
+    def start(self, timeout: float = 90.0, attempts: int = 3) -> float:
+        """Start and wait until /readyz is 200; returns seconds taken.
+
+        An embedded Ray can fail to come up on an overloaded machine ("node
+        timed out during startup"): such a failed start is killed and retried
+        (counted in ``failed_starts``); a FlowRank recovery error is not
+        retried (the log says which)."""
+        for i in range(attempts):
+            try:
+                return self._start_once(timeout)
+            except (RuntimeError, TimeoutError) as e:
+                log_text = (self.workdir / f"server-{self.starts - 1}.log").read_text(errors="replace")
+                self.kill()
+                self.failed_starts += 1
+                retryable = isinstance(e, TimeoutError) or "timed out during startup" in log_text
+                if i == attempts - 1 or not retryable:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> float:
         env = dict(os.environ)
         env["RAY_AUTH_MODE"] = "disabled"
         env.pop("RAY_ADDRESS", None)
@@ -190,6 +209,7 @@ class Report:
     server_kills: int = 0
     shard_kills: int = 0
     restarts: int = 0
+    failed_starts: int = 0
     requests: int = 0
     requests_failed: int = 0
     events_sent: int = 0
@@ -202,7 +222,7 @@ class Report:
     def line(self) -> str:
         return (f"engine={self.engine} seed={self.seed} duration={self.duration_s:.1f}s "
                 f"server_kills_survived={self.server_kills} shard_kills_survived={self.shard_kills} "
-                f"restarts={self.restarts} requests={self.requests} failed_requests={self.requests_failed} "
+                f"restarts={self.restarts} failed_starts={self.failed_starts} requests={self.requests} failed_requests={self.requests_failed} "
                 f"events_sent={self.events_sent} acked={self.events_acked} durable={self.durable_events} "
                 f"events_checked={self.events_checked} replays_compared={self.replays_compared} "
                 f"anomalies={len(self.anomalies)}")
@@ -440,6 +460,7 @@ async def run(workdir: Path, *, engine: str = "local", duration: float = 10.0, s
             prev = cur
         server.stop()
     finally:
+        rep.failed_starts = server.failed_starts
         server.cleanup()
         rep.duration_s = time.monotonic() - t0
     log("chaos: " + rep.line())
