@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -71,12 +72,12 @@ _RANKING_CHANGES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreEvent:
+class ScoreEvent(NamedTuple):
     """One score event as a game server sent it, timestamps resolved to ms.
 
     ``submitted_at`` defaults to ``achieved_at`` (API §7), so a caller that
     omits it and one that repeats ``achieved_at`` send the same content.
+    A NamedTuple: built once per event on the hot path, so it must be cheap.
     """
 
     board_id: str
@@ -103,15 +104,13 @@ class BoardSpec:
     review_above: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EventResult:
+class EventResult(NamedTuple):
     event_id: str
     outcome: Outcome
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class RowChange:
+class RowChange(NamedTuple):
     """A row as it is after a change: what deltas and live updates carry."""
 
     player_id: str
@@ -120,16 +119,14 @@ class RowChange:
     status: RowStatus
 
 
-@dataclass(frozen=True, slots=True)
-class Delta:
+class Delta(NamedTuple):
     """The row changes that brought a board to ``version`` (from version - 1)."""
 
     version: int
     changes: tuple[RowChange, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RankedEntry:
+class RankedEntry(NamedTuple):
     rank: int
     player_id: str
     value: int

@@ -74,6 +74,7 @@ from engine.ranking import merge_top, merge_window, rank_locally
 from engine.season import next_state
 
 log = logging.getLogger("flowrank.router")
+_STATUS = {s.value: s for s in RowStatus}
 
 
 class ShardTransport(Protocol):
@@ -100,8 +101,8 @@ class RouterConfig:
     max_queued_events: int = 200_000  # back-pressure: beyond this, OVERLOADED
     max_board_queued_events: int = 100_000  # per board, so one hot board cannot take the whole queue
     max_cycle_events: int = 20_000  # events appended with one fsync
-    pinned_pages: int = 10  # page 1 materialises this many pages for its cursor
-    max_view_entries: int = 10_000
+    pinned_pages: int = 5  # page 1 materialises this many pages for its cursor
+    max_view_entries: int = 2_000
     view_ttl_s: float = 120.0
     max_views: int = 256
     read_retries: int = 5
@@ -121,6 +122,7 @@ class BoardCtl:
     actor_changes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     samples: dict[int, tuple[int, int, list]] = field(default_factory=dict)  # actor -> (changes at sample, step, keys)
     parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
+    part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
 
 
 class CutLock:
@@ -155,28 +157,50 @@ class CutLock:
 
 
 class _Reads:
-    """Coalesces the read requests submitted in one event-loop turn into one
-    call per shard (a Ray call costs ~1 ms; a batch of requests costs little more)."""
+    """Batches read requests into one call per shard per *round*.
 
-    def __init__(self, transport: ShardTransport):
+    Requests submitted while fewer than ``max_rounds`` rounds are in flight
+    go out at the end of the current event-loop turn; otherwise they wait for
+    a round to finish and then all go together (adaptive batching: no added
+    latency when idle, bigger batches under load). A round submits its calls
+    to every shard in one synchronous step, so the requests of one fan-out
+    always see the same cut (no batch dispatch can fall between them).
+    """
+
+    def __init__(self, transport: ShardTransport, max_rounds: int = 2):
         self.t = transport
         self.pending: dict[int, list] = {}
         self.scheduled = False
+        self.rounds = 0
+        self.max_rounds = max_rounds
 
     def ask(self, shard: int, req: list) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         self.pending.setdefault(shard, []).append((req, fut))
-        if not self.scheduled:
+        self._schedule()
+        return fut
+
+    def _schedule(self) -> None:
+        if not self.scheduled and self.pending and self.rounds < self.max_rounds:
             self.scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
-        return fut
 
     def flush(self):
         self.scheduled = False
+        if not self.pending:
+            return
         pending, self.pending = self.pending, {}
-        for shard, items in pending.items():  # submitted together: one cut
-            aw = self.t.read(shard, [r for r, _ in items])
-            asyncio.ensure_future(self._deliver(aw, items))
+        self.rounds += 1
+        waits = [self._deliver(self.t.read(shard, [r for r, _ in items]), items)  # one cut
+                 for shard, items in pending.items()]
+        asyncio.ensure_future(self._round(waits))
+
+    async def _round(self, waits) -> None:
+        try:
+            await asyncio.gather(*waits)
+        finally:
+            self.rounds -= 1
+            self._schedule()
 
     @staticmethod
     async def _deliver(aw, items):
@@ -200,7 +224,7 @@ class _Cycle:
     records: list
     first: int
     futures: dict
-    per_actor: dict
+    targets: list  # per record: the shards it went to
     started: float
     durable_at: float
 
@@ -333,7 +357,8 @@ class Router:
         for p in range(spec.shards):
             parts_on[actor_of(spec.board_id, p, self.t.n)] += 1
         return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
-                        actors_of(spec.board_id, spec.shards, self.t.n), parts_on=dict(parts_on))
+                        actors_of(spec.board_id, spec.shards, self.t.n), parts_on=dict(parts_on),
+                        part_actor=[actor_of(spec.board_id, p, self.t.n) for p in range(spec.shards)])
 
     # ------------------------------------------------------------------ writes
 
@@ -444,8 +469,9 @@ class Router:
                 self.boards[board_id].admission.commit()
         self.log_offset = first + len(records) - 1
         per_actor: dict[int, list] = defaultdict(list)
-        for i, rec in enumerate(records):
-            for a in self._targets(rec):
+        targets = [self._targets(rec) for rec in records]
+        for i, (rec, where) in enumerate(zip(records, targets)):
+            for a in where:
                 per_actor[a].append([first + i, rec])
         through = first + len(records) - 1
         await self.cut.acquire_write()
@@ -453,7 +479,7 @@ class Router:
             futures = {a: self.t.apply(a, through, per_actor.get(a, [])) for a in range(self.t.n)}
         finally:
             await self.cut.release_write()
-        await self._inflight.put(_Cycle(subs, records, first, futures, per_actor, started, durable_at))
+        await self._inflight.put(_Cycle(subs, records, first, futures, targets, started, durable_at))
 
     def _prepare(self, kind: str, payload, records: list, touched: set):
         """Admission for one submission: appends its records, returns an undo."""
@@ -516,12 +542,12 @@ class Router:
             ctl = self.boards.get(rec[1])
             if ctl is None:
                 return []
-            return [actor_of(rec[1], part_of(rec[3], ctl.spec.shards), self.t.n)]
+            return [ctl.part_actor[part_of(rec[3], ctl.spec.shards)]]
         if kind == R.BOARD:
             return list(range(self.t.n))
         if kind == R.DECIDE:
             ctl = self.boards[rec[1]]
-            return [actor_of(rec[1], part_of(rec[6], ctl.spec.shards), self.t.n)]
+            return [ctl.part_actor[part_of(rec[6], ctl.spec.shards)]]
         if kind == R.INVALIDATE:
             return self.boards[rec[1]].actors
         return []
@@ -547,9 +573,9 @@ class Router:
         answers = {a: await f for a, f in cyc.futures.items()}
         cursor = {a: 0 for a in answers}
         per_record: list = []
-        for i, rec in enumerate(cyc.records):
+        for where in cyc.targets:
             got = []
-            for a in self._targets(rec):
+            for a in where:
                 got.append((a, answers[a][cursor[a]]))
                 cursor[a] += 1
             per_record.append(got)
@@ -610,7 +636,7 @@ class Router:
             return
         ctl.version += 1
         ctl.actor_changes[actor] += 1
-        delta = Delta(ctl.version, (RowChange(change[0], change[1], change[2], RowStatus(change[3])),))
+        delta = Delta(ctl.version, (RowChange(change[0], change[1], change[2], _STATUS[change[3]]),))
         ctl.ring.push(delta)
         new_deltas[ctl.spec.board_id].append(delta)
 
@@ -662,10 +688,13 @@ class Router:
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None) -> Page:
         ctl = self._ctl(board_id)
-        if at_version is not None:
-            view = self._view(board_id, at_version)
-            if view is not None and (offset + limit <= len(view) or view.complete):
-                return Page(at_version, tuple(view[offset:offset + limit]))
+        # A view materialised at the board's current version answers without
+        # touching a shard: it is the state at a version every acknowledged
+        # write has reached (ctl.version moves before acknowledgements go out).
+        wanted = ctl.version if at_version is None else at_version
+        view = self._view(board_id, wanted)
+        if view is not None and (offset + limit <= len(view) or view.complete):
+            return Page(wanted, tuple(view[offset:offset + limit]))
         pin = offset == 0 and at_version is None
         n = offset + limit
         fetch = min(max(n, limit * self.cfg.pinned_pages), self.cfg.max_view_entries) if pin else n
@@ -703,7 +732,7 @@ class Router:
             self.views.popitem(last=False)
 
     async def _locate(self, ctl: BoardCtl, player_id: str):
-        owner = actor_of(ctl.spec.board_id, part_of(player_id, ctl.spec.shards), self.t.n)
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
         offset, (version_part, row, local) = await self.reads.ask(owner, ["get", ctl.spec.board_id, player_id])
         if row is None:
             raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
@@ -788,7 +817,7 @@ class Router:
         ctl = self._ctl(board_id)
         by_actor: dict[int, list[str]] = defaultdict(list)
         for pid in dict.fromkeys(player_ids):
-            by_actor[actor_of(board_id, part_of(pid, ctl.spec.shards), self.t.n)].append(pid)
+            by_actor[ctl.part_actor[part_of(pid, ctl.spec.shards)]].append(pid)
 
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["mget", board_id, by_actor.get(a, [])])
@@ -814,7 +843,7 @@ class Router:
 
     async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]:
         ctl = self._ctl(board_id)
-        owner = actor_of(board_id, part_of(player_id, ctl.spec.shards), self.t.n)
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
         _, (_, items) = await self.reads.ask(owner, ["hist", board_id, player_id])
         return [HistoryEntry(h[0], h[1], h[2], h[3], h[5]) for h in items]
 

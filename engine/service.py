@@ -90,6 +90,7 @@ class LocalService(RouterClient):
         self.cores = cores
         self.router = router
         self._lock_fd = lock_fd
+        self.default_shards = cfg.default_shards  # partitions of a board created without "shards"
         self.snapshot_every_events = cfg.snapshot_every_events
         self.snapshot_every_seconds = cfg.snapshot_every_seconds
         self.recovery_seconds = 0.0

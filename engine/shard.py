@@ -110,10 +110,10 @@ class ShardCore:
         spec = self.specs.get(rec[1])
         if spec is None:
             return False
-        if kind == R.SCORE:
-            return actor_of(spec.board_id, part_of(rec[3], spec.shards), self.n_actors) == self.index
+        if kind == R.SCORE:  # self.parts holds only the partitions placed here
+            return part_of(rec[3], spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.DECIDE:
-            return actor_of(spec.board_id, part_of(rec[6], spec.shards), self.n_actors) == self.index
+            return part_of(rec[6], spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.INVALIDATE:
             return spec.board_id in self.parts
         return False

@@ -39,7 +39,6 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
             )
-            engine.default_shards = settings.shards or os.cpu_count() or 1
         else:
             from engine.cluster import ClusterEngine  # noqa: PLC0415
 
