@@ -88,12 +88,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
     import uvicorn  # noqa: PLC0415
 
+    from engine import gc_tuning  # noqa: PLC0415
+
     from gateway.app import create_app  # noqa: PLC0415
     from gateway.auth import load_keystore  # noqa: PLC0415
     from gateway.runtime import build_engine  # noqa: PLC0415
 
     keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
     engine = await build_engine(settings)
+    gc_tuning.tune()  # recovered state is long-lived: stop re-scanning it (engine/gc_tuning.py)
     try:
         app = create_app(settings, engine, keys=keys)
         hub = app.state.gateway.hub

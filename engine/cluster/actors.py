@@ -22,6 +22,7 @@ from pathlib import Path
 import msgpack
 import ray
 
+from engine import gc_tuning
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.shard import ShardCore
 
@@ -109,6 +110,7 @@ class ShardActor:
         replayed = replay_from_server(core, log_server)  # shadow: served only once complete
         self.core = core
         self.replayed = replayed
+        gc_tuning.tune()  # a long-lived process full of long-lived objects
 
     def apply(self, through: int, packed_items: bytes) -> bytes:
         return pack(self.core.apply(through, unpack(packed_items)))
