@@ -83,12 +83,16 @@ def _entries(actual: list[dict], expected: list[dict]) -> None:
         _subset(a, e)
 
 
-def run_scenario(driver: Driver, scenario: dict) -> None:
+def run_scenario(driver: Driver, scenario: dict) -> int:
+    """Run every step, asserting its expectations; returns how many ran."""
+    checked = 0
     for i, step in enumerate(scenario["steps"]):
         try:
             _run_step(driver, step)
         except AssertionError as exc:
             raise AssertionError(f"Test {scenario['test']} step {i} ({step['op']}): {exc}") from None
+        checked += 1
+    return checked
 
 
 def _run_step(d: Driver, step: dict) -> None:

@@ -37,7 +37,7 @@ def test_seed_scenarios_on_ray(ray_session, loop, tmp_path, test_id):
     try:
         driver = ClientDriver(loop, eng, scenario.get("friends", {}), board_shards=2)
         seeds.load_initial(driver, DATA)
-        seeds.run_scenario(driver, scenario)
+        assert seeds.run_scenario(driver, scenario) == len(scenario["steps"])
     finally:
         loop.run_until_complete(eng.close())
 

@@ -314,3 +314,4 @@ def test_on_ray_sigkill_then_sigterm_lose_no_acknowledged_event(served_factory):
     sent: dict = {}
     sigkill_round(s, 0, acked, sent)
     sigterm_mid_ingest(s, 1_000_000, acked, sent)
+    assert acked and set(acked) <= set(sent), "the rounds above checked acknowledged events; there were some"

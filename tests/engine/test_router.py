@@ -34,7 +34,7 @@ def test_seed_scenarios_through_router(loop, test_id, n_shards, board_shards):
     try:
         driver = ClientDriver(loop, svc, scenario.get("friends", {}), board_shards=board_shards)
         seeds.load_initial(driver, DATA)
-        seeds.run_scenario(driver, scenario)
+        assert seeds.run_scenario(driver, scenario) == len(scenario["steps"])
     finally:
         loop.run_until_complete(svc.close())
 

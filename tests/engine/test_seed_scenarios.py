@@ -85,7 +85,7 @@ def test_seed_scenario(test_id):
     scenario = next(s for s in DATA["scenarios"] if s["test"] == test_id)
     driver = BoardDriver(scenario.get("friends", {}))
     seeds.load_initial(driver, DATA)
-    seeds.run_scenario(driver, scenario)
+    assert seeds.run_scenario(driver, scenario) == len(scenario["steps"])
 
 
 def test_scenario_file_has_all_eleven():

@@ -48,7 +48,7 @@ def test_seed_scenario_over_http(open_driver, test_id):
     scenario = next(s for s in DATA["scenarios"] if s["test"] == test_id)
     driver = open_driver(scenario.get("friends", {}))
     seeds.load_initial(driver, DATA)
-    seeds.run_scenario(driver, scenario)
+    assert seeds.run_scenario(driver, scenario) == len(scenario["steps"])
 
 
 def test_i_beyond_delta_retention_answers_snapshot_over_http(open_driver):
