@@ -37,18 +37,22 @@ class Admission:
         Remembers the id (except on conflict, which keeps the original).
         O(1).
         """
+        event_id = ev.event_id
         fp = fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at)
-        seen = self.dedup.check(ev.event_id, fp)
+        dedup = self.dedup
+        seen = dedup.check(event_id, fp)
         if seen is Seen.DUPLICATE:
             return Outcome.DUPLICATE_IGNORED
         if seen is Seen.CONFLICT:
             return Outcome.REJECTED_EVENT_ID_CONFLICT
-        quarantined = self.held.get(ev.event_id) or self._decided_event(ev.event_id)
+        quarantined = self.held.get(event_id)
+        if quarantined is None and self.decided:
+            quarantined = self._decided_event(event_id)
         if quarantined is not None:  # the window forgot it, the quarantine did not
             same = (quarantined.player_id, quarantined.value, quarantined.achieved_at, quarantined.submitted_at) == ev.content
             return Outcome.DUPLICATE_IGNORED if same else Outcome.REJECTED_EVENT_ID_CONFLICT
-        self.dedup.add(ev.event_id, fp)
-        self._pending.append(ev.event_id)
+        dedup.add(event_id, fp)
+        self._pending.append(event_id)
         if not accepts_scores(self.state):
             return self._hold(ev, Outcome.HELD_FOR_CORRECTION)
         review = self.spec.review_above

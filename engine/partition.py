@@ -159,15 +159,20 @@ class Partition:
         key = self._key(ev.value, ev.achieved_at, ev.submitted_at, pid)
         if row is None:
             outcome = FIRST[policy]
-        elif row.status is INVALIDATED:
-            outcome = IMPROVED[policy]
-        elif key < row.key:
+        elif row.status is INVALIDATED or key < row.key:
             outcome = IMPROVED[policy]
         else:
-            self._remember(ev, kind, NOT_IMPROVED[policy], owned=True)
-            return NOT_IMPROVED[policy], None
-        change = self._set_row(pid, row, ev.value, ev.achieved_at, ev.submitted_at, ev.event_id, key)
-        self._remember(ev, kind, outcome, owned=True)
+            outcome = NOT_IMPROVED[policy]
+        change = None if outcome is NOT_IMPROVED[policy] else self._set_row(
+            pid, row, ev.value, ev.achieved_at, ev.submitted_at, ev.event_id, key)
+        # ``_remember(ev, kind, outcome, owned=True)``, inlined: this runs once per event
+        item = (ev.event_id, kind, ev.value, ev.achieved_at, ev.submitted_at, outcome._value_)
+        hist = self.history.get(pid)
+        if hist is None:
+            self.history[pid] = [item]
+        else:
+            hist.append(item)
+        self.owner[ev.event_id] = pid
         return outcome, change
 
     def record(self, ev: ScoreEvent, outcome: Outcome, kind: str = KIND_SCORE) -> None:

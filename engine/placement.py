@@ -21,7 +21,13 @@ _h = xxhash.xxh3_64_intdigest
 
 
 def stable_hash(text: str) -> int:
-    return _h(text.encode("utf-8", "surrogatepass"))
+    try:
+        # strict UTF-8 gives the same bytes as "surrogatepass" for every string
+        # without lone surrogates and takes CPython's fast encoder path
+        data = text.encode()
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")
+    return _h(data)
 
 
 def part_of(player_id: str, shards: int) -> int:

@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Iterable
 
 from engine import records as R
-from engine.model import BoardSpec, Outcome
+from engine.model import BoardSpec, Outcome, ScoreEvent
 from engine.partition import KIND_DECISION, Partition
 from engine.placement import actor_of, part_of
 
@@ -29,6 +29,7 @@ log = logging.getLogger("flowrank.shard")
 
 RESULT_CACHE = 50_000  # per-record results kept for re-delivered batches
 DEAD = R.CODE[Outcome.DEAD_LETTERED]
+UNKNOWN_SEASON = R.CODE[Outcome.REJECTED_UNKNOWN_SEASON]
 
 
 def entry(row) -> list:
@@ -67,12 +68,24 @@ class ShardCore:
         offset up to ``through`` applied. Items already applied (a retried
         or replayed batch) answer from the result cache, unchanged."""
         out = []
+        append = out.append
+        applied, results, dead = self.applied_offset, self._results, self._dead_offsets
         try:
-            for offset, rec in items:
-                if offset <= self.applied_offset:
-                    out.append(self._results.get(offset, [DEAD, None]))
+            for offset, rec in items:  # ``_apply_record`` inlined: this loop runs once per event
+                if offset <= applied:
+                    append(results.get(offset, [DEAD, None]))
                     continue
-                out.append(self._apply_record(offset, rec))
+                if offset in dead:
+                    result = [DEAD, None]
+                else:
+                    try:
+                        result = self._apply_score(rec) if rec[0] == R.SCORE else self._dispatch(rec)
+                    except Exception as exc:  # a bug, not an expected outcome: dead-letter it
+                        result = self._dead_letter(offset, rec, exc)
+                results[offset] = result
+                if len(results) > RESULT_CACHE:
+                    results.popitem(last=False)
+                append(result)
         finally:
             self._flush()
         if through > self.applied_offset:
@@ -138,23 +151,26 @@ class ShardCore:
         self._dead_offsets.add(offset)
         return [DEAD, None]
 
+    def _apply_score(self, rec: list) -> list:
+        """A score record: ``[code, change_wire]``."""
+        spec = self.specs.get(rec[1])
+        if spec is None:
+            return [UNKNOWN_SEASON, None]
+        partition = self.parts[spec.board_id][part_of(rec[3], spec.shards)]
+        if partition._deferred is None:
+            partition.defer_index()
+            self._touched.add(partition)
+        if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict)
+            verdict = R.outcome_of(rec[7])
+            partition.record(R.event_of(rec), verdict)
+            return [R.CODE[verdict], None]
+        outcome, change = partition.apply(ScoreEvent(rec[1], rec[2], rec[3], rec[4], rec[5], rec[6]))  # R.event_of
+        return [R.CODE[outcome], change_wire(change)]
+
     def _dispatch(self, rec: list):
         kind = rec[0]
         if kind == R.SCORE:
-            spec = self.specs.get(rec[1])
-            if spec is None:
-                return [R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], None]
-            partition = self.parts[spec.board_id][part_of(rec[3], spec.shards)]
-            if partition._deferred is None:
-                partition.defer_index()
-                self._touched.add(partition)
-            ev = R.event_of(rec)
-            verdict = R.verdict_of(rec)
-            if verdict is not None:
-                partition.record(ev, verdict)
-                return [R.CODE[verdict], None]
-            outcome, change = partition.apply(ev)
-            return [R.CODE[outcome], change_wire(change)]
+            return self._apply_score(rec)
         if kind == R.BOARD:
             spec = R.spec_of(rec)
             if spec.board_id not in self.specs:
@@ -178,8 +194,6 @@ class ShardCore:
             _, board_id, event_id, decision, _reason, _moderator, pid, value, achieved, submitted = rec
             spec = self.specs[board_id]
             partition = self.parts[board_id][part_of(pid, spec.shards)]
-            from engine.model import ScoreEvent
-
             ev = ScoreEvent(board_id, event_id, pid, value, achieved, submitted)
             if decision == "reject":
                 partition.record_rejection(ev)
