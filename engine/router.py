@@ -652,7 +652,7 @@ class Router:
         kind = rec[0]
         ctl = self.boards.get(rec[1])
         if kind == R.SCORE:
-            if ctl is None:
+            if ctl is None or not got:  # unknown when admitted (the board may exist by now)
                 self.metrics["outcomes"][Outcome.REJECTED_UNKNOWN_SEASON.value] += 1
                 return EventResult(rec[2], Outcome.REJECTED_UNKNOWN_SEASON, 0)
             a, (code, change) = got[0]
