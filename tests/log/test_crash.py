@@ -5,58 +5,14 @@ from __future__ import annotations
 
 import os
 import random
-import select
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from engine.log import FileSnapshotStore, SegmentedFileLog
+from tests.child_process import Child
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")
-
-
-class Child:
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, CHILD, *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-        self.lines: list[str] = []
-        self._buf = b""
-
-    def read_until(self, predicate, timeout=10.0):
-        """Collect stdout lines until ``predicate(line)`` or timeout."""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            if not ready:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"child died: {self.proc.stderr.read().decode()}")
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            self._buf += chunk
-            *complete, self._buf = self._buf.split(b"\n")
-            for raw in complete:
-                line = raw.decode()
-                self.lines.append(line)
-                if predicate(line):
-                    return line
-        raise AssertionError(f"timed out; last lines {self.lines[-3:]}")
-
-    def kill(self):
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        # complete lines written before the kill count too; a trailing
-        # fragment without its newline is not a trustworthy ack
-        rest = self.proc.stdout.read()
-        *complete, _fragment = (self._buf + rest).split(b"\n")
-        self.lines.extend(raw.decode() for raw in complete)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
 
 
 def acked_records(lines):
@@ -93,7 +49,7 @@ def check_log_after_crash(directory, acked):
 
 @pytest.mark.parametrize("block_at", [1, 7, 40])
 def test_kill_after_write_before_fsync(tmp_path, block_at):
-    child = Child("log", tmp_path, block_at, 3)
+    child = Child(CHILD, "log", tmp_path, block_at, 3)
     child.read_until(lambda line: line == "BLOCKED")
     time.sleep(0.05)
     child.kill()
@@ -107,7 +63,7 @@ def test_kill_after_write_before_fsync(tmp_path, block_at):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_kill_at_a_random_moment_while_appending(tmp_path, seed):
     rng = random.Random(seed)
-    child = Child("log", tmp_path, 0, 4)
+    child = Child(CHILD, "log", tmp_path, 0, 4)
     child.read_until(lambda line: line.startswith("ACK"))
     time.sleep(rng.uniform(0.05, 0.4))
     child.kill()
@@ -120,7 +76,7 @@ def test_kill_at_a_random_moment_while_appending(tmp_path, seed):
     ("snapshot.write", 10), ("snapshot.fsync", 10), ("snapshot.rename", 10), ("snapshot.dirsync", 20),
 ])
 def test_kill_during_snapshot_save_leaves_old_or_new_never_corrupt(tmp_path, point, expected):
-    child = Child("snap", tmp_path, point)
+    child = Child(CHILD, "snap", tmp_path, point)
     child.read_until(lambda line: line == "BLOCKED")
     child.kill()
     assert "SAVED 10" in child.lines

@@ -19,61 +19,20 @@ from __future__ import annotations
 
 import os
 import random
-import select
-import signal
-import subprocess
-import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import pytest
 
 from engine import records as R
 from engine.log import SegmentedFileLog
 from engine.model import Outcome
+from tests.child_process import Child
 from tests.engine import oracle
 from tests.service.helpers import copy_dir, drop_snapshots, open_service, run, state_of
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")
 NOT_FIRST = {Outcome.DUPLICATE_IGNORED.value, Outcome.REJECTED_EVENT_ID_CONFLICT.value}
-
-
-class Child:
-    def __init__(self, data_dir, point, seed):
-        self.proc = subprocess.Popen([sys.executable, CHILD, str(data_dir), point, str(seed)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.lines: list[str] = []
-        self._buf = b""
-
-    def read_until(self, predicate, timeout=20.0):
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            if not ready:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"child died: {self.proc.stderr.read().decode()[-2000:]}")
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            self._buf += chunk
-            *complete, self._buf = self._buf.split(b"\n")
-            for raw in complete:
-                line = raw.decode()
-                self.lines.append(line)
-                if predicate(line):
-                    return line
-        raise AssertionError(f"timed out; last lines {self.lines[-3:]}")
-
-    def kill(self):
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        rest = self.proc.stdout.read()
-        *complete, _fragment = (self._buf + rest).split(b"\n")  # a torn last line is no ack
-        self.lines.extend(raw.decode() for raw in complete)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
 
 
 def acks(lines):
@@ -133,7 +92,7 @@ def check_recovery(data_dir, reference_dir, acked) -> list[str]:
 
 def crash_at(tmp_path, point, seed, delay=None):
     data = tmp_path / "data"
-    child = Child(data, point, seed)
+    child = Child(CHILD, data, point, seed, timeout=20.0)
     try:
         if delay is None:
             child.read_until(lambda line: line == f"AT {point}")
