@@ -64,7 +64,6 @@ from engine.model import (
     Page,
     PlayerView,
     QuarantineDecision,
-    RankedEntry,
     RowChange,
     RowStatus,
     ScoreEvent,

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import statistics
-import time
 
 from benchmarks import Context, register
 from benchmarks.report import Sample

@@ -14,7 +14,6 @@ import os
 
 import pytest
 
-from engine.service import LocalService
 from tests.reliability.common import BOARD, H, event, open_app
 
 pytestmark = pytest.mark.anyio

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from urllib.parse import quote
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from tests.reliability.common import BOARD, H, KEYS, event, open_app, settings
+from tests.reliability.common import BOARD, H, event, open_app, settings
 
 pytestmark = pytest.mark.anyio
 
