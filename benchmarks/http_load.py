@@ -39,7 +39,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,16 +49,11 @@ from pathlib import Path
 import httpx
 
 from benchmarks.machine import header
+from benchmarks.redis_peer import _free_port
 
 BASE_MS = 1_793_527_200_000
 READ_KEY, WRITE_KEY, ADMIN_KEY = "bench-reader", "bench-gs", "bench-admin"
 ROUTES = ("top", "player", "around", "events")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(samples: list[float], q: float) -> float:

@@ -165,14 +165,7 @@ class Partition:
             outcome = NOT_IMPROVED[policy]
         change = None if outcome is NOT_IMPROVED[policy] else self._set_row(
             pid, row, ev.value, ev.achieved_at, ev.submitted_at, ev.event_id, key)
-        # ``_remember(ev, kind, outcome, owned=True)``, inlined: this runs once per event
-        item = (ev.event_id, kind, ev.value, ev.achieved_at, ev.submitted_at, outcome._value_)
-        hist = self.history.get(pid)
-        if hist is None:
-            self.history[pid] = [item]
-        else:
-            hist.append(item)
-        self.owner[ev.event_id] = pid
+        self._remember(ev, kind, outcome, owned=True)
         return outcome, change
 
     def record(self, ev: ScoreEvent, outcome: Outcome, kind: str = KIND_SCORE) -> None:

@@ -232,7 +232,6 @@ class Router:
     def __init__(self, transport: ShardTransport, log_port: LogPort, config: RouterConfig | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.t = transport
-        self._only = [[a] for a in range(transport.n)]  # shared one-actor target lists (never mutated)
         self.log = log_port
         self.cfg = config or RouterConfig()
         self.clock = clock
@@ -469,7 +468,7 @@ class Router:
                 self.boards[board_id].admission.commit()
         self.log_offset = first + len(records) - 1
         per_actor: dict[int, list] = defaultdict(list)
-        targets = self._all_targets(records)
+        targets = [self._targets(rec) for rec in records]
         for i, (rec, where) in enumerate(zip(records, targets), first):
             for a in where:
                 per_actor[a].append([i, rec])
@@ -537,18 +536,6 @@ class Router:
             return undo
         raise ValueError(kind)
 
-    def _all_targets(self, records: list) -> list[list[int]]:
-        """``_targets`` of every record, score records looked up inline."""
-        boards, only, targets = self.boards, self._only, []
-        append = targets.append
-        for rec in records:
-            if rec[0] == R.SCORE:
-                ctl = boards.get(rec[1])
-                append([] if ctl is None else only[ctl.part_actor[part_of(rec[3], ctl.spec.shards)]])
-            else:
-                append(self._targets(rec))
-        return targets
-
     def _targets(self, rec: list) -> list[int]:
         kind = rec[0]
         if kind == R.SCORE:
@@ -586,16 +573,8 @@ class Router:
         answers = {a: await f for a, f in cyc.futures.items()}
         cursor = {a: 0 for a in answers}
         records, targets = cyc.records, cyc.targets
-        # Per record: a score record sent to one shard gets that shard's answer
-        # itself; any other record the list of (actor, answer) of its shards.
-        per_record: list = []
-        for rec, where in zip(records, targets):
-            if len(where) == 1 and rec[0] == R.SCORE:
-                a = where[0]
-                c = cursor[a]
-                per_record.append(answers[a][c])
-                cursor[a] = c + 1
-                continue
+        per_record: list = []  # per record: [(actor, answer)] from each shard it went to
+        for where in targets:
             got = []
             for a in where:
                 got.append((a, answers[a][cursor[a]]))
@@ -604,10 +583,7 @@ class Router:
         now = self.clock()
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
         for kind, payload, fut, start, count, _ in cyc.submissions:
-            if kind == "score":
-                results = self._finish_scores(records, targets, per_record, start, count, new_deltas)
-            else:
-                results = [self._finish_record(records[i], per_record[i], new_deltas) for i in range(start, start + count)]
+            results = [self._finish_record(records[i], per_record[i], new_deltas) for i in range(start, start + count)]
             if fut.done():
                 continue
             answer = results if kind == "score" else results[0]
@@ -625,27 +601,6 @@ class Router:
                     listener(board_id, deltas)
                 except Exception:
                     log.exception("delta listener failed")
-
-    def _finish_scores(self, records: list, targets: list, per_record: list, start: int, count: int,
-                       new_deltas) -> list[EventResult]:
-        """``_finish_record`` for the score records ``start .. start+count-1``
-        of one submission; ``per_record[i]`` is the shard's ``[code, change]``."""
-        boards, outcomes, outcome_list = self.boards, self.metrics["outcomes"], R.OUTCOMES
-        results = []
-        append = results.append
-        for i in range(start, start + count):
-            rec = records[i]
-            ctl = boards.get(rec[1])
-            if ctl is None or not targets[i]:  # no shard saw it: the general path answers
-                append(self._finish_record(rec, per_record[i], new_deltas))
-                continue
-            code, change = per_record[i]
-            outcome = outcome_list[code - 1]  # R.outcome_of
-            outcomes[outcome._value_] += 1
-            if change is not None:
-                self._note_change(ctl, targets[i][0], change, new_deltas)
-            append(EventResult(rec[2], outcome, ctl.version))
-        return results
 
     def _finish_record(self, rec: list, got: list, new_deltas) -> object:
         kind = rec[0]

@@ -68,24 +68,12 @@ class ShardCore:
         offset up to ``through`` applied. Items already applied (a retried
         or replayed batch) answer from the result cache, unchanged."""
         out = []
-        append = out.append
-        applied, results, dead = self.applied_offset, self._results, self._dead_offsets
         try:
-            for offset, rec in items:  # ``_apply_record`` inlined: this loop runs once per event
-                if offset <= applied:
-                    append(results.get(offset, [DEAD, None]))
-                    continue
-                if offset in dead:
-                    result = [DEAD, None]
+            for offset, rec in items:
+                if offset <= self.applied_offset:
+                    out.append(self._results.get(offset, [DEAD, None]))
                 else:
-                    try:
-                        result = self._apply_score(rec) if rec[0] == R.SCORE else self._dispatch(rec)
-                    except Exception as exc:  # a bug, not an expected outcome: dead-letter it
-                        result = self._dead_letter(offset, rec, exc)
-                results[offset] = result
-                if len(results) > RESULT_CACHE:
-                    results.popitem(last=False)
-                append(result)
+                    out.append(self._apply_record(offset, rec))
         finally:
             self._flush()
         if through > self.applied_offset:
@@ -160,11 +148,11 @@ class ShardCore:
         if partition._deferred is None:
             partition.defer_index()
             self._touched.add(partition)
-        if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict)
-            verdict = R.outcome_of(rec[7])
-            partition.record(R.event_of(rec), verdict)
-            return [R.CODE[verdict], None]
-        outcome, change = partition.apply(ScoreEvent(rec[1], rec[2], rec[3], rec[4], rec[5], rec[6]))  # R.event_of
+        ev = R.event_of(rec)
+        if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
+            partition.record(ev, R.outcome_of(rec[7]))
+            return [rec[7], None]
+        outcome, change = partition.apply(ev)
         return [R.CODE[outcome], change_wire(change)]
 
     def _dispatch(self, rec: list):

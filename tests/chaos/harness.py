@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from tests.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"admin": "chaos-admin-key", "game_server": "chaos-gs-key", "moderator": "chaos-mod-key"}
@@ -51,12 +51,6 @@ BASE_MS = 1_790_000_000_000
 
 def H(role: str) -> dict:
     return {"Authorization": f"Bearer {KEYS[role]}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- the server

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.loopback import free_port
 
 BOARD = "e2e:solo:S1:global"
 KEYS = {"admin": "e2e-admin", "game_server": "e2e-gs", "moderator": "e2e-mod"}
@@ -38,12 +38,6 @@ BASE_MS = 1_793_527_200_000
 
 def H(role: str) -> dict:
     return {"Authorization": f"Bearer {KEYS[role]}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_events(start: int, count: int, prefix: str = "e") -> list[dict]:

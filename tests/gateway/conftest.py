@@ -6,7 +6,6 @@ engine's semantics in the gateway tests."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ import pytest
 from engine.service import LocalService
 from gateway.app import create_app
 from gateway.settings import Settings
+from tests.loopback import free_port
 
 BOARD = "arena-clash:solo:S7:global"
 
@@ -106,12 +106,6 @@ async def harness(request):
 async def seeded(harness):
     await harness.seed()
     return harness
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
