@@ -8,7 +8,7 @@ Parsing and formatting timestamps for people lives in :mod:`engine.timefmt`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 INT64_MIN = -(2**63)
@@ -236,11 +236,3 @@ class QuarantineDecision:
     decision: str  # "apply" | "reject"
     reason: str = ""
     moderator: str = ""
-
-
-@dataclass(slots=True)
-class ApproximateRank:
-    version: int
-    rank: int
-    error_bound: int
-    extra: dict = field(default_factory=dict)

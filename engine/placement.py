@@ -39,7 +39,3 @@ def actor_of(board_id: str, part: int, n_actors: int) -> int:
     """The shard actor that hosts partition ``part`` of a board."""
     return (stable_hash(board_id) + part) % n_actors
 
-
-def actors_of(board_id: str, shards: int, n_actors: int) -> list[int]:
-    """Distinct actors hosting any partition of the board, ascending."""
-    return sorted({actor_of(board_id, p, n_actors) for p in range(shards)})

@@ -49,15 +49,6 @@ _KEY_FNS = {
 }
 
 
-def key_value(policy: Policy, key: RankKey) -> int:
-    """The displayed value a key was built from."""
-    return key[0] if policy is Policy.FASTEST_TIME else -key[0]
-
-
-def is_descending(policy: Policy) -> bool:
-    return policy is not Policy.FASTEST_TIME
-
-
 # Outcome names per policy for "the event became the row" / "it did not".
 IMPROVED = {
     Policy.BEST_SCORE: Outcome.APPLIED_NEW_BEST,

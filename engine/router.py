@@ -68,7 +68,7 @@ from engine.model import (
     RowStatus,
     ScoreEvent,
 )
-from engine.placement import actor_of, actors_of, part_of
+from engine.placement import actor_of, part_of
 from engine.ranking import merge_top, merge_window, rank_locally
 from engine.season import next_state
 
@@ -89,8 +89,6 @@ class ShardTransport(Protocol):
 class LogPort(Protocol):
     async def append(self, records: list) -> int:
         """Durably append; returns the offset of the first record."""
-
-    async def read_from(self, offset: int): ...
 
 
 @dataclass
@@ -352,12 +350,9 @@ class Router:
             ctl.samples.clear()
 
     def _new_ctl(self, spec: BoardSpec) -> BoardCtl:
-        parts_on: dict[int, int] = defaultdict(int)
-        for p in range(spec.shards):
-            parts_on[actor_of(spec.board_id, p, self.t.n)] += 1
+        part_actor = [actor_of(spec.board_id, p, self.t.n) for p in range(spec.shards)]
         return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
-                        actors_of(spec.board_id, spec.shards, self.t.n), parts_on=dict(parts_on),
-                        part_actor=[actor_of(spec.board_id, p, self.t.n) for p in range(spec.shards)])
+                        sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor)
 
     # ------------------------------------------------------------------ writes
 
