@@ -7,7 +7,7 @@ not per shard), so in a sharded board they run once, in the router, in log
 order; the partitions then only see events that passed (or are told the
 verdict, to keep a complete per-player history).
 
-Order of checks (API §7, design Component 08): dedup first, then season
+Order of checks (docs/api.md §7, design Component 08): dedup first, then season
 state (HELD_FOR_CORRECTION), then ``review_above`` (HELD_FOR_REVIEW).
 """
 

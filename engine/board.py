@@ -96,7 +96,7 @@ class Board:
         return self.info()
 
     def decide(self, event_id: str, decision: str) -> DecisionResult:
-        """Apply or reject a held event as an audited correction (API §10)."""
+        """Apply or reject a held event as an audited correction (docs/api.md §10)."""
         if decision not in ("apply", "reject"):
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
         held = self.admission.take_decision(event_id, decision)
@@ -110,7 +110,7 @@ class Board:
         return DecisionResult(event_id, decision, outcome, self.version)
 
     def invalidate(self, event_id: str, correction_id: str | None = None) -> InvalidationResult:
-        """Invalidate an applied event; the row is recomputed (API §10)."""
+        """Invalidate an applied event; the row is recomputed (docs/api.md §10)."""
         self.admission.check_corrections_allowed()
         if correction_id is None:
             self._corrections += 1

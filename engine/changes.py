@@ -1,4 +1,4 @@
-"""The bounded ring of per-version row changes (API §9, Test I).
+"""The bounded ring of per-version row changes (docs/api.md §9, Test I).
 
 ``since(v)`` returns the contiguous deltas v+1 .. current when every one
 of them is still retained, and None otherwise (the caller then sends a

@@ -1,4 +1,4 @@
-"""A board checksum that any replay of the same log reproduces (API §10).
+"""A board checksum that any replay of the same log reproduces (docs/api.md §10).
 
 Each row hashes to a 128-bit xxh3 digest of a canonical encoding of
 (player, value, achieved_at, status, row version); the board checksum is

@@ -1,4 +1,4 @@
-"""Per-board event-id deduplication with a content fingerprint (API §7).
+"""Per-board event-id deduplication with a content fingerprint (docs/api.md §7).
 
 The window remembers the most recent ``retention`` event ids of a board,
 each with a 64-bit fingerprint of its content, so a redelivery is told

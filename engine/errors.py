@@ -1,7 +1,7 @@
 """One error tree for everything a caller can get wrong (STYLE §7).
 
 Every error carries its API code, the HTTP status that code maps to
-(API §3) and, where it helps, the field path of the bad input. The gateway
+(docs/api.md §3) and, where it helps, the field path of the bad input. The gateway
 turns any :class:`FlowRankError` into the error body in a single handler.
 Expected outcomes of applying events are *not* errors: see
 :class:`engine.model.Outcome`.

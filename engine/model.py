@@ -19,7 +19,7 @@ DEFAULT_DELTA_RETENTION = 10_000
 
 
 class Policy(str, enum.Enum):
-    """How a board orders its players (API §6)."""
+    """How a board orders its players (docs/api.md §6)."""
 
     BEST_SCORE = "best_score"
     CUMULATIVE = "cumulative"
@@ -27,7 +27,7 @@ class Policy(str, enum.Enum):
 
 
 class BoardState(str, enum.Enum):
-    """Season lifecycle of a board (API §5); see :mod:`engine.season`."""
+    """Season lifecycle of a board (docs/api.md §5); see :mod:`engine.season`."""
 
     OPEN = "OPEN"
     FROZEN = "FROZEN"
@@ -41,7 +41,7 @@ class RowStatus(str, enum.Enum):
 
 
 class Outcome(str, enum.Enum):
-    """What applying one score event did (API §7). Expected, never raised."""
+    """What applying one score event did (docs/api.md §7). Expected, never raised."""
 
     APPLIED_FIRST_SCORE = "APPLIED_FIRST_SCORE"
     APPLIED_NEW_BEST = "APPLIED_NEW_BEST"
@@ -55,7 +55,7 @@ class Outcome(str, enum.Enum):
     HELD_FOR_CORRECTION = "HELD_FOR_CORRECTION"
     HELD_FOR_REVIEW = "HELD_FOR_REVIEW"
     REJECTED_UNKNOWN_SEASON = "REJECTED_UNKNOWN_SEASON"
-    # An extension (API §7 allows adding): the event made the engine fail
+    # An extension (docs/api.md §7 allows adding): the event made the engine fail
     # unexpectedly (a bug); it is dead-lettered and skipped on every replay.
     DEAD_LETTERED = "DEAD_LETTERED"
     # Extension: a cumulative delta that would take the total outside the
@@ -75,7 +75,7 @@ _RANKING_CHANGES = frozenset(
 class ScoreEvent(NamedTuple):
     """One score event as a game server sent it, timestamps resolved to ms.
 
-    ``submitted_at`` defaults to ``achieved_at`` (API §7), so a caller that
+    ``submitted_at`` defaults to ``achieved_at`` (docs/api.md §7), so a caller that
     omits it and one that repeats ``achieved_at`` send the same content.
     A NamedTuple: built once per event on the hot path, so it must be cheap.
     """
@@ -95,7 +95,7 @@ class ScoreEvent(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class BoardSpec:
-    """A board's immutable configuration (API §5)."""
+    """A board's immutable configuration (docs/api.md §5)."""
 
     board_id: str
     policy: Policy
@@ -221,7 +221,7 @@ class Checksum:
 
 @dataclass(frozen=True, slots=True)
 class Invalidation:
-    """A moderator's correction request (API §10)."""
+    """A moderator's correction request (docs/api.md §10)."""
 
     board_id: str
     event_id: str

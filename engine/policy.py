@@ -1,4 +1,4 @@
-"""The comparator: one exact total-order key per policy (API §6).
+"""The comparator: one exact total-order key per policy (docs/api.md §6).
 
 A rank key is a tuple ``(primary, tie, player_id)`` of two ints and a str,
 ordered ascending: the first key is rank 1. Descending boards negate the

@@ -1,4 +1,4 @@
-"""Season lifecycle as a table (STYLE §5, API §5).
+"""Season lifecycle as a table (STYLE §5, docs/api.md §5).
 
 >>> next_state(BoardState.OPEN, BoardState.FROZEN)
 <BoardState.FROZEN: 'FROZEN'>

@@ -1,4 +1,4 @@
-"""Timestamps: epoch milliseconds inside, RFC 3339 at the edges (API §4).
+"""Timestamps: epoch milliseconds inside, RFC 3339 at the edges (docs/api.md §4).
 
 >>> parse_timestamp("2026-11-01T10:05:00Z")
 1793527500000
