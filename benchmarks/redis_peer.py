@@ -7,7 +7,7 @@ Three pieces:
   started and stopped by the benchmark itself, so both sides of a ratio run on
   the same machine in the same run.
 * :class:`RedisBoard`: the **exact-semantics peer**. It does what a careful
-  Redis user would have to do to get FlowRank's contract (API §6-7) out of
+  Redis user would have to do to get FlowRank's contract (docs/api.md §6-7) out of
   Redis: one Redis FUNCTION call (Lua, ``FUNCTION LOAD``) per event that
 
   1. deduplicates the event id with ``SET NX`` on a per-board key holding the
@@ -57,7 +57,7 @@ DEFAULT_MAX_PLAUSIBLE_TIME_MS = 86_400_000
 LIBRARY_NAME = "flowrank_peer"
 LIBRARY_VERSION = "1"
 
-# Codes returned by the Lua functions, mapped to API §7 outcomes per policy.
+# Codes returned by the Lua functions, mapped to docs/api.md §7 outcomes per policy.
 _CODES = {
     "best_score": {"F": "APPLIED_FIRST_SCORE", "B": "APPLIED_NEW_BEST", "R": "REJECTED_NOT_AN_IMPROVEMENT"},
     "fastest_time": {"F": "APPLIED_NEW_BEST_TIME", "B": "APPLIED_NEW_BEST_TIME", "R": "REJECTED_NOT_FASTER"},
@@ -428,7 +428,7 @@ class RedisBoard:
     """One FlowRank board reproduced exactly on Redis (best_score, cumulative, fastest_time).
 
     ``ingest`` sends one FCALL per event, pipelined ``batch`` at a time, and
-    returns API §7 outcome names. Reads: ``rank`` (1-based, one FCALL_RO),
+    returns docs/api.md §7 outcome names. Reads: ``rank`` (1-based, one FCALL_RO),
     ``ranks`` (pipelined), ``top``, ``around`` (clamped window, one FCALL_RO),
     ``friends`` (HMGET the friends' members, rank locally by bytes).
     Entries are ``(rank, player_id, value, tie_ms)`` tuples where ``tie_ms``
@@ -550,7 +550,7 @@ class RedisBoard:
         """The friends' rows ranked locally 1..k by the board comparator.
 
         ``player_id`` is the requester; the eligible set is exactly
-        ``friend_ids`` (API §8: the provider decides, the requester is not
+        ``friend_ids`` (docs/api.md §8: the provider decides, the requester is not
         added). One HMGET, then a local sort of the members' bytes.
         """
         if not friend_ids:

@@ -143,7 +143,7 @@ def _document_manual_bodies(app: FastAPI) -> None:
         comps["EventBatchIn"] = doc
         comps = schema["components"]
         comps.setdefault("securitySchemes", {})["HTTPBearer"] = {
-            "type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>` (API §2)."}
+            "type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>` (docs/api.md §2)."}
         for path, ops in schema.get("paths", {}).items():
             if path.startswith("/v1/"):  # /healthz, /readyz, /metrics need no key
                 for op in ops.values():

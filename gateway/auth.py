@@ -1,4 +1,4 @@
-"""Bearer keys and roles (API §2).
+"""Bearer keys and roles (docs/api.md §2).
 
 A :class:`KeyStore` holds the sha256 digest of every key, never the key
 itself after loading. :meth:`KeyStore.authenticate` hashes the presented key
@@ -30,7 +30,7 @@ class Role(str, enum.Enum):
 
 
 class Permission(str, enum.Enum):
-    """What a route needs; :data:`GRANTS` is the API §2 table as data."""
+    """What a route needs; :data:`GRANTS` is the docs/api.md §2 table as data."""
 
     READ = "read"  # every GET except quarantine and history (+ ranked-subset)
     SUBMIT = "submit"  # POST /v1/events

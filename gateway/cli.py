@@ -1,4 +1,4 @@
-"""``flowrank`` command line: ``serve`` (API §1) and ``demo`` (engine.demo).
+"""``flowrank`` command line: ``serve`` (docs/api.md §1) and ``demo`` (engine.demo).
 
 Graceful shutdown: on SIGTERM/SIGINT uvicorn stops accepting, live streams
 are ended, in-flight requests drain, then ``await engine.close()`` and exit 0.
@@ -35,13 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=d.host)
     s.add_argument("--port", type=int, default=d.port)
     s.add_argument("--shards", type=_positive, default=None, help="default partitions for new boards")
-    s.add_argument("--keys", dest="keys_file", default=None, help="keys JSON file (API §2)")
+    s.add_argument("--keys", dest="keys_file", default=None, help="keys JSON file (docs/api.md §2)")
     s.add_argument("--friends-file", default=None)
     s.add_argument("--friends-url", default=None)
     s.add_argument("--delta-retention", type=_positive, default=d.delta_retention)
     s.add_argument("--dedup-retention", type=_positive, default=d.dedup_retention)
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
-    # extras (not in API §1)
+    # extras (not in docs/api.md §1)
     s.add_argument("--engine", choices=("ray", "local"), default="ray",
                    help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
     s.add_argument("--shard-actors", type=_positive, default=None, help="shard actors (default: CPUs Ray sees)")

@@ -1,4 +1,4 @@
-"""Friends providers (API §8): where a player's eligible set comes from.
+"""Friends providers (docs/api.md §8): where a player's eligible set comes from.
 
 The gateway only ever asks "which player ids are this player's friends"; the
 answer feeds ``engine.ranked_subset`` and is never put in a response.

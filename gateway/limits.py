@@ -1,4 +1,4 @@
-"""Per-credential token buckets (API §2: "over its rate: 429 with Retry-After").
+"""Per-credential token buckets (docs/api.md §2: "over its rate: 429 with Retry-After").
 
 Pure and clock-injected: the caller passes ``now`` (monotonic seconds), so
 tests drive time by hand.

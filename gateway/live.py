@@ -1,4 +1,4 @@
-"""Live top-N windows over Server-Sent Events (API §9).
+"""Live top-N windows over Server-Sent Events (docs/api.md §9).
 
 :class:`LiveHub` registers one commit listener with the engine. Subscribers
 are grouped by ``(board_id, N)``; each group keeps its current window (the

@@ -1,4 +1,4 @@
-"""Prometheus metrics (API §11), one :class:`CollectorRegistry` per app.
+"""Prometheus metrics (docs/api.md §11), one :class:`CollectorRegistry` per app.
 
 Gateway-side: requests and latency by route template, live subscribers.
 Engine-side series are read at scrape time from ``engine_client.stats()``,

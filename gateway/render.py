@@ -1,4 +1,4 @@
-"""Engine records → the exact JSON shapes of API §5-10 (plain dicts).
+"""Engine records → the exact JSON shapes of docs/api.md §5-10 (plain dicts).
 
 Every timestamp leaves as ``YYYY-MM-DDTHH:MM:SS.sssZ``. Each function is
 O(size of the record).

@@ -70,7 +70,7 @@ class _Out(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(description="Stable machine code (API §3).", examples=["VALIDATION_FAILED"])
+    code: str = Field(description="Stable machine code (docs/api.md §3).", examples=["VALIDATION_FAILED"])
     message: str = Field(description="A human sentence. Never contains keys or tracebacks.")
     field: str | None = Field(description="Path of the offending input, e.g. `events[3].value`, or null.",
                               examples=["events[3].value"])

@@ -16,7 +16,7 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Settings:
-    # --- API §1 options -------------------------------------------------
+    # --- docs/api.md §1 options -------------------------------------------------
     data_dir: str | None = "./flowrank-data"
     host: str = "127.0.0.1"
     port: int = 8000
@@ -40,7 +40,7 @@ class Settings:
     # win over ``keys_file``; meant for embedding and tests.
     keys: tuple[dict, ...] | None = None
 
-    # --- request limits (API §3/§8) -------------------------------------
+    # --- request limits (docs/api.md §3/§8) -------------------------------------
     max_body_bytes: int = 8 * MIB
     max_batch_events: int = 10_000
     max_ranked_subset: int = 10_000
@@ -53,7 +53,7 @@ class Settings:
     write_rate_per_s: float = 200.0
     write_burst: float = 400.0
 
-    # --- live updates (API §9) --------------------------------------------
+    # --- live updates (docs/api.md §9) --------------------------------------------
     live_window_ms: int = 50
     live_queue_size: int = 64
     live_max_subscribers: int = 10_000

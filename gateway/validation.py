@@ -1,4 +1,4 @@
-"""Input rules of API §3-4 as plain functions, and the cursor codec.
+"""Input rules of docs/api.md §3-4 as plain functions, and the cursor codec.
 
 Every check raises :class:`engine.errors.ValidationFailed` naming the field
 in the API's path format (``events[3].value``). Nothing here touches HTTP,
@@ -79,7 +79,7 @@ _EVENT_REQUIRED = ("event_id", "board_id", "player_id", "value", "achieved_at")
 
 
 def event_from_json(raw: object, field: str) -> ScoreEvent:
-    """One API §7 event object → :class:`ScoreEvent`; unknown keys are ignored.
+    """One docs/api.md §7 event object → :class:`ScoreEvent`; unknown keys are ignored.
 
     A fast path accepts the common shape (string ids, integer value and epoch-ms
     times) with the same checks and no per-field strings; anything else, and

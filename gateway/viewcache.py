@@ -1,4 +1,4 @@
-"""A small cache of hot read views for ``?max_staleness_ms=N`` (API §8).
+"""A small cache of hot read views for ``?max_staleness_ms=N`` (docs/api.md §8).
 
 Keyed by route + parameters; each entry remembers when (monotonic clock) it
 was fetched. A read that allows N ms of staleness is served from an entry

@@ -1,4 +1,4 @@
-"""Boards and season state (API §5)."""
+"""Boards and season state (docs/api.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Score events (API §7)."""
+"""Score events (docs/api.md §7)."""
 
 from __future__ import annotations
 

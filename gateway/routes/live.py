@@ -1,4 +1,4 @@
-"""Reconciliation and the live SSE stream (API §9)."""
+"""Reconciliation and the live SSE stream (docs/api.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quarantine, decisions, invalidations and history (API §10; moderator, admin)."""
+"""Quarantine, decisions, invalidations and history (docs/api.md §10; moderator, admin)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Health, readiness, metrics and the checksum (API §1, §10, §11)."""
+"""Health, readiness, metrics and the checksum (docs/api.md §1, §10, §11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reads (API §8): top pages, one player, around a player, friends, explicit subsets.
+"""Reads (docs/api.md §8): top pages, one player, around a player, friends, explicit subsets.
 
 Every answer carries ``version``. With ``?max_staleness_ms=N`` an answer may
 come from the gateway's view cache and then carries ``stale_ms``.

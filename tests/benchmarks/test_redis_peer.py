@@ -1,6 +1,6 @@
 """The Redis peer end to end against a private redis-server (skipped when none is installed).
 
-The exact peer must reproduce API §6-7 on the design example and agree with a
+The exact peer must reproduce docs/api.md §6-7 on the design example and agree with a
 sorted() oracle on seeded workloads of every policy; the naive ZADD GT board
 must show the known tie bug.
 """

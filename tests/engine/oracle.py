@@ -32,7 +32,7 @@ def final_rows(policy: Policy, events: list[ScoreEvent], invalid: set[str] = fro
 
 
 def ranking(policy: Policy, rows: dict) -> list[str]:
-    """Player ids in rank order by the API §6 comparator, via sorted()."""
+    """Player ids in rank order by the docs/api.md §6 comparator, via sorted()."""
     def key(pid):
         value, achieved, submitted = rows[pid]
         if policy is Policy.FASTEST_TIME:

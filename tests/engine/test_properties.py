@@ -41,7 +41,7 @@ def build(policy: Policy, events, **kw) -> Board:
 def ranked_rows(b: Board):
     """The ranking and every field the comparator reads. (With a complete tie
     the row keeps the first event, so fields outside the comparator, such as
-    achieved_at on a fastest_time board, may differ: API §6 "strictly better".)"""
+    achieved_at on a fastest_time board, may differ: docs/api.md §6 "strictly better".)"""
     rows = b.partition.rows
     return [(r.player_id, r.value, r.key[1]) for r in (rows[e.player_id] for e in b.top(0, 10_000).entries)]
 

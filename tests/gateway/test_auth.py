@@ -1,4 +1,4 @@
-"""Every route × every role (+ no key, unknown, revoked, malformed): API §2."""
+"""Every route × every role (+ no key, unknown, revoked, malformed): docs/api.md §2."""
 
 from __future__ import annotations
 

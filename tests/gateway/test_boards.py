@@ -1,4 +1,4 @@
-"""Boards and season state over HTTP (API §5)."""
+"""Boards and season state over HTTP (docs/api.md §5)."""
 
 from __future__ import annotations
 

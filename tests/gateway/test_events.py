@@ -1,4 +1,4 @@
-"""Score events over HTTP (API §7) with the seed scenarios' outcomes."""
+"""Score events over HTTP (docs/api.md §7) with the seed scenarios' outcomes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""/metrics over the real LocalService: every API §11 series, read from the
+"""/metrics over the real LocalService: every docs/api.md §11 series, read from the
 engine's own ``stats()`` keys (and a broken or odd ``stats()`` never breaks
 the scrape)."""
 

@@ -1,4 +1,4 @@
-"""Quarantine, decisions, invalidations, history and checksum (API §10)."""
+"""Quarantine, decisions, invalidations, history and checksum (docs/api.md §10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reads over HTTP (API §8): pages and cursors, player, around, friends, subsets, staleness."""
+"""Reads over HTTP (docs/api.md §8): pages and cursors, player, around, friends, subsets, staleness."""
 
 from __future__ import annotations
 

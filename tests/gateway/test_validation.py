@@ -1,4 +1,4 @@
-"""API §3-4 input rules: a table of bad inputs, each must be 4xx with the
+"""docs/api.md §3-4 input rules: a table of bad inputs, each must be 4xx with the
 right code and field and must change nothing."""
 
 from __future__ import annotations
