@@ -78,8 +78,19 @@ def describe() -> dict:
         "redis_server": redis_server_version(),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(dirty) if dirty is not None else None,
-        "argv": sys.argv,
+        "argv": [repo_relative(sys.argv[0]), *sys.argv[1:]] if sys.argv else [],
     }
+
+
+def repo_relative(path: str) -> str:
+    """``path`` relative to the repository root when it lies inside it, else unchanged.
+
+    Committed outputs must not carry the absolute paths of the machine that made them.
+    """
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return path
 
 
 def _os_pretty() -> str | None:

@@ -45,6 +45,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import percentile  # noqa: E402
+from benchmarks.machine import repo_relative  # noqa: E402
 
 TARGETS = {  # issue 4
     ("ingest_events_per_s", 2): (150_000, "higher"),
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "shards.json"), "w") as f:
         json.dump({"params": params, "results": {str(k): v for k, v in results.items()}}, f, indent=1)
     paths = plot(results, args.out)
-    print(f"\nwrote {os.path.join(args.out, 'shards.json')} and {len(paths)} plots")
+    print(f"\nwrote {repo_relative(os.path.join(args.out, 'shards.json'))} and {len(paths)} plots")
     return 0
 
 

@@ -25,7 +25,7 @@ from gateway.schemas import EventBatchIn
 from gateway.settings import Settings
 from gateway.viewcache import ViewCache
 
-DESCRIPTION = """FlowRank's public HTTP API (see API.md and docs/http.md).
+DESCRIPTION = """FlowRank's public HTTP API (see docs/api.md and docs/http.md).
 
 Every request except `/healthz`, `/readyz` and `/metrics` carries
 `Authorization: Bearer <key>`. Every non-2xx answer is

@@ -1,5 +1,5 @@
 """Gateway configuration: every ``flowrank serve`` option plus the knobs
-API.md leaves to the implementation (limits, live fan-out, view caches).
+docs/api.md leaves to the implementation (limits, live fan-out, view caches).
 
 A :class:`Settings` is a frozen record; build one with keyword arguments or
 from parsed CLI arguments (:func:`gateway.cli.parse_args`).

@@ -1,34 +1,24 @@
-"""Runs the worked examples A-K of ../shared/conformance/seed_scenarios.json.
+"""Runs the worked examples A-K of tests/conformance/seed_scenarios.json.
 
-The file is the design documents' test vectors as data. ``run_scenario``
-drives any :class:`Driver` (the in-process engine, the local service, the
-HTTP gateway) with the same steps and asserts every expectation exactly,
-so all layers are held to one source of truth.
+The file is the design documents' test vectors as data (docs/api.md is the
+contract they exercise). ``run_scenario`` drives any :class:`Driver` (the
+in-process engine, the local service, the HTTP gateway) with the same steps
+and asserts every expectation exactly, so all layers are held to one source
+of truth.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Protocol
 
-_CANDIDATES = [
-    os.environ.get("FLOWRANK_SHARED_DIR", ""),
-    str(Path(__file__).resolve().parents[1] / ".." / "shared"),
-    str(Path(__file__).resolve().parents[2] / "shared"),
-]
-
-
-def shared_dir() -> Path:
-    for c in _CANDIDATES:
-        if c and (Path(c) / "conformance" / "seed_scenarios.json").exists():
-            return Path(c)
-    raise FileNotFoundError("../shared/conformance/seed_scenarios.json not found; set FLOWRANK_SHARED_DIR")
+#: The conformance vectors, inside the repository (a fresh clone needs nothing beside it).
+VECTORS = Path(__file__).resolve().parent / "conformance" / "seed_scenarios.json"
 
 
 def load() -> dict:
-    return json.loads((shared_dir() / "conformance" / "seed_scenarios.json").read_text())
+    return json.loads(VECTORS.read_text(encoding="utf-8"))
 
 
 def scenario_ids() -> list[str]:
