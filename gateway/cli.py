@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--delta-retention", type=_positive, default=d.delta_retention)
     s.add_argument("--dedup-retention", type=_positive, default=d.dedup_retention)
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
+    s.add_argument("--ray-dashboard", action="store_true",
+                   help="start Ray's dashboard with the embedded Ray (default: no dashboard)")
     # extras (not in docs/api.md §1)
     s.add_argument("--engine", choices=("ray", "local"), default="ray",
                    help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
@@ -72,6 +74,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         delta_retention=args.delta_retention,
         dedup_retention=args.dedup_retention,
         ray_address=args.ray_address,
+        ray_dashboard=args.ray_dashboard,
         engine=args.engine,
         n_shard_actors=args.shard_actors,
         snapshot_every_events=args.snapshot_every_events,

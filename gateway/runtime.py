@@ -52,6 +52,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_events=settings.snapshot_every_events,
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
+                ray_dashboard=settings.ray_dashboard,
             )
     finally:
         for sig, handler in saved.items():

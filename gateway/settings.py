@@ -34,6 +34,7 @@ class Settings:
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
     prune_log: bool = False  # delete log segments wholly before every snapshot (default: keep for audit)
+    ray_dashboard: bool = False  # embedded Ray only: start Ray's dashboard (default: lean, no dashboard)
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

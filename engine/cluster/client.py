@@ -31,10 +31,16 @@ from engine.service import _lock
 log = logging.getLogger("flowrank.cluster")
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = False) -> bool:
     """Start an embedded local Ray (no address) or join a cluster; returns
     whether this call started Ray. Keeps the caller's SIGTERM/SIGINT
-    handlers (ray.init installs its own, which defeats graceful shutdown)."""
+    handlers (ray.init installs its own, which defeats graceful shutdown).
+
+    An embedded Ray runs without the dashboard (web UI, job/state/metrics
+    head modules) unless ``dashboard`` is true. Ray 2.60 still starts its
+    API-server process (usage stats only), the raylet's dashboard and
+    runtime-env agents, the log monitor and the autoscaler monitor: ray.init
+    has no switch for those (docs/http.md, "Lean embedded Ray")."""
     if ray.is_initialized():
         return False
     if address is None:
@@ -42,7 +48,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
-                 include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+                 include_dashboard=bool(dashboard),
+                 ignore_reinit_error=True, log_to_driver=False)
     finally:
         for s, h in saved.items():
             if h is not None:
@@ -125,12 +132,13 @@ class ClusterEngine(RouterClient):
         snapshot_every_seconds: float = 300.0,
         max_queued_events: int = 200_000,
         prune_log: bool = False,
+        ray_dashboard: bool = False,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
         root.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(root / "LOCK")
-        started_ray = init_ray(ray_address)  # main thread: ray.init wants it
+        started_ray = init_ray(ray_address, dashboard=ray_dashboard)  # main thread: ray.init wants it
         n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
         here = ray.get_runtime_context().get_node_id()
         namespace = ray.get_runtime_context().namespace

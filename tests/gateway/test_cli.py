@@ -54,3 +54,8 @@ def test_client_raises_typed_errors():
     with pytest.raises(Exception) as ei:
         c.board("g:m:s:x")
     assert ei.value.code == "BOARD_NOT_FOUND" and ei.value.field == "board_id"
+
+
+def test_ray_dashboard_is_opt_in():
+    assert settings_from_args(build_parser().parse_args(["serve"])).ray_dashboard is False
+    assert settings_from_args(build_parser().parse_args(["serve", "--ray-dashboard"])).ray_dashboard is True
