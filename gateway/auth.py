@@ -112,11 +112,16 @@ class KeyStore:
     def from_file(cls, path: str | os.PathLike) -> "KeyStore":
         try:
             data = json.loads(Path(path).read_text("utf-8"))
-        except (OSError, ValueError) as e:
-            raise KeyFileError(f"cannot read keys file {path}: {type(e).__name__}") from None
+        except OSError as e:
+            raise KeyFileError(f"keys file {path}: cannot read it ({e.strerror or type(e).__name__})") from None
+        except ValueError as e:
+            raise KeyFileError(f"keys file {path}: not valid JSON ({e})") from None
         if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
             raise KeyFileError(f'keys file {path} must be {{"keys": [...]}}')
-        return cls(data["keys"])
+        try:
+            return cls(data["keys"])
+        except KeyFileError as e:
+            raise KeyFileError(f"keys file {path}: {e}") from None
 
     def __len__(self) -> int:
         return len(self._entries)

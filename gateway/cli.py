@@ -1,5 +1,10 @@
 """``flowrank`` command line: ``serve`` (docs/api.md §1) and ``demo`` (engine.demo).
 
+A refusal at start (bad flag, keys or friends file, data directory in use,
+damaged log, unreachable Ray, port in use) is one ``flowrank: error: …`` line
+and an exit code per kind (:mod:`gateway.startup_errors`); ``--debug`` adds
+the traceback.
+
 Graceful shutdown: on SIGTERM/SIGINT uvicorn stops accepting, live streams
 are ended, in-flight requests drain, then ``await engine.close()`` and exit 0.
 """
@@ -14,26 +19,47 @@ import os
 import signal
 import sys
 import threading
-from typing import Sequence
+from typing import NoReturn, Sequence
 
+from gateway import startup_errors
 from gateway.settings import Settings
 
 
 def _positive(text: str) -> int:
-    v = int(text)
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v < 1:
         raise argparse.ArgumentTypeError("must be a positive integer")
     return v
 
 
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad command line is one ``flowrank: error:`` line (exit 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(startup_errors.EXIT_USAGE, f"flowrank: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flowrank", description="FlowRank real-time leaderboards.")
+    p = _Parser(prog="flowrank", description="FlowRank real-time leaderboards.")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the HTTP gateway and the engine")
     d = Settings()
     s.add_argument("--data-dir", default=d.data_dir, help="event log and snapshots (default ./flowrank-data)")
     s.add_argument("--host", default=d.host)
-    s.add_argument("--port", type=int, default=d.port)
+    s.add_argument("--port", type=_port, default=d.port)
     s.add_argument("--shards", type=_positive, default=None, help="default partitions for new boards")
     s.add_argument("--keys", dest="keys_file", default=None, help="keys JSON file (docs/api.md §2)")
     s.add_argument("--friends-file", default=None)
@@ -57,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
     s.add_argument("--graceful-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
+    s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     sub.add_parser("demo", help="run the engine demo (engine.demo)")
     return p
 
@@ -97,8 +124,15 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
     from gateway.auth import load_keystore  # noqa: PLC0415
     from gateway.runtime import build_engine  # noqa: PLC0415
 
-    keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
-    engine = await build_engine(settings)
+    with startup_errors.starting(settings):  # every refusal: one line, its exit code
+        startup_errors.preflight(settings)
+        keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
+        sock = startup_errors.bind(settings.host, settings.port)  # before the engine: fail fast
+        try:
+            engine = await build_engine(settings)
+        except BaseException:
+            sock.close()
+            raise
     gc_tuning.tune()  # recovered state is long-lived: stop re-scanning it (engine/gc_tuning.py)
     try:
         app = create_app(settings, engine, keys=keys)
@@ -127,13 +161,14 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
                                 timeout_graceful_shutdown=graceful_timeout, access_log=False)
         server = Server(config)
-        print(f"flowrank: listening on http://{settings.host}:{settings.port}", flush=True)
+        print(f"flowrank: listening on http://{settings.host}:{sock.getsockname()[1]}", flush=True)
         print(f"flowrank: data in {os.path.abspath(settings.data_dir) if settings.data_dir else '(memory)'}",
               flush=True)
         if keys_path is not None:
             print(f"flowrank: keys in {os.path.abspath(keys_path)}", flush=True)
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
+        sock.close()
         await engine.close()
     return 0
 
@@ -148,7 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(demo.main() or 0)
     settings = settings_from_args(args)
-    return asyncio.run(serve(settings, args.graceful_timeout))
+    try:
+        return asyncio.run(serve(settings, args.graceful_timeout))
+    except startup_errors.StartupError as err:
+        return startup_errors.report(err, debug=args.debug)
 
 
 if __name__ == "__main__":
