@@ -77,7 +77,14 @@ class EngineClient(Protocol):
     async def ranked_subset(self, board_id: str, player_ids: Sequence[str]) -> Page:
         """ACTIVE rows among ``player_ids`` ranked locally 1..k by the board comparator."""
 
-    async def changes(self, board_id: str, since_version: int) -> Changes: ...
+    async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False) -> Changes:
+        """Contiguous deltas after ``since_version`` or one page (``limit`` rows,
+        default and at most 10,000) of a snapshot of the whole ranked board.
+        A snapshot page carries ``next_cursor`` (version, offset) while rows
+        remain; pass it back as ``cursor`` for the next page of that same
+        version (ViewExpired once it is gone). ``deltas_only``: never read a
+        snapshot; answer an empty one when the deltas are gone."""
 
     async def quarantine(self, board_id: str) -> list[HeldEvent]: ...
 

@@ -175,6 +175,9 @@ class Changes:
     from_version: int | None = None
     deltas: tuple[Delta, ...] = ()
     entries: tuple[RankedEntry, ...] = ()
+    # snapshot only: (version, offset) of the next page when ranked rows remain
+    # (docs/api.md §9); the gateway encodes it as an opaque cursor, like top pages.
+    next_cursor: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

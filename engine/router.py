@@ -104,6 +104,8 @@ class RouterConfig:
     max_views: int = 256
     read_retries: int = 5
     approx_sample_points: int = 256
+    max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
+    max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
 
 
 @dataclass
@@ -820,16 +822,84 @@ class Router:
 
         return await self._consistent(attempt)
 
-    async def changes(self, board_id: str, since_version: int) -> Changes:
+    async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False) -> Changes:
+        """Contiguous deltas after ``since_version``, or one page of a snapshot.
+
+        A snapshot is the whole ranked board at one version, served ``limit``
+        rows (1..``max_snapshot_page``) at a time. Page 1 materialises the
+        board once per (board, version) into the shared view cache; when rows
+        remain it carries ``next_cursor = (version, offset)``, and a call with
+        ``cursor`` serves the next page from that same version (``since_version``
+        is then ignored) or raises ViewExpired once the view is gone and the
+        board has moved on. Following the cursors yields every ranked row of
+        the snapshot's version exactly once, in rank order, whatever writes
+        arrive in between. ``deltas_only``: when the deltas are gone, answer an
+        empty snapshot at the current version without reading any shard (the
+        live hub, which keeps its own window). Page 1 costs O(n log k) for n
+        ranked rows on k shards; later pages O(limit).
+        """
         ctl = self._ctl(board_id)
-        if since_version < 0:
-            raise ValidationFailed("since_version must be >= 0.", "since_version")
-        deltas = ctl.ring.since(since_version)
-        if deltas is not None:
-            return Changes("deltas", ctl.ring.version, from_version=since_version, deltas=tuple(deltas))
-        info = await self.board(board_id)
-        page = await self.top(board_id, 0, max(info.size, 1))
-        return Changes("snapshot", page.version, entries=page.entries)
+        cap = self.cfg.max_snapshot_page
+        limit = cap if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= cap:
+            raise ValidationFailed(f"limit must be an integer in 1..{cap}.", "limit")
+        if cursor is None:
+            if since_version is None or since_version < 0:
+                raise ValidationFailed("since_version must be >= 0.", "since_version")
+            deltas = ctl.ring.since(since_version)
+            if deltas is not None:
+                return Changes("deltas", ctl.ring.version, from_version=since_version, deltas=tuple(deltas))
+            if deltas_only:
+                return Changes("snapshot", ctl.version)
+            at_version, offset = None, 0
+        else:
+            at_version, offset = cursor
+        version, view = await self._snapshot_view(ctl, at_version, keep=offset + limit)
+        entries = tuple(view[offset:offset + limit])
+        more = offset + limit < len(view)
+        return Changes("snapshot", version, entries=entries, next_cursor=(version, offset + limit) if more else None)
+
+    async def _snapshot_view(self, ctl: BoardCtl, at_version: int | None, keep: int) -> tuple[int, list]:
+        """The whole ranked board at ``at_version`` (None: now), from the view
+        cache or materialised in one consistent cut. One view per (board,
+        version) serves every client paging that version; it is cached when
+        rows remain beyond ``keep`` and lives by the cache's rules (``view_ttl_s``,
+        ``max_views``, ``max_snapshot_rows``), least recently read evicted first.
+        Raises ViewExpired when ``at_version`` is neither cached nor current."""
+        board_id = ctl.spec.board_id
+        wanted = ctl.version if at_version is None else at_version
+        view = self._view(board_id, wanted)
+        if view is not None and view.complete:
+            self.views.move_to_end((board_id, wanted))  # being paged: evict it last
+            return wanted, view
+        if at_version is not None:
+            # Cheap check first: only a board still at that version can be re-read.
+            if (await self.board(board_id)).version != at_version:
+                raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
+
+        async def attempt():
+            answers = await self._fan(ctl, lambda a: ["top", board_id, _ALL])
+            version = sum(ans[0] for _, ans in answers.values())
+            lists = [[((e[0], e[1], e[2]), e[3], e[4]) for e in ans[1]] for _, ans in answers.values()]
+            return {o for o, _ in answers.values()}, (version, lists)
+
+        version, lists = await self._consistent(attempt)
+        if at_version is not None and version != at_version:
+            raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
+        view = _View(merge_top(lists, 0, sum(map(len, lists))) if lists else [], True)
+        if len(view) > keep:
+            self._remember_view(board_id, version, view, True)
+            self._trim_views(self.cfg.max_snapshot_rows)
+        return version, view
+
+    def _trim_views(self, max_rows: int) -> None:
+        """Evict least recently used views until they hold at most ``max_rows``
+        rows together (the newest view always stays)."""
+        total = sum(len(v) for _, v in self.views.values())
+        while total > max_rows and len(self.views) > 1:
+            _, (_, old) = self.views.popitem(last=False)
+            total -= len(old)
 
     async def quarantine(self, board_id: str) -> list[HeldEvent]:
         return list(self._ctl(board_id).admission.held.values())
@@ -854,6 +924,9 @@ class Router:
     def subscribe(self, listener) -> Callable[[], None]:
         self.listeners.append(listener)
         return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+
+
+_ALL = 1 << 62  # a "top" read of every row
 
 
 class _View(list):

@@ -73,8 +73,9 @@ class RouterClient:
     async def ranked_subset(self, board_id: str, player_ids):
         return await self.router.ranked_subset(board_id, player_ids)
 
-    async def changes(self, board_id: str, since_version: int):
-        return await self.router.changes(board_id, since_version)
+    async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False):
+        return await self.router.changes(board_id, since_version, limit, cursor, deltas_only)
 
     async def quarantine(self, board_id: str):
         return await self.router.quarantine(board_id)

@@ -141,8 +141,27 @@ class FlowRankClient:
     def ranked_subset(self, board_id: str, player_ids: list[str]) -> dict:
         return self._call("POST", f"/v1/boards/{_p(board_id)}/ranked-subset", json={"player_ids": player_ids})
 
-    def changes(self, board_id: str, since_version: int) -> dict:
-        return self._call("GET", f"/v1/boards/{_p(board_id)}/changes", params={"since_version": since_version})
+    def changes(self, board_id: str, since_version: int, limit: int | None = None, cursor: str | None = None) -> dict:
+        """Deltas after ``since_version``, or one snapshot page (follow ``next_cursor``)."""
+        params: dict = {"since_version": since_version}
+        if limit is not None:
+            params["limit"] = limit
+        if cursor:
+            params["cursor"] = cursor
+        return self._call("GET", f"/v1/boards/{_p(board_id)}/changes", params=params)
+
+    def reconcile(self, board_id: str, since_version: int, page_size: int | None = None) -> dict:
+        """``changes`` with a snapshot's pages followed to the end: one answer
+        whose ``entries`` are the whole board at ``version`` (ViewExpired if it goes)."""
+        first = self.changes(board_id, since_version, page_size)
+        if first["kind"] != "snapshot":
+            return first
+        entries, cursor = list(first["entries"]), first.get("next_cursor")
+        while cursor:
+            page = self.changes(board_id, since_version, page_size, cursor)
+            entries.extend(page["entries"])
+            cursor = page.get("next_cursor")
+        return {**first, "entries": entries, "next_cursor": None}
 
     # ---- moderation and ops
     def quarantine(self, board_id: str) -> list[dict]:

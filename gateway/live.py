@@ -219,7 +219,7 @@ class LiveHub:
         if since == g.version:
             return None
         try:
-            ch = await self._engine.changes(g.board_id, since)
+            ch = await self._engine.changes(g.board_id, since, deltas_only=True)  # the window is ours
         except FlowRankError:
             ch = None
         # the group may have flushed while we waited: describe the window it holds now

@@ -237,7 +237,10 @@ class ChangesOut(_Out):
     version: Version
     from_version: int | None = Field(None, description="`deltas` only: the version the replay starts after.")
     deltas: list[DeltaOut] | None = Field(None, description="`deltas` only: contiguous, in order.")
-    entries: list[EntryOut] | None = Field(None, description="`snapshot` only: the whole board, ranked.")
+    entries: list[EntryOut] | None = Field(None, description="`snapshot` only: the whole board, ranked, "
+                                           "at most `limit` rows per response.")
+    next_cursor: str | None = Field(None, description="`snapshot` only: token for the next page (pinned to "
+                                    "`version`, 410 VIEW_EXPIRED once gone); null on the last page.")
 
 
 # ---- moderation ---------------------------------------------------------------------

@@ -7,24 +7,38 @@ from typing import Annotated
 from fastapi import Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from engine.errors import ValidationFailed
+
 from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access
 from gateway.routes.common import BoardIdPath, guarded_router, gw
 from gateway.schemas import ChangesOut, error_responses
+from gateway.validation import decode_cursor, encode_cursor
 
 router = guarded_router("live")
 
 
-@router.get("/v1/boards/{board_id}/changes", response_model=ChangesOut, responses=error_responses(404),
-            summary="Contiguous deltas after a version, or a snapshot when they are gone")
+@router.get("/v1/boards/{board_id}/changes", response_model=ChangesOut, responses=error_responses(404, 410),
+            summary="Contiguous deltas after a version, or a snapshot (paged) when they are gone")
 @access(Permission.READ)
 async def changes(
     board_id: BoardIdPath,
     request: Request,
-    since_version: Annotated[int, Query(ge=0, description="The client's last applied version.")],
+    since_version: Annotated[int | None, Query(ge=0, description="The client's last applied version "
+                                               "(required without `cursor`).")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="Snapshot entries per response (1-10,000).")] = 10_000,
+    cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous snapshot "
+                                        "page; `since_version` is then ignored.")] = None,
 ):
-    return JSONResponse(render.changes(await gw(request).engine.changes(board_id, since_version)))
+    if cursor is None and since_version is None:
+        raise ValidationFailed("since_version is required (or a cursor from a snapshot page).", "since_version")
+    pinned = decode_cursor(cursor) if cursor is not None else None
+    ch = await gw(request).engine.changes(board_id, since_version, limit, pinned)
+    body = render.changes(ch)
+    if ch.kind == "snapshot":
+        body["next_cursor"] = encode_cursor(*ch.next_cursor) if ch.next_cursor is not None else None
+    return JSONResponse(body)
 
 
 _SSE_DOC = {
