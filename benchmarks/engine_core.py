@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         print(stats_row(k, v, units.get(k, "ops/s")))
     print(f"  outcomes: {dict(sorted(outcomes.items()))}")
     if base:
-        print(f"\nBaseline dict + SortedList (best-score guard only: no dedup/history/results)")
+        print("\nBaseline dict + SortedList (best-score guard only: no dedup/history/results)")
         for k, v in base.items():
             print(stats_row(k, v, units.get(k, "ops/s")))
     if red:

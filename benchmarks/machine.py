@@ -111,8 +111,10 @@ def header(params: dict, machine: dict | None = None) -> str:
     commit = (m.get("git_commit") or "?")[:12] + (" (dirty)" if m.get("git_dirty") else "")
     lines = [
         "FlowRank benchmarks",
-        f"  machine : {m.get('cpu_model')} | {m.get('cores_usable')}/{m.get('cores_logical')} cores | {ram} | {m.get('os_pretty') or m.get('os')}",
-        f"  software: Python {m.get('python')} | Ray {m.get('ray')} | redis-server {m.get('redis_server')} | redis-py {m.get('redis_py')}",
+        f"  machine : {m.get('cpu_model')} | {m.get('cores_usable')}/{m.get('cores_logical')} cores | {ram} | "
+        f"{m.get('os_pretty') or m.get('os')}",
+        f"  software: Python {m.get('python')} | Ray {m.get('ray')} | redis-server {m.get('redis_server')} | "
+        f"redis-py {m.get('redis_py')}",
         f"  commit  : {commit}",
     ]
     lines.append("  params  : " + " ".join(f"{k}={v}" for k, v in params.items()))

@@ -216,7 +216,8 @@ class Report:
     def line(self) -> str:
         return (f"engine={self.engine} seed={self.seed} duration={self.duration_s:.1f}s "
                 f"server_kills_survived={self.server_kills} shard_kills_survived={self.shard_kills} "
-                f"restarts={self.restarts} failed_starts={self.failed_starts} requests={self.requests} failed_requests={self.requests_failed} "
+                f"restarts={self.restarts} failed_starts={self.failed_starts} requests={self.requests} "
+                f"failed_requests={self.requests_failed} "
                 f"events_sent={self.events_sent} acked={self.events_acked} durable={self.durable_events} "
                 f"events_checked={self.events_checked} replays_compared={self.replays_compared} "
                 f"anomalies={len(self.anomalies)}")

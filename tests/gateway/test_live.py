@@ -187,7 +187,7 @@ async def test_slow_subscriber_is_skipped_forward_to_a_snapshot(engines):
 async def test_caps_answer_overloaded(engines):
     eng = await fresh(engines)
     hub = LiveHub(eng, max_total=3, max_per_board=2)
-    s1, s2 = await hub.subscribe(B, 3), await hub.subscribe(B, 4)
+    s1, _s2 = await hub.subscribe(B, 3), await hub.subscribe(B, 4)
     with pytest.raises(Overloaded):
         await hub.subscribe(B, 3)
     with pytest.raises(Exception) as ei:

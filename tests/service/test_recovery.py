@@ -153,7 +153,7 @@ def test_poison_event_is_dead_lettered_and_replays_the_same(tmp_path, monkeypatc
         await w.create(svc)
         await w.round(svc, 0)
         poison = ScoreEvent("g:best:s1", "poison", "p1", 99, 1, 1)
-        before, results, after = await w.batch(svc, 20), await svc.submit([poison]), await w.batch(svc, 20)
+        _before, results, after = await w.batch(svc, 20), await svc.submit([poison]), await w.batch(svc, 20)
         assert results[0].outcome is Outcome.DEAD_LETTERED
         assert any(r.outcome in APPLIED for r in after[1])  # kept ingesting
         dead = svc.stats()["dead_letters"]
