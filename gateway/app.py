@@ -14,7 +14,7 @@ from fastapi.openapi.utils import get_openapi
 
 from engine.client import EngineClient
 
-from gateway import handlers
+from gateway import handlers, hot
 from gateway.auth import KeyStore, load_keystore
 from gateway.friends import FriendsProvider, build_friends
 from gateway.limits import RateLimiter
@@ -46,6 +46,33 @@ class Gateway:
     cache: ViewCache
     metrics: Metrics
     default_shards: int
+    pages: hot.PageBytes = None  # type: ignore[assignment]  # encoded top pages by (board, version, window)
+
+    def __post_init__(self):
+        if self.pages is None:
+            self.pages = hot.PageBytes()
+
+
+class FlowRankApp(FastAPI):
+    """FastAPI, with the hot routes (:mod:`gateway.hot`) dispatched before its stack.
+
+    FastAPI still declares, documents and validates every route; a hot
+    request is answered by :class:`gateway.hot.HotRoutes` unless it needs
+    FastAPI's validation. ``hot_routes = None`` sends everything through FastAPI.
+    """
+
+    hot_routes: hot.HotRoutes | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and self.hot_routes is not None and not scope.get("root_path"):
+            found = hot.match(scope["method"], scope["path"])
+            if found is not None:
+                await self.hot_routes(scope, receive, send, *found)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def fastapi_call(self, scope, receive, send) -> None:
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -109,7 +136,7 @@ def create_app(
             await hub.close()
             await friends.aclose()
 
-    app = FastAPI(
+    app = FlowRankApp(
         title="FlowRank",
         version="0.1.0",
         description=DESCRIPTION,
@@ -122,6 +149,8 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(ops.public)
     app.add_middleware(MetricsMiddleware, metrics_getter=lambda: gateway.metrics)
+    if settings.lean_routes:
+        app.hot_routes = hot.HotRoutes(gateway, app.fastapi_call)
     _document_manual_bodies(app)
     return app
 

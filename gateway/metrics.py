@@ -179,25 +179,27 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = {"code": 500, "done": False}
+        status = [500, False]  # code, recorded
 
         def record():
-            if status["done"]:
+            if status[1]:
                 return
-            status["done"] = True
+            status[1] = True
             metrics = self._metrics()
             if metrics is None:
                 return
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            metrics.observe(template, scope.get("method", ""), status["code"], time.perf_counter() - start)
+            metrics.observe(template, scope.get("method", ""), status[0], time.perf_counter() - start)
 
         async def wrapped_send(message):
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-                headers = dict(message.get("headers") or [])
-                if headers.get(b"content-type", b"").startswith(b"text/event-stream"):
-                    record()
+                status[0] = message["status"]
+                for name, value in message.get("headers") or ():  # no dict per response: find one header
+                    if name == b"content-type":
+                        if value.startswith(b"text/event-stream"):
+                            record()
+                        break
             await send(message)
 
         try:

@@ -65,6 +65,7 @@ class Settings:
     # --- cached views for ?max_staleness_ms -------------------------------
     view_cache_entries: int = 1024
     view_cache_max_age_ms: int = 10_000  # never serve anything older, whatever N says
+    lean_routes: bool = True  # hot routes through gateway.hot's ASGI dispatcher (False: all through FastAPI)
 
     # --- friends provider ---------------------------------------------------
     friends_timeout_s: float = 1.0

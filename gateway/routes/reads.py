@@ -2,23 +2,25 @@
 
 Every answer carries ``version``. With ``?max_staleness_ms=N`` an answer may
 come from the gateway's view cache and then carries ``stale_ms``.
+
+These declarations are what /openapi.json documents and what validates a
+request :mod:`gateway.hot` hands over; the common request never reaches them
+(the lean dispatcher serves it), and both paths build the answer with the
+same :mod:`gateway.hot` functions.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Awaitable, Callable
+from typing import Annotated
 
 from fastapi import Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
-from engine.errors import ValidationFailed
-
-from gateway import render
+from gateway import hot
 from gateway.auth import Permission
 from gateway.guard import access
 from gateway.routes.common import BoardIdPath, PlayerIdPath, guarded_router, gw
 from gateway.schemas import PlayerOut, SubsetIn, TopOut, WindowOut, error_responses
-from gateway.validation import decode_cursor, encode_cursor
 
 router = guarded_router("reads")
 
@@ -28,10 +30,8 @@ Staleness = Annotated[
 ]
 
 
-async def _maybe_cached(request: Request, key: tuple, staleness: int | None, fetch: Callable[[], Awaitable[dict]]):
-    if staleness is None:
-        return JSONResponse(await fetch())
-    return JSONResponse(await gw(request).cache.get(key, staleness, fetch))
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
 
 
 @router.get("/v1/boards/{board_id}/top", response_model=TopOut, responses=error_responses(404, 410),
@@ -44,22 +44,7 @@ async def top(
     cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
     max_staleness_ms: Staleness = None,
 ):
-    offset, at_version = 0, None
-    if cursor is not None:
-        at_version, offset = decode_cursor(cursor)
-    engine = gw(request).engine
-
-    async def fetch() -> dict:
-        page = await engine.top(board_id, offset, limit + 1, at_version=at_version)
-        entries = page.entries[:limit]
-        more = len(page.entries) > limit
-        return {
-            "version": page.version,
-            "entries": render.entries(entries),
-            "next_cursor": encode_cursor(page.version, offset + limit) if more else None,
-        }
-
-    return await _maybe_cached(request, ("top", board_id, offset, limit, at_version), max_staleness_ms, fetch)
+    return _json(await hot.top(gw(request), board_id, limit, cursor, max_staleness_ms))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}", response_model=PlayerOut, responses=error_responses(404),
@@ -72,21 +57,7 @@ async def player(
     approximate: Annotated[bool, Query(description="Answer from per-shard statistics (±rank_error_bound).")] = False,
     max_staleness_ms: Staleness = None,
 ):
-    engine = gw(request).engine
-
-    async def fetch() -> dict:
-        if approximate:
-            view = await engine.approximate_player(board_id, player_id)
-            body = render.player(view)
-            body["approximate"] = True
-            if body["rank_error_bound"] is None:
-                body["rank_error_bound"] = 0
-            return body
-        body = render.player(await engine.player(board_id, player_id))
-        body["approximate"] = False
-        return body
-
-    return await _maybe_cached(request, ("player", board_id, player_id, approximate), max_staleness_ms, fetch)
+    return _json(await hot.player(gw(request), board_id, player_id, approximate, max_staleness_ms))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/around", response_model=WindowOut,
@@ -99,13 +70,7 @@ async def around(
     radius: Annotated[int, Query(ge=0, le=100, description="Neighbours on each side (0-100).")] = 1,
     max_staleness_ms: Staleness = None,
 ):
-    engine = gw(request).engine
-
-    async def fetch() -> dict:
-        page = await engine.around(board_id, player_id, radius)
-        return {"version": page.version, "player_id": player_id, "entries": render.entries(page.entries)}
-
-    return await _maybe_cached(request, ("around", board_id, player_id, radius), max_staleness_ms, fetch)
+    return _json(await hot.around(gw(request), board_id, player_id, radius, max_staleness_ms))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/friends", response_model=WindowOut,
@@ -119,24 +84,11 @@ async def friends(
 ):
     """The eligible set is the friends provider's list for ``player_id`` (the
     player themself is not added). The list itself is never returned."""
-    g = gw(request)
-
-    async def fetch() -> dict:
-        ids = await g.friends.friends_of(player_id)
-        ids = ids[: g.settings.max_ranked_subset]
-        page = await g.engine.ranked_subset(board_id, ids)
-        return {"version": page.version, "player_id": player_id, "entries": render.entries(page.entries)}
-
-    return await _maybe_cached(request, ("friends", board_id, player_id), max_staleness_ms, fetch)
+    return _json(await hot.friends(gw(request), board_id, player_id, max_staleness_ms))
 
 
 @router.post("/v1/boards/{board_id}/ranked-subset", response_model=WindowOut, responses=error_responses(404, 413),
              summary="An explicit set of players ranked locally (1..k)")
 @access(Permission.READ)
 async def ranked_subset(board_id: BoardIdPath, body: SubsetIn, request: Request):
-    g = gw(request)
-    if len(body.player_ids) > g.settings.max_ranked_subset:
-        raise ValidationFailed(f"At most {g.settings.max_ranked_subset} player ids.", "player_ids")
-    ids = list(dict.fromkeys(body.player_ids))
-    page = await g.engine.ranked_subset(board_id, ids)
-    return JSONResponse({"version": page.version, "entries": render.entries(page.entries)})
+    return _json(await hot.ranked_subset(gw(request), board_id, body.player_ids))
