@@ -47,6 +47,8 @@ import tempfile
 import time
 from typing import Iterable, Sequence
 
+from benchmarks.processes import Owned
+
 INT64_MAX = 2**63 - 1
 _OFF = 2**63
 _QQ = struct.Struct(">QQ")
@@ -258,6 +260,7 @@ class RedisServer:
         self._own_dir = data_dir is None
         self.data_dir = data_dir
         self._proc: subprocess.Popen | None = None
+        self._owned: Owned | None = None  # its own session + marker: stopped on every exit path
         self._path: str | None = None
 
     # lifecycle ------------------------------------------------------------
@@ -285,14 +288,23 @@ class RedisServer:
         ]
 
     def start(self) -> None:
-        """Start the server and wait until it answers PING with its data loaded."""
+        """Start the server and wait until it answers PING with its data loaded.
+        A failed start (even a missing ``redis`` module) stops the server first."""
         self._path = ensure_redis_server()
         if self.data_dir is None:
             self.data_dir = tempfile.mkdtemp(prefix="flowrank-redis-")
         if not self.port:
             self.port = _free_port()
-        self._proc = subprocess.Popen(self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self._wait_ready()
+        try:
+            self._spawn()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self) -> None:
+        self._owned = Owned(self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = self._owned.start()
 
     def _wait_ready(self) -> None:
         import redis
@@ -318,6 +330,14 @@ class RedisServer:
     def _shutdown(self, save: bool) -> None:
         if self._proc is None:
             return
+        try:
+            self._graceful_shutdown(save)
+        finally:
+            if self._owned is not None:
+                self._owned.stop()  # SIGKILL whatever is left of it; closes its pipes
+            self._proc = self._owned = None
+
+    def _graceful_shutdown(self, save: bool) -> None:
         if self._proc.poll() is None:
             # Raw RESP over a socket: redis-py retries (with backoff) on the
             # connection drop that a successful SHUTDOWN causes.
@@ -330,15 +350,11 @@ class RedisServer:
                 if reply.startswith(b"-"):
                     self._proc.terminate()
             except OSError:
-                pass
+                return  # not listening (yet, or any more): Owned.stop() signals it
             try:
                 self._proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        if self._proc.stderr:
-            self._proc.stderr.close()
-        self._proc = None
+                pass
 
     def stop(self) -> None:
         """Stop the server (no final save) and remove its temp dir."""
@@ -357,8 +373,12 @@ class RedisServer:
         """
         self._shutdown(save=not self.appendonly)
         t0 = time.perf_counter()
-        self._proc = subprocess.Popen(self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self._wait_ready()
+        try:
+            self._spawn()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
         return time.perf_counter() - t0
 
     # access ---------------------------------------------------------------

@@ -1,0 +1,47 @@
+"""A benchmark-like run that owns processes and then fails (tests/benchmarks/test_processes.py).
+
+``python -m tests.benchmarks.process_child MODE [PORT]``: starts a private
+redis-server (benchmarks.redis_peer.RedisServer) and a shell whose child
+escapes into its own session (``setsid sleep``), both through
+benchmarks.processes, prints ``ready <redis pid>`` and then:
+
+* ``raise``: a scenario fails with an exception (once a line arrives on stdin);
+* ``wait``: sleeps until the parent sends SIGTERM or SIGINT;
+* ``no-redis-module``: the ``redis`` module is missing, so RedisServer.start
+  fails after spawning redis-server on PORT (the run of issue 14 that left
+  nine behind);
+* ``ray``: an embedded Ray (benchmarks.processes.owned_ray), then waits.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from benchmarks.processes import owned_process, owned_ray
+from benchmarks.redis_peer import RedisServer
+
+
+def main(mode: str) -> None:
+    if mode == "no-redis-module":
+        sys.modules["redis"] = None  # `import redis` now raises ImportError
+        srv = RedisServer()
+        srv.port = int(sys.argv[2])  # the parent finds the server by this port in its title
+        print("ready 0", flush=True)
+        srv.start()
+        return
+    if mode == "ray":
+        with owned_ray(num_cpus=1, include_dashboard=False, log_to_driver=False):
+            print("ready 0", flush=True)
+            time.sleep(600)
+        return
+    with RedisServer() as srv, owned_process(["sh", "-c", "setsid sleep 600 & sleep 600"]):
+        print(f"ready {srv.pid}", flush=True)
+        if mode == "raise":
+            sys.stdin.readline()
+            raise RuntimeError("a scenario failed")
+        time.sleep(600)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

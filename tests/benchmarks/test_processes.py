@@ -1,0 +1,183 @@
+"""Process hygiene (issue 14 item 5): a run that fails, is interrupted or gets
+SIGTERM leaves no process behind. Every process of a run carries a marker
+in its environment (inherited by all descendants, even ones that left the
+process group), so "nothing left" is checked by scanning /proc for it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from benchmarks.processes import Owned, Terminated, kill_marked, processes_with_marker, sigterm_raises
+from tests.loopback import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_ENV = "FR_TEST_RUN"
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+
+
+def _run_child(mode: str, env_extra: dict | None = None, *args):
+    """Start the child run with a unique marker; returns (proc, marker)."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, **{RUN_ENV: marker}, **(env_extra or {}))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.benchmarks.process_child", mode, *map(str, args)],
+                            cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, marker
+
+
+def _ready(proc) -> int:
+    line = proc.stdout.readline()
+    assert line.startswith("ready"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return int(line.split()[1])
+
+
+def _tree(proc, marker: str, at_least: int, timeout: float = 60.0) -> list[psutil.Process]:
+    """The run's processes: the child's descendants plus every carrier of the
+    marker (redis-server rewrites its environ for its title, so it is found
+    through the tree; a process that left the tree is found by the marker)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        root = psutil.Process(proc.pid)
+        procs = {p.pid: p for p in [root, *root.children(recursive=True)]}
+        for pid in processes_with_marker(marker, RUN_ENV):
+            with contextlib.suppress(psutil.Error):
+                procs.setdefault(pid, psutil.Process(pid))
+        if len(procs) >= at_least:
+            return list(procs.values())
+        assert time.monotonic() < deadline, procs
+        time.sleep(0.05)
+
+
+def _left_over(marker: str, seen: list[psutil.Process] = ()) -> list[str]:
+    """Processes of the run still alive: any marker carrier, and any process
+    seen in the run's tree (same pid and start time: not a reused pid)."""
+    alive = {pid: None for pid in processes_with_marker(marker, RUN_ENV)}
+    for p in seen:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive[p.pid] = p
+    out = []
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            out.append(f"{pid}: {cmdline}")
+    return out
+
+
+@needs_redis
+@pytest.mark.parametrize("how", ["raise", "SIGTERM", "SIGINT"])
+def test_a_failed_or_stopped_run_leaves_no_process(how):
+    proc, marker = _run_child("raise" if how == "raise" else "wait")
+    seen: list[psutil.Process] = []
+    try:
+        redis_pid = _ready(proc)
+        # the child, redis-server, sh, its sleep and the setsid'd sleep (in a session of its own)
+        seen = _tree(proc, marker, 5)
+        assert redis_pid in {p.pid for p in seen}
+        assert len({os.getsid(p.pid) for p in seen}) >= 3
+        if how == "raise":
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        else:
+            proc.send_signal(getattr(signal, how))
+        code = proc.wait(timeout=60)
+        err = proc.stderr.read()
+        assert code != 0
+        assert {"raise": "a scenario failed", "SIGTERM": "Terminated", "SIGINT": "KeyboardInterrupt"}[how] in err
+        assert _left_over(marker, seen) == []
+    finally:
+        _cleanup(proc, marker, seen)
+
+
+def _cleanup(proc, marker: str, seen: list[psutil.Process]) -> None:
+    """Whatever the assertions found, this test leaves nothing behind either."""
+    proc.kill()
+    proc.wait()
+    for p in seen:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    kill_marked(marker, RUN_ENV)
+
+
+def _redis_on(port: int) -> list[int]:
+    """redis-server processes whose title names ``port`` (its title overwrites its environ)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or ())
+        if "redis-server" in cmd and f":{port}" in cmd:
+            found.append(p.pid)
+    return found
+
+
+@needs_redis
+def test_redis_server_is_stopped_when_its_start_fails_after_spawning():
+    """The run of issue 14: the ``redis`` module was missing, the scenario
+    failed after redis-server started, and the server stayed."""
+    port = free_port()
+    proc, marker = _run_child("no-redis-module", None, port)
+    try:
+        _ready(proc)
+        assert proc.wait(timeout=60) != 0
+        assert "ModuleNotFoundError" in proc.stderr.read()
+        assert _left_over(marker) == []
+        assert _redis_on(port) == []
+    finally:
+        _cleanup(proc, marker, [])
+        for pid in _redis_on(port):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_owned_stops_the_group_and_escaped_descendants():
+    with Owned(["sh", "-c", "setsid sleep 600 & sleep 600"], grace_s=2) as owned:
+        deadline = time.monotonic() + 10
+        while len(processes_with_marker(owned.marker)) < 3:  # sh, sleep, setsid'd sleep
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        leader = owned.pid
+    assert processes_with_marker(owned.marker) == []
+    assert owned.proc is None and not Path(f"/proc/{leader}/cmdline").exists()
+
+
+def test_owned_stops_even_when_the_block_raises_and_restores_sigterm():
+    before = signal.getsignal(signal.SIGTERM)
+    owned = Owned(["sleep", "600"])
+    with pytest.raises(ZeroDivisionError):
+        with owned:
+            assert signal.getsignal(signal.SIGTERM) is not before  # SIGTERM now unwinds
+            1 / 0
+    assert processes_with_marker(owned.marker) == []
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_sigterm_unwinds_like_ctrl_c():
+    with pytest.raises(Terminated), sigterm_raises():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+
+
+@pytest.mark.cluster
+def test_an_owned_ray_is_gone_after_sigterm():
+    tmp = tempfile.mkdtemp(prefix="frp-", dir="/tmp")
+    proc, marker = _run_child("ray", {"RAY_TMPDIR": tmp, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""})
+    seen: list[psutil.Process] = []
+    try:
+        _ready(proc)
+        seen = _tree(proc, marker, 3)  # the driver, GCS, raylet (and more)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) != 0
+        assert _left_over(marker, seen) == []
+    finally:
+        _cleanup(proc, marker, seen)
+        shutil.rmtree(tmp, ignore_errors=True)
