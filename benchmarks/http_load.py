@@ -38,7 +38,6 @@ import multiprocessing as mp
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.machine import header
+from benchmarks.processes import Owned
 from benchmarks.redis_peer import _free_port
 
 BASE_MS = 1_793_527_200_000
@@ -84,8 +84,17 @@ class Server:
                "--data-dir", str(self.tmp / "data"), "--keys", str(self.tmp / "keys.json"), "--engine", engine,
                "--shard-actors", str(shard_actors), *(extra or [])]
         self.log = open(self.tmp / "serve.log", "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + 120
+        # Its own session and a marker (benchmarks.processes): stop() ends the
+        # gateway and its embedded Ray, and a failed start stops it before raising.
+        self.owned = Owned(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, grace_s=30)
+        self.proc = self.owned.start()
+        try:
+            self._wait_ready(time.monotonic() + 120)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("flowrank serve exited:\n" + (self.tmp / "serve.log").read_text()[-3000:])
@@ -95,7 +104,6 @@ class Server:
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
-        self.stop()
         raise RuntimeError("flowrank serve not ready after 120 s")
 
     def cpu_seconds(self) -> float:
@@ -115,16 +123,8 @@ class Server:
         return total
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # anything of this session that is left
-        except ProcessLookupError:
-            pass
+        """SIGTERM (graceful), then SIGKILL to whatever is left of it. Idempotent."""
+        self.owned.stop()
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
         shutil.rmtree(self.ray_tmp, ignore_errors=True)

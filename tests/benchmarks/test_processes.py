@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -181,3 +182,19 @@ def test_an_owned_ray_is_gone_after_sigterm():
     finally:
         _cleanup(proc, marker, seen)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_flowrank_serve_of_the_http_benchmarks_is_stopped_on_success_and_on_a_failed_start():
+    from benchmarks.http_load import Server
+
+    server = Server("local", 1)
+    try:
+        assert httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200
+        pid, marker = server.proc.pid, server.owned.marker
+    finally:
+        server.stop()
+    assert processes_with_marker(marker) == [] and not Path(f"/proc/{pid}/cmdline").exists()
+    with pytest.raises(RuntimeError, match="flowrank serve exited"):
+        Server("local", 1, ["--delta-retention", "-5"])  # refused at start
+    left = [p for p in psutil.process_iter(["cmdline"]) if "--delta-retention -5" in " ".join(p.info["cmdline"] or ())]
+    assert left == []
