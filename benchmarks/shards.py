@@ -46,6 +46,7 @@ if __package__ in (None, ""):
 
 from benchmarks import percentile  # noqa: E402
 from benchmarks.machine import repo_relative  # noqa: E402
+from benchmarks.processes import owned_ray  # noqa: E402
 
 TARGETS = {  # issue 4
     ("ingest_events_per_s", 2): (150_000, "higher"),
@@ -80,14 +81,14 @@ def ray_session(num_cpus: int | None = None):
     os.environ["RAY_TMPDIR"] = tmp
     import ray
 
-    from engine.cluster.client import init_ray
-
-    started = init_ray(None, num_cpus=num_cpus)  # address="local", keeps signal handlers
     try:
-        yield ray
+        if ray.is_initialized():  # someone else's: not ours to stop
+            yield ray
+            return
+        # owned (benchmarks.processes): shut down and swept on every exit path, SIGTERM included
+        with owned_ray(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False):
+            yield ray
     finally:
-        if started:
-            ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

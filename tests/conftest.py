@@ -13,15 +13,16 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_session():
     """A private local Ray for the whole run: address="local" (never attach to
-    someone else's cluster), its own short temp dir, token auth off on loopback."""
-    import ray
+    someone else's cluster), its own short temp dir, token auth off on loopback.
+    Owned through benchmarks.processes.owned_ray (issue 14: nothing outlives the run)."""
+    from benchmarks.processes import owned_ray
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     tmp = tempfile.mkdtemp(prefix="fr-ray-", dir="/tmp")  # short: unix socket paths are limited
     os.environ["RAY_TMPDIR"] = tmp
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=tmp)
     try:
-        yield ray
+        # owned: shut down and swept on every exit path; SIGTERM unwinds the run like Ctrl-C
+        with owned_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=tmp) as ray:
+            yield ray
     finally:
-        ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
