@@ -4,6 +4,7 @@
                              [--out DIR] [--seed N] [--size PLAYERS] [--events N]
                              [--repeat R] [--shards 1,2,4] [--generators G]
     python -m benchmarks list
+    python -m benchmarks http [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -377,6 +378,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--no-plots", action="store_true")
     sub.add_parser("list", help="list registered scenarios and empty FlowRank slots")
+    sub.add_parser("http", add_help=False,
+                   help="HTTP: flowrank serve vs a FastAPI + Redis peer under wrk (benchmarks/http_bench.py)")
     return p
 
 
@@ -474,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
         return _list()
     if argv[0] == "run":
         return run(argv[1:])
+    if argv[0] == "http":
+        from .http_bench import main as http_main
+
+        return http_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 
