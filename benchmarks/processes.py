@@ -52,7 +52,21 @@ _previous = None
 
 
 def _raise_terminated(signum, frame):
+    if _depth == 0:  # nothing owned any more (the last owner let go off the main thread)
+        previous = _previous if _previous is not None else signal.SIG_DFL
+        _restore(previous)
+        if callable(previous):
+            return previous(signum, frame)
+        if previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)  # die of it, as without us
+        return None
     raise Terminated(f"signal {signum}")
+
+
+def _restore(previous) -> None:
+    global _previous
+    signal.signal(signal.SIGTERM, previous)
+    _previous = None
 
 
 def _enter_sigterm_guard() -> bool:
@@ -64,21 +78,23 @@ def _enter_sigterm_guard() -> bool:
     with _lock:
         if _depth == 0:
             current = signal.getsignal(signal.SIGTERM)
-            if current not in (signal.SIG_DFL, None):
-                return False  # the program has its own SIGTERM policy (e.g. uvicorn, pytest plugins)
-            _previous = current
-            signal.signal(signal.SIGTERM, _raise_terminated)
+            if current is not _raise_terminated:  # (still ours if released off the main thread)
+                if current not in (signal.SIG_DFL, None):
+                    return False  # the program has its own SIGTERM policy (e.g. uvicorn)
+                _previous = current
+                signal.signal(signal.SIGTERM, _raise_terminated)
         _depth += 1
         return True
 
 
 def _leave_sigterm_guard() -> None:
-    global _depth, _previous
+    """The handler goes back when the last owner lets go; off the main thread
+    it stays installed and defers to the previous policy (see above)."""
+    global _depth
     with _lock:
         _depth -= 1
-        if _depth == 0:
-            signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
-            _previous = None
+        if _depth == 0 and threading.current_thread() is threading.main_thread():
+            _restore(_previous if _previous is not None else signal.SIG_DFL)
 
 
 @contextlib.contextmanager

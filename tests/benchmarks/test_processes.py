@@ -198,3 +198,18 @@ def test_flowrank_serve_of_the_http_benchmarks_is_stopped_on_success_and_on_a_fa
         Server("local", 1, ["--delta-retention", "-5"])  # refused at start
     left = [p for p in psutil.process_iter(["cmdline"]) if "--delta-retention -5" in " ".join(p.info["cmdline"] or ())]
     assert left == []
+
+
+def test_an_owner_stopped_from_another_thread_leaves_sigterm_to_the_default_again():
+    import threading
+
+    before = signal.getsignal(signal.SIGTERM)
+    owned = Owned(["sleep", "600"])
+    owned.start()
+    t = threading.Thread(target=owned.stop)
+    t.start()
+    t.join(30)
+    assert processes_with_marker(owned.marker) == []
+    with Owned(["sleep", "600"]):  # the next owner takes the handler over on the main thread
+        pass
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from benchmarks.processes import Owned, kill_marked, processes_with_marker
 from tests.loopback import free_port
 
 BOARD = "e2e:solo:S1:global"
@@ -57,6 +58,7 @@ class Served:
         self.marker = uuid.uuid4().hex
         self.ray_tmp = tempfile.mkdtemp(prefix="fr-e2e-", dir="/tmp")  # short: unix socket paths are limited
         self.proc: subprocess.Popen | None = None
+        self.owned: Owned | None = None  # benchmarks.processes: own session, marker, SIGTERM unwinds
         self.url = ""
 
     def start(self, timeout: float = 90.0) -> None:
@@ -64,16 +66,21 @@ class Served:
         self.url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
         env.update(RAY_AUTH_MODE="disabled", RAY_TMPDIR=self.ray_tmp, RAY_USAGE_STATS_ENABLED="0",
-                   FLOWRANK_E2E_RUN=self.marker, PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(self.data), "--host", "127.0.0.1",
                "--port", str(port), "--keys", str(self.keys), "--engine", self.engine, "--shards", "2",
                "--shard-actors", "2", "--write-rate", "100000", "--graceful-timeout", "10"]
         log = open(self.log_path, "a")
         log.write(f"\n--- start {' '.join(cmd)}\n")
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     cwd=str(self.data.parent))
-        log.close()
+        if self.owned is not None:
+            self.owned.stop()  # the previous incarnation: reaped, strays swept
+        self.owned = Owned(cmd, env=env, marker=self.marker, stdout=log, stderr=subprocess.STDOUT,
+                           cwd=str(self.data.parent))
+        try:
+            self.proc = self.owned.start()
+        finally:
+            log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -91,12 +98,9 @@ class Served:
 
     def kill(self) -> None:
         """SIGKILL the server's whole process group, then its strays."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
-        self.kill_strays()
+        proc = self.proc
+        self.owned.kill()
+        proc.wait(timeout=30)
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM the server process only (as a supervisor would) and wait for its exit code."""
@@ -108,33 +112,14 @@ class Served:
 
     def strays(self) -> list[int]:
         """Live processes started for this server (they carry our marker)."""
-        needle = f"FLOWRANK_E2E_RUN={self.marker}".encode()
-        found = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit() or int(d.name) == os.getpid():
-                continue
-            try:
-                if needle in (d / "environ").read_bytes().split(b"\0"):
-                    found.append(int(d.name))
-            except OSError:
-                continue
-        return found
+        return processes_with_marker(self.marker)
 
     def kill_strays(self) -> None:
-        for _ in range(20):
-            pids = self.strays()
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        kill_marked(self.marker)
 
     def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
+        if self.owned is not None:
+            self.owned.kill()
         self.kill_strays()
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
