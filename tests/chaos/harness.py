@@ -40,6 +40,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from benchmarks.processes import Owned
 from tests.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +67,7 @@ class Server:
         self.shards = shards
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
+        self.owned: Owned | None = None  # benchmarks.processes: own session, marker, SIGTERM unwinds
         self.starts = 0
         self.failed_starts = 0
         self.ray_tmp = Path(tempfile.mkdtemp(prefix="frc-", dir="/tmp")) if engine == "ray" else None
@@ -104,9 +106,11 @@ class Server:
                "--shard-actors", str(self.shards), "--write-rate", "100000", "--read-rate", "100000"]
         out = open(self.workdir / f"server-{self.starts}.log", "wb")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        out.close()
+        self.owned = Owned(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self.proc = self.owned.start()
+        finally:
+            out.close()
         self.starts += 1
         deadline = t0 + timeout
         while time.monotonic() < deadline:
@@ -154,6 +158,8 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         self.proc = None
+        if self.owned is not None:
+            self.owned.kill()  # and anything that left the session but carries the marker
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (graceful drain and snapshot), then kill whatever is left."""
