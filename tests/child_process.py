@@ -7,6 +7,7 @@ and counts only complete lines (a torn last line is no acknowledgement).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -14,11 +15,16 @@ import subprocess
 import sys
 import time
 
+from benchmarks.processes import Owned
+
 
 class Child:
+    """``with Child(script, *args) as child:`` — owned (benchmarks.processes):
+    whatever happens in the block, the child is SIGKILLed at its end."""
+
     def __init__(self, script: str, *args, timeout: float = 10.0):
-        self.proc = subprocess.Popen([sys.executable, script, *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+        self.owned = Owned([sys.executable, script, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = self.owned.start()
         self.lines: list[str] = []
         self.timeout = timeout
         self._buf = b""
@@ -47,10 +53,18 @@ class Child:
 
     def kill(self) -> None:
         """SIGKILL, then keep every complete line written before the kill."""
-        os.kill(self.proc.pid, signal.SIGKILL)
+        if self.owned.proc is None:
+            return  # already killed
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         rest = self.proc.stdout.read()
         *complete, _fragment = (self._buf + rest).split(b"\n")  # a torn last line is no ack
         self.lines.extend(raw.decode() for raw in complete)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        self.owned.kill()  # reaped; closes the pipes, sweeps the marker
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.processes import owned_process
 from engine import records as R
 from engine.log import SegmentedFileLog
 from engine.model import Policy
@@ -20,13 +22,23 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def test_node_loss_mid_ingest_loses_no_acknowledged_event(tmp_path):
+    ray_tmp = tempfile.mkdtemp(prefix="fr-mn-", dir="/tmp")
     env = dict(os.environ, RAY_AUTH_MODE="disabled", PYTHONPATH=str(Path(__file__).resolve().parents[2]),
-               RAY_TMPDIR=tempfile.mkdtemp(prefix="fr-mn-", dir="/tmp"))
-    proc = subprocess.run([sys.executable, "-m", "tests.cluster.multinode_child", str(tmp_path / "data")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=env["PYTHONPATH"],
-                          start_new_session=True)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-5000:]
+               RAY_TMPDIR=ray_tmp)
+    # Owned (benchmarks.processes): the child's Ray cluster (several raylets, GCS, workers)
+    # is stopped with it even when it hangs past the timeout or this run is interrupted.
+    try:
+        with owned_process([sys.executable, "-m", "tests.cluster.multinode_child", str(tmp_path / "data")],
+                           env=env, cwd=env["PYTHONPATH"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True) as child:
+            try:
+                stdout, stderr = child.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                stdout, stderr = "", "multinode_child did not finish in 300 s"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, stdout[-3000:] + stderr[-5000:]
     out = json.loads(line[len("RESULT "):])
     assert out["removed_node"] and out["victim_hosted"] >= 1
     assert out["pids_after"] != out["pids_before"], "a shard actor restarted on another node"

@@ -49,10 +49,10 @@ def check_log_after_crash(directory, acked):
 
 @pytest.mark.parametrize("block_at", [1, 7, 40])
 def test_kill_after_write_before_fsync(tmp_path, block_at):
-    child = Child(CHILD, "log", tmp_path, block_at, 3)
-    child.read_until(lambda line: line == "BLOCKED")
-    time.sleep(0.05)
-    child.kill()
+    with Child(CHILD, "log", tmp_path, block_at, 3) as child:
+        child.read_until(lambda line: line == "BLOCKED")
+        time.sleep(0.05)
+        child.kill()
     acked = acked_records(child.lines)
     if block_at > 1:
         assert acked  # the groups fsync'd before the block were acknowledged
@@ -63,10 +63,10 @@ def test_kill_after_write_before_fsync(tmp_path, block_at):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_kill_at_a_random_moment_while_appending(tmp_path, seed):
     rng = random.Random(seed)
-    child = Child(CHILD, "log", tmp_path, 0, 4)
-    child.read_until(lambda line: line.startswith("ACK"))
-    time.sleep(rng.uniform(0.05, 0.4))
-    child.kill()
+    with Child(CHILD, "log", tmp_path, 0, 4) as child:
+        child.read_until(lambda line: line.startswith("ACK"))
+        time.sleep(rng.uniform(0.05, 0.4))
+        child.kill()
     acked = acked_records(child.lines)
     assert acked, "the child acknowledged nothing"
     check_log_after_crash(tmp_path, acked)
@@ -76,9 +76,9 @@ def test_kill_at_a_random_moment_while_appending(tmp_path, seed):
     ("snapshot.write", 10), ("snapshot.fsync", 10), ("snapshot.rename", 10), ("snapshot.dirsync", 20),
 ])
 def test_kill_during_snapshot_save_leaves_old_or_new_never_corrupt(tmp_path, point, expected):
-    child = Child(CHILD, "snap", tmp_path, point)
-    child.read_until(lambda line: line == "BLOCKED")
-    child.kill()
+    with Child(CHILD, "snap", tmp_path, point) as child:
+        child.read_until(lambda line: line == "BLOCKED")
+        child.kill()
     assert "SAVED 10" in child.lines
     offset, value = FileSnapshotStore(tmp_path).load_latest("shard-1")
     assert offset == expected
