@@ -13,7 +13,8 @@ metrics. Rows (µs per request, min/median/max over ``--repeat``):
 * ``fastapi - metrics``: that without MetricsMiddleware;
 * the pieces alone: authenticate + authorize + rate limit, one metrics
   observation, encoding a cached top-100 body with ``json`` vs ``orjson``,
-  and a hit in the encoded-page cache.
+  a hit in the encoded-page cache, and MetricsMiddleware alone (a no-op ASGI
+  app with and without it).
 """
 
 from __future__ import annotations
@@ -109,6 +110,26 @@ async def run(args) -> list[tuple[str, list[float]]]:
             g.keys.authorize(p, Permission.READ)
             g.limiter.check(p, "read")
 
+        async def noop(scope, receive, send):
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"2"), (b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        from gateway.metrics import MetricsMiddleware
+        wrapped = MetricsMiddleware(noop, lambda: g.metrics)
+
+        async def _asgi_loop(app, n: int) -> float:
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message):
+                return None
+
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await app(top, receive, send)
+            return (time.perf_counter() - t0) / n * 1e6
+
         key = (BOARD, page.version, 0, 100)
         g.pages.put(key, orjson.dumps(body))
         for _ in range(args.repeat):
@@ -121,6 +142,8 @@ async def run(args) -> list[tuple[str, list[float]]]:
                 _timeit(lambda: json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), args.requests))
             rows.setdefault("encode top-100: orjson.dumps", []).append(_timeit(lambda: orjson.dumps(body), n))
             rows.setdefault("encoded-page cache hit", []).append(_timeit(lambda: g.pages.get(key), n))
+            rows.setdefault("MetricsMiddleware (around a no-op app)", []).append(
+                await _asgi_loop(wrapped, n) - await _asgi_loop(noop, n))
         return list(rows.items())
     finally:
         await engine.close()
