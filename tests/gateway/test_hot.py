@@ -16,6 +16,7 @@ import pytest
 
 from gateway import hot
 from gateway.app import create_app
+from gateway.friends import StaticFriends
 from gateway.validation import decode_events, encode_cursor, events_from_body
 from tests.gateway.conftest import BOARD, SEED_EVENTS, H, open_engine, settings
 
@@ -37,6 +38,9 @@ READS = [
     ("GET", f"{B}/top?cursor=", {}, "reader"),
     ("GET", f"{B}/top?max_staleness_ms=-1", {}, "reader"),
     ("GET", f"{B}/top?unknown=1&limit=3", {}, "reader"),
+    ("GET", f"{B}/top?limit=003", {}, "reader"),
+    ("GET", f"{B}/top?limit=1_0", {}, "reader"),
+    ("GET", f"{B}/top?max_staleness_ms=86400001", {}, "reader"),
     ("GET", "/v1/boards/a:b:c/top", {}, "reader"),
     ("GET", "/v1/boards/no:such:board:x/top", {}, "reader"),
     ("GET", f"{B}/top/", {}, "reader"),
@@ -47,6 +51,7 @@ READS = [
     ("GET", f"{B}/players/p-ben?approximate=true", {}, "reader"),
     ("GET", f"{B}/players/p-ben?approximate=yes", {}, "reader"),
     ("GET", f"{B}/players/p-ben?approximate=maybe", {}, "reader"),
+    ("GET", f"{B}/players/p-ben?approximate=True", {}, "reader"),
     ("GET", f"{B}/players/p-nobody", {}, "reader"),
     ("GET", f"{B}/players/p%07x", {}, "reader"),
     ("GET", f"{B}/players/" + "a" * 129, {}, "reader"),
@@ -58,6 +63,7 @@ READS = [
     ("GET", f"{B}/players/p-nobody/around", {}, "reader"),
     ("GET", f"{B}/players/p-ava/friends", {}, "reader"),
     ("GET", f"{B}/players/p-ava/friends?max_staleness_ms=5", {}, "reader"),
+    ("GET", f"{B}/players/p-nobody/friends", {}, "reader"),
     ("POST", f"{B}/ranked-subset", {"json": {"player_ids": ["p-eli", "p-ava", "p-ava", "p-x"]}}, "reader"),
     ("POST", f"{B}/ranked-subset", {"json": {"player_ids": ["p-ava", "p\x01"]}}, "reader"),
     ("POST", f"{B}/ranked-subset", {"json": {"player_ids": [f"p{i}" for i in range(10_001)]}}, "reader"),
@@ -110,7 +116,9 @@ async def _answer(client, method, path, kw, role):
 @pytest.fixture
 async def pair():
     engine = await open_engine()
-    apps = [create_app(settings(friends_file=None), engine), create_app(settings(lean_routes=False), engine)]
+    friends = {"p-ava": ["p-ben", "p-eli", "p-nobody"], "p-nobody": ["p-ava"]}
+    apps = [create_app(settings(), engine, friends=StaticFriends(friends)),
+            create_app(settings(lean_routes=False), engine, friends=StaticFriends(friends))]
     assert apps[0].hot_routes is not None and apps[1].hot_routes is None
     clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=a, raise_app_exceptions=False), base_url="http://t")
                for a in apps]
