@@ -374,10 +374,9 @@ class HotRoutes:
         start = time.perf_counter()
         handler, template, permission, bucket, has_body = route
         g = self.g
-        status = 500
+        status, principal, body = 500, None, b""
         try:
             try:
-                principal = None
                 for k, v in scope["headers"]:
                     if k == b"authorization":
                         principal = v.decode("latin-1")
@@ -385,13 +384,11 @@ class HotRoutes:
                 principal = g.keys.authenticate(principal)
                 g.keys.authorize(principal, permission)
                 g.limiter.check(principal, bucket)
-                body = await _read_body(scope, receive, g.settings.max_body_bytes) if has_body else b""
-                try:
-                    payload = await handler(g, scope, parts, body)
-                except _Fallback:
-                    scope[PRE_AUTH] = principal
-                    await self.fallback(scope, _replay(body, receive) if has_body else receive, send)
-                    return  # the FastAPI stack records its own metrics
+                if has_body:
+                    body = await _read_body(scope, receive, g.settings.max_body_bytes)
+                payload = await handler(g, scope, parts, body)
+            except _Fallback:
+                status = -1  # handed to FastAPI below, outside this handler's error handling
             except FlowRankError as exc:
                 if exc.status >= 500 and exc.code == "INTERNAL":
                     log.error("internal engine error on %s %s", scope["method"], scope["path"], exc_info=exc)
@@ -407,9 +404,13 @@ class HotRoutes:
                 payload, status = _INTERNAL, 500
             else:
                 status = 200
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-length", str(len(payload)).encode()), (b"content-type", JSON)]})
-            await send({"type": "http.response.body", "body": payload})
+            if status > 0:
+                await send({"type": "http.response.start", "status": status,
+                            "headers": [(b"content-length", str(len(payload)).encode()), (b"content-type", JSON)]})
+                await send({"type": "http.response.body", "body": payload})
         finally:
-            if status != 499 and PRE_AUTH not in scope:
+            if status not in (499, -1):
                 g.metrics.observe(template, scope["method"], status, time.perf_counter() - start)
+        if status == -1:  # FastAPI answers (its 422), records its own metrics, and raises what it raises
+            scope[PRE_AUTH] = principal
+            await self.fallback(scope, _replay(body, receive) if has_body else receive, send)
