@@ -94,8 +94,13 @@ def _served(argv: list[str], env: dict, tmp: Path, what: str, port: int, timeout
             _wait_ready(url, owned, log_path, what, timeout_s)
             yield SimpleNamespace(url=url, pid=owned.pid)
         finally:
-            owned.stop()
-            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                owned.stop()
+            except BaseException:  # SIGTERM/Ctrl-C while stop() waited for the child: sweep, then go on
+                owned.stop(grace_s=0)  # the marker sweep (Owned.stop skips it when its wait is interrupted)
+                raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -253,6 +258,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (benchmarks.processes.Terminated)
+        print(f"\npython -m benchmarks http: interrupted ({exc or 'Ctrl-C'}); every process it started is stopped",
+              file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     base = QUICK if args.quick else FULL
     args.size = args.size or base["size"]
