@@ -19,9 +19,13 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from engine import checksum as checksum_mod
+from engine import records as R
 from engine.admission import Admission
 from engine.changes import ChangeRing
+from engine.columns import BatchResult, ScoreColumns
 from engine.errors import PlayerNotFound, PlayerNotRanked, ValidationFailed, ViewExpired
 from engine.model import (
     DEFAULT_DEDUP_RETENTION,
@@ -76,6 +80,13 @@ class Board:
             return [self.apply(ev) for ev in events]
         finally:
             self.partition.flush_index()
+
+    def ingest(self, cols: ScoreColumns) -> BatchResult:
+        """Apply one batch given as columns: one outcome code and one version per event."""
+        results = self.apply_batch(cols.events())
+        codes = np.fromiter((R.CODE[r.outcome] for r in results), dtype=np.uint8, count=len(results))
+        versions = np.fromiter((r.version for r in results), dtype=np.int64, count=len(results))
+        return BatchResult(codes, versions)
 
     def apply(self, ev: ScoreEvent) -> EventResult:
         if ev.board_id != self.spec.board_id:
