@@ -13,6 +13,9 @@ state (HELD_FOR_CORRECTION), then ``review_above`` (HELD_FOR_REVIEW).
 
 from __future__ import annotations
 
+import numpy as np
+
+from engine import records as R
 from engine.dedup import DedupWindow, Seen, fingerprint
 from engine.errors import AlreadyDecided, EventNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
@@ -59,6 +62,13 @@ class Admission:
         if review is not None and ev.value > review:
             return self._hold(ev, Outcome.HELD_FOR_REVIEW)
         return None
+
+    def decide_columns(self, cols) -> np.ndarray:
+        """``admit`` for each event of a batch of columns, in order: uint8
+        verdict codes (``engine.records.CODE``; 0 = go on to apply)."""
+        code = R.CODE
+        return np.fromiter((0 if v is None else code[v] for v in map(self.admit, cols.events())),
+                           dtype=np.uint8, count=len(cols))
 
     def commit(self) -> None:
         """The admitted events are durable: make their ids final. O(k)."""

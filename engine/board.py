@@ -45,6 +45,7 @@ from engine.model import (
     Page,
     PlayerView,
     RankedEntry,
+    RowChange,
     RowStatus,
     ScoreEvent,
 )
@@ -73,34 +74,49 @@ class Board:
     # ------------------------------------------------------------------ writes
 
     def apply_batch(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
-        """Apply events in order; one result each. O(b log n), with one index
-        move per player per batch however many of its events improve."""
-        self.partition.defer_index()
-        try:
-            return [self.apply(ev) for ev in events]
-        finally:
-            self.partition.flush_index()
+        """Apply events in order; one result each (a wrapper over ``ingest``)."""
+        board_id = self.spec.board_id
+        mine = [ev for ev in events if ev.board_id == board_id]
+        got = self.ingest(ScoreColumns.from_events(mine, board_id)) if mine else None
+        out: list[EventResult] = []
+        k = 0
+        version = self.version
+        for ev in events:
+            if ev.board_id != board_id:
+                out.append(EventResult(ev.event_id, Outcome.REJECTED_UNKNOWN_SEASON, version))
+                continue
+            version = int(got.versions[k])
+            out.append(EventResult(ev.event_id, R.outcome_of(int(got.codes[k])), version))
+            k += 1
+        return out
 
     def ingest(self, cols: ScoreColumns) -> BatchResult:
-        """Apply one batch given as columns: one outcome code and one version per event."""
-        results = self.apply_batch(cols.events())
-        codes = np.fromiter((R.CODE[r.outcome] for r in results), dtype=np.uint8, count=len(results))
-        versions = np.fromiter((r.version for r in results), dtype=np.int64, count=len(results))
-        return BatchResult(codes, versions)
+        """Apply one batch given as columns: admission decides each event's
+        verdict in order, then the partition applies the batch in one call.
+        Returns one outcome code and one board version per event."""
+        n = len(cols)
+        if cols.board_id != self.spec.board_id:
+            return BatchResult(np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8),
+                               np.full(n, self.version, np.int64))
+        verdicts = self.admission.decide_columns(cols)
+        self.admission.commit()
+        base = self.partition.changes
+        got = self.partition.apply_columns(cols, verdicts)
+        versions = base + np.cumsum(got.changed, dtype=np.int64)
+        at = np.flatnonzero(got.changed)
+        if len(at):
+            keep = self.ring.retention
+            if len(at) > keep:  # the older ones would be evicted at once: never build them
+                self.ring.reset(int(versions[at[len(at) - keep - 1]]) if keep else int(versions[at[-1]]))
+                at = at[len(at) - keep:]
+            vals, achs, pids = got.values, got.achieved, cols.player_ids
+            self.ring.push_many([
+                Delta(v, (RowChange(pids[i], int(vals[i]), int(achs[i]), RowStatus.ACTIVE),))
+                for i, v in zip(at.tolist(), versions[at].tolist())])
+        return BatchResult(got.codes, versions)
 
     def apply(self, ev: ScoreEvent) -> EventResult:
-        if ev.board_id != self.spec.board_id:
-            return EventResult(ev.event_id, Outcome.REJECTED_UNKNOWN_SEASON, self.version)
-        verdict = self.admission.admit(ev)
-        self.admission.commit()
-        if verdict is None:
-            outcome, change = self.partition.apply(ev)
-            if change is not None:
-                self.ring.push(Delta(self.partition.changes, (change,)))
-        else:
-            self.partition.record(ev, verdict)
-            outcome = verdict
-        return EventResult(ev.event_id, outcome, self.partition.changes)
+        return self.apply_batch([ev])[0]
 
     def set_state(self, state: BoardState, position: int | None = None) -> BoardInfo:
         self.admission.set_state(state, position)
@@ -169,8 +185,8 @@ class Board:
         row = self._row(player_id)
         if row.key is None:
             raise PlayerNotRanked(f"Player {player_id!r} is not ranked on this board.", "player_id")
-        rank = self.partition.count_better_than(row.key) + 1
-        before, after = self.partition.neighbours(row.key, radius, radius)
+        before, after, better = self.partition.neighbours(row.key, radius, radius)
+        rank = better + 1
         me = (row.key, row.value, row.achieved_at)
         return Page(self.version, tuple(merge_window(rank, me, [entries_of(before)], [entries_of(after)], radius)))
 

@@ -33,6 +33,11 @@ class ChangeRing:
         if len(self._deltas) > self.retention:
             self._deltas.popleft()
 
+    def push_many(self, deltas: list[Delta]) -> None:
+        """``push`` each delta in order. O(k)."""
+        for d in deltas:
+            self.push(d)
+
     def reset(self, version: int) -> None:
         """Forget every delta (e.g. after a restart): the ring starts at ``version``."""
         self._deltas.clear()

@@ -1,183 +1,296 @@
-"""A board partition: rows, the ordered rank index and per-player history.
+"""A board partition as columns: players, rows, the rank index, the journal.
 
-One partition holds the players of one board that hash to one shard (all
-of them when the board has ``shards=1``). It is the only mutator of rows:
-``apply`` decides an event's outcome against the player's row under the
-board comparator (:mod:`engine.policy`) and changes the row only when the
-event ranks strictly better (best_score / fastest_time) or adds its delta
-(cumulative). Admission checks that need the whole board (dedup, season
-state, review) happen before, in :mod:`engine.admission`.
+One partition holds the players of one board that hash to one partition
+number (all of them when the board has ``shards=1``). It is the only
+mutator of rows: :meth:`Partition.apply_columns` decides each event's
+outcome against the player's row under the board comparator (API §6) and
+changes the row only when the event ranks strictly better (best_score /
+fastest_time) or adds its delta (cumulative). Admission checks that need
+the whole board (dedup, season state, review) come before, in
+:mod:`engine.admission`; their verdicts arrive with the batch.
 
-Structure (Redis zset's dict + ordered index, STYLE §4):
+State (no Python object per player or per event):
 
-* ``rows``: player id -> :class:`Row` (ACTIVE and INVALIDATED rows);
-* ``index``: a ``SortedList`` of the rank keys of ACTIVE rows only;
-* ``history``: player id -> list of compact tuples, every event of the
-  player in application order (needed to recompute a row on invalidation);
-* ``owner``: event id -> player id, for the events that reached ``apply``.
+* ``players``: :class:`~engine.players.PlayerTable`, id <-> int32 index;
+* rows, indexed by player: ``val``, ``ach``, ``sub`` (int64), ``rv`` (row
+  version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED);
+* ``index``: :class:`~engine.rank_index.RankIndex` of the ACTIVE rows' keys;
+* ``journal``: :class:`~engine.journal.Journal`, every event seen, for
+  invalidation recompute, redeliveries past the dedup window and history.
 
-``changes`` counts ranking changes; the board version is the sum of the
-``changes`` of its partitions, which is what makes a version a consistent
-cut across shards.
+A batch is one numba kernel call over the batch's columns: outcomes are
+decided event by event in order (exactly as one-at-a-time application
+would), and each touched player's index entry moves once at the end.
+
+Keys: inside the index a key is ``(primary, tie, player)`` with primary
+``~value`` for the descending policies (``~v == -v - 1``: no overflow at
+INT64_MIN) and ``value`` for fastest_time. On the wire and in
+:mod:`engine.ranking` a key stays ``(-value | value, tie, player_id)``
+(:mod:`engine.policy`), Python ints and str.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, NamedTuple, Sequence
 
-from sortedcontainers import SortedList
+import numba
+import numpy as np
 
+from engine import records as R
+from engine.checksum import row_digest
+from engine.columns import ScoreColumns
 from engine.errors import EventNotFound
+from engine.journal import (
+    ALREADY_INVALIDATED,
+    AUDIT_NAMES,
+    INVALIDATED,
+    KIND_DECISION,
+    KIND_INVALIDATION,
+    KIND_NAMES,
+    KIND_SCORE,
+    REJECTED,
+    Journal,
+    owner_add,
+    owner_find,
+)
 from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
+from engine.players import PlayerTable, encode_ids
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
+from engine.rank_index import RankIndex
+
+__all__ = ["Partition", "Row", "Applied", "KIND_SCORE", "KIND_DECISION", "KIND_INVALIDATION"]
 
 ACTIVE = RowStatus.ACTIVE
-INVALIDATED = RowStatus.INVALIDATED
-
-# History tuple layout: (event_id, kind, value, achieved_at, submitted_at, outcome)
-H_ID, H_KIND, H_VALUE, H_ACHIEVED, H_SUBMITTED, H_OUTCOME = range(6)
-KIND_SCORE, KIND_INVALIDATION, KIND_DECISION = "score", "invalidation", "decision"
-# Outcomes whose event is a candidate when a row is recomputed after an
-# invalidation: the event reached the comparator (applied or guard-rejected).
-_CANDIDATE_OUTCOMES = frozenset(
-    {
-        Outcome.APPLIED_FIRST_SCORE.value,
-        Outcome.APPLIED_NEW_BEST.value,
-        Outcome.REJECTED_NOT_AN_IMPROVEMENT.value,
-        Outcome.APPLIED.value,
-        Outcome.APPLIED_NEW_BEST_TIME.value,
-        Outcome.REJECTED_NOT_FASTER.value,
-    }
-)
+INVALIDATED_STATUS = RowStatus.INVALIDATED
+ST_NONE, ST_ACTIVE, ST_INVALID = 0, 1, 2
+_POLICY_CODE = {Policy.BEST_SCORE: 0, Policy.CUMULATIVE: 1, Policy.FASTEST_TIME: 2}
+_C = R.CODE
+_CANDIDATES = np.array(sorted(_C[o] for o in (
+    Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.REJECTED_NOT_AN_IMPROVEMENT,
+    Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER)), np.uint8)
 
 
-class Row:
-    """A player's current standing. ``key`` is None while INVALIDATED."""
+def _codes(policy: Policy) -> np.ndarray:
+    """Outcome codes the kernel hands out, per policy."""
+    improved = IMPROVED[policy]
+    return np.array([
+        _C[FIRST[policy]], _C[improved], _C[NOT_IMPROVED.get(policy, improved)], _C[Outcome.REJECTED_INVALID_TIMING],
+        _C[Outcome.DUPLICATE_IGNORED], _C[Outcome.REJECTED_EVENT_ID_CONFLICT], _C[Outcome.REJECTED_TOTAL_OUT_OF_RANGE],
+    ], np.uint8)
 
-    __slots__ = ("player_id", "value", "achieved_at", "submitted_at", "status", "row_version", "last_event_id", "key")
 
-    def __init__(self, player_id, value, achieved_at, submitted_at, status, row_version, last_event_id, key):
-        self.player_id = player_id
-        self.value = value
-        self.achieved_at = achieved_at
-        self.submitted_at = submitted_at
-        self.status = status
-        self.row_version = row_version
-        self.last_event_id = last_event_id
-        self.key = key
+class Row(NamedTuple):
+    """A player's standing, read from the columns. ``key`` is None unless ACTIVE."""
+
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+    status: RowStatus
+    row_version: int
+    key: RankKey | None
 
     def change(self) -> RowChange:
         return RowChange(self.player_id, self.value, self.achieved_at, self.status)
 
-    def __repr__(self) -> str:
-        return (
-            f"Row({self.player_id!r}, value={self.value}, achieved_at={self.achieved_at}, "
-            f"status={self.status.value}, v{self.row_version})"
-        )
+
+class Applied(NamedTuple):
+    """Per event of an applied batch."""
+
+    codes: np.ndarray  # uint8 outcome codes (engine.records.CODE)
+    changed: np.ndarray  # bool: the ranking changed (one version step)
+    values: np.ndarray  # int64: the row's value after the event (when changed)
+    achieved: np.ndarray  # int64: the row's achieved_at after the event (when changed)
+
+
+@numba.njit(cache=True)
+def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, ebuf, eoffs,
+                  r_val, r_ach, r_sub, r_rv, r_st,
+                  j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_eoffs, j_earena, jn, slots,
+                  out_code, out_changed, out_val, out_ach):
+    """Apply a batch in order. Returns (journal rows now, newly owned, changes)."""
+    owned = 0
+    changes = 0
+    big = np.int64(9223372036854775807)
+    small = np.int64(-9223372036854775807 - 1)
+    for x in range(len(idx)):
+        p = idx[x]
+        v, a, s = vals[x], achs[x], subs[x]
+        s0, s1 = eoffs[x], eoffs[x + 1]
+        verdict = verdicts[x]
+        own = False
+        changed = False
+        if verdict != 0:
+            code = verdict
+        else:
+            r = owner_find(slots, j_eoffs, j_earena, ebuf, s0, s1)
+            if r >= 0:  # an id older than the dedup window, seen here before
+                same = j_pid[r] == p and j_val[r] == v and j_ach[r] == a and j_sub[r] == s
+                code = codes[4] if same else codes[5]
+            elif pol == 2 and not (0 < v <= max_time):
+                code = codes[3]
+            elif pol == 1:
+                st = r_st[p]
+                if st != 1:
+                    r_val[p], r_ach[p], r_sub[p] = v, a, s
+                    code, changed, own = codes[1], True, True
+                else:
+                    cur = r_val[p]
+                    if (v > 0 and cur > big - v) or (v < 0 and cur < small - v):
+                        code = codes[6]
+                    else:
+                        r_val[p] = cur + v
+                        if a > r_ach[p]:
+                            r_ach[p] = a
+                        r_sub[p] = s
+                        code, changed, own = codes[1], True, True
+            else:
+                st = r_st[p]
+                own = True
+                if st == 0:
+                    code, changed = codes[0], True
+                elif st == 2:
+                    code, changed = codes[1], True
+                elif pol == 0:
+                    better = v > r_val[p] or (v == r_val[p] and a < r_ach[p])
+                    code, changed = (codes[1], True) if better else (codes[2], False)
+                else:
+                    better = v < r_val[p] or (v == r_val[p] and s < r_sub[p])
+                    code, changed = (codes[1], True) if better else (codes[2], False)
+                if changed:
+                    r_val[p], r_ach[p], r_sub[p] = v, a, s
+        if changed:
+            r_rv[p] = 1 if r_st[p] == 0 else r_rv[p] + 1
+            r_st[p] = 1
+            changes += 1
+            out_val[x], out_ach[x] = r_val[p], r_ach[p]
+        out_code[x] = code
+        out_changed[x] = changed
+        # journal row
+        j_pid[jn], j_kind[jn], j_val[jn], j_ach[jn], j_sub[jn], j_out[jn] = p, kind, v, a, s, code
+        e0 = j_eoffs[jn]
+        for k in range(s1 - s0):
+            j_earena[e0 + k] = ebuf[s0 + k]
+        j_eoffs[jn + 1] = e0 + (s1 - s0)
+        if own:
+            owner_add(slots, j_eoffs, j_earena, jn)
+            owned += 1
+        jn += 1
+    return jn, owned, changes
 
 
 class Partition:
-    """Rows of one board on one shard. Not thread-safe; one owner mutates it."""
+    """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
     def __init__(self, policy: Policy, max_plausible_time_ms: int):
         self.policy = policy
         self.max_plausible_time_ms = max_plausible_time_ms
-        self.rows: dict[str, Row] = {}
-        self.index: SortedList = SortedList()
-        self.history: dict[str, list[tuple]] = {}
-        self.owner: dict[str, str] = {}
-        self.invalid: set[str] = set()
+        self.players = PlayerTable()
+        self.val = np.zeros(64, np.int64)
+        self.ach = np.zeros(64, np.int64)
+        self.sub = np.zeros(64, np.int64)
+        self.rv = np.zeros(64, np.int32)
+        self.st = np.zeros(64, np.uint8)
+        self.index = RankIndex()
+        self.journal = Journal()
         self.changes = 0
-        self._key = key_for(policy)
-        self._deferred: dict[str, RankKey | None] | None = None  # player -> key before the batch
+        self._pol = _POLICY_CODE[policy]
+        self._codes = _codes(policy)
+        self._wire_key = key_for(policy)
 
-    # A burst of events for one player inside a batch (a hot board) moves its
-    # index entry once: outcomes, versions and rows are decided per event as
-    # always, but the O(log n) SortedList remove/add runs once per player per
-    # batch. Nobody reads the index mid-batch, so the final state is identical.
+    # ------------------------------------------------------------------ keys
 
-    def defer_index(self) -> None:
-        if self._deferred is None:
-            self._deferred = {}
+    def _keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Index (primary, tie) of the given players' current rows."""
+        if self._pol == 2:
+            return self.val[rows], self.sub[rows]
+        return np.invert(self.val[rows]), self.ach[rows]
 
-    def flush_index(self) -> None:
-        deferred, self._deferred = self._deferred, None
-        if not deferred:
-            return
-        index, rows = self.index, self.rows
-        for pid, old in deferred.items():
-            new = rows[pid].key
-            if old != new:
-                if old is not None:
-                    index.remove(old)
-                if new is not None:
-                    index.add(new)
-
-    def _move(self, pid: str, old: RankKey | None, new: RankKey | None) -> None:
-        deferred = self._deferred
-        if deferred is not None:
-            if pid not in deferred:
-                deferred[pid] = old
-            return
-        if old is not None:
-            self.index.remove(old)
-        if new is not None:
-            self.index.add(new)
+    def _internal(self, key: RankKey) -> tuple[int, int]:
+        """A wire key's (primary, tie) as the index holds them."""
+        primary, tie = int(key[0]), int(key[1])
+        return (primary, tie) if self._pol == 2 else (primary - 1, tie)  # ~(-w) == w - 1
 
     # ------------------------------------------------------------------ writes
 
-    def apply(self, ev: ScoreEvent, kind: str = KIND_SCORE) -> tuple[Outcome, RowChange | None]:
-        """Apply one admitted event under the board's normal rules. O(log n).
+    def apply_columns(self, cols: ScoreColumns, verdicts: np.ndarray | None = None, kind: int = KIND_SCORE) -> Applied:
+        """Apply a batch in order: one kernel call, one index move per touched
+        player. ``verdicts`` (uint8, 0 = apply) are outcomes decided before
+        apply (duplicate, held, conflict), which are only journalled."""
+        n = len(cols)
+        idx = self.players.intern(cols.player_ids)
+        self._reserve_rows(len(self.players))
+        ebuf, eoffs = encode_ids(cols.event_ids)
+        self.journal.reserve(n, len(ebuf))
+        if verdicts is None:
+            verdicts = np.zeros(n, np.uint8)
+        touched = np.unique(idx)
+        was_active = self.st[touched] == ST_ACTIVE
+        old_p, old_t = self._keys(touched)
+        j = self.journal
+        codes = np.empty(n, np.uint8)
+        changed = np.empty(n, np.bool_)
+        out_val = np.zeros(n, np.int64)
+        out_ach = np.zeros(n, np.int64)
+        jn, owned, changes = _apply_kernel(
+            self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
+            _i64(cols.submitted), verdicts, kind, ebuf, eoffs,
+            self.val, self.ach, self.sub, self.rv, self.st,
+            j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.eoffs, j.earena, j.n, j.slots,
+            codes, changed, out_val, out_ach)
+        j.n, j.owned = int(jn), j.owned + int(owned)
+        self.changes += int(changes)
+        self._move(touched, was_active, old_p, old_t)
+        return Applied(codes, changed, out_val, out_ach)
 
-        Returns the outcome and the row change when the ranking changed.
-        Records the event in the player's history either way.
-        """
-        policy = self.policy
-        pid = ev.player_id
-        if ev.event_id in self.owner:  # an id older than the dedup window
-            known = self.knows_event(ev)
-            if known is not None:
-                self._remember(ev, kind, known, owned=False)
-                return known, None
-        if policy is Policy.FASTEST_TIME and not 0 < ev.value <= self.max_plausible_time_ms:
-            self._remember(ev, kind, Outcome.REJECTED_INVALID_TIMING, owned=False)
-            return Outcome.REJECTED_INVALID_TIMING, None
-        row = self.rows.get(pid)
-        if policy is Policy.CUMULATIVE:
-            outcome = Outcome.APPLIED
-            if row is None or row.status is INVALIDATED:
-                change = self._set_row(pid, row, ev.value, ev.achieved_at, ev.submitted_at, ev.event_id)
-            else:
-                total = row.value + ev.value
-                if not INT64_MIN <= total <= INT64_MAX:
-                    self._remember(ev, kind, Outcome.REJECTED_TOTAL_OUT_OF_RANGE, owned=False)
-                    return Outcome.REJECTED_TOTAL_OUT_OF_RANGE, None
-                reached = ev.achieved_at if ev.achieved_at > row.achieved_at else row.achieved_at
-                change = self._set_row(pid, row, total, reached, ev.submitted_at, ev.event_id)
-            self._remember(ev, kind, outcome, owned=True)
-            return outcome, change
-        key = self._key(ev.value, ev.achieved_at, ev.submitted_at, pid)
-        if row is None:
-            outcome = FIRST[policy]
-        elif row.status is INVALIDATED or key < row.key:
-            outcome = IMPROVED[policy]
-        else:
-            outcome = NOT_IMPROVED[policy]
-        change = None if outcome is NOT_IMPROVED[policy] else self._set_row(
-            pid, row, ev.value, ev.achieved_at, ev.submitted_at, ev.event_id, key)
-        self._remember(ev, kind, outcome, owned=True)
-        return outcome, change
+    def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray) -> None:
+        """Move the touched players' index keys to their rows' current keys."""
+        now_active = self.st[touched] == ST_ACTIVE
+        new_p, new_t = self._keys(touched)
+        same = was_active & now_active & (old_p == new_p) & (old_t == new_t)
+        out = was_active & ~same
+        into = now_active & ~same
+        arena, offs = self.players.arena, self.players.offs
+        if out.any():
+            self.index.remove_many(old_p[out], old_t[out], touched[out], arena, offs)
+        if into.any():
+            self.index.insert_many(new_p[into], new_t[into], touched[into], arena, offs)
 
-    def record(self, ev: ScoreEvent, outcome: Outcome, kind: str = KIND_SCORE) -> None:
-        """Put an event decided before ``apply`` (duplicate, held, conflict)
-        into the player's history without touching the row."""
-        self._remember(ev, kind, outcome, owned=False)
+    def _reserve_rows(self, n: int) -> None:
+        if n > len(self.val):
+            size = len(self.val)
+            while n > size:
+                size *= 2
+            for name in ("val", "ach", "sub", "rv", "st"):
+                a = getattr(self, name)
+                b = np.zeros(size, a.dtype)
+                b[: len(a)] = a
+                setattr(self, name, b)
+
+    def apply(self, ev: ScoreEvent, kind: int = KIND_SCORE) -> tuple[Outcome, RowChange | None]:
+        """Apply one admitted event (a batch of one)."""
+        got = self.apply_columns(ScoreColumns.from_events([ev]), kind=kind)
+        outcome = R.outcome_of(int(got.codes[0]))
+        if not got.changed[0]:
+            return outcome, None
+        return outcome, RowChange(ev.player_id, int(got.values[0]), int(got.achieved[0]), ACTIVE)
+
+    def record(self, ev: ScoreEvent, outcome: Outcome, kind: int = KIND_SCORE) -> None:
+        """Journal an event decided before apply (duplicate, held, conflict)."""
+        self.apply_columns(ScoreColumns.from_events([ev]), np.array([R.CODE[outcome]], np.uint8), kind)
 
     def record_rejection(self, ev: ScoreEvent) -> None:
         """A moderator rejected a held event: audit it as a decision."""
-        self.history.setdefault(ev.player_id, []).append(
-            (ev.event_id, KIND_DECISION, ev.value, ev.achieved_at, ev.submitted_at, "REJECTED")
-        )
+        self.apply_columns(ScoreColumns.from_events([ev]), np.array([REJECTED], np.uint8), KIND_DECISION)
+
+    def _owner_row(self, event_id: str) -> int:
+        buf, offs = encode_ids([event_id])
+        j = self.journal
+        return int(owner_find(j.slots, j.eoffs, j.earena, buf, offs[0], offs[1])) if j.owned else -1
+
+    def owns_event(self, event_id: str) -> bool:
+        """Whether an event with this id reached this partition's comparator."""
+        return self._owner_row(event_id) >= 0
 
     def invalidate(self, event_id: str, correction_id: str) -> tuple[Row, RowChange | None]:
         """Invalidate an event the partition applied and recompute its row.
@@ -186,88 +299,61 @@ class Partition:
         comparator, with that event's timestamps; cumulative: the sum of the
         remaining valid deltas (a compensating delta). No valid event left:
         the row becomes INVALIDATED (unranked). Idempotent: invalidating an
-        invalid event changes nothing. O(h + log n) for h events of the player.
+        invalid event changes nothing. O(events of the partition), vectorised.
         Raises EventNotFound when the event never reached this partition.
         """
-        pid = self.owner.get(event_id)
-        if pid is None:
+        r = self._owner_row(event_id)
+        if r < 0:
             raise EventNotFound(f"No applied event {event_id!r} on this board.", "event_id")
-        row = self.rows[pid]
-        hist = self.history[pid]
-        target = next(h for h in hist if h[H_ID] == event_id and h[H_OUTCOME] in _CANDIDATE_OUTCOMES)
-        if event_id in self.invalid:
-            hist.append((correction_id, KIND_INVALIDATION, target[H_VALUE], target[H_ACHIEVED], target[H_SUBMITTED], "ALREADY_INVALIDATED"))
-            return row, None
-        self.invalid.add(event_id)
-        hist.append((correction_id, KIND_INVALIDATION, target[H_VALUE], target[H_ACHIEVED], target[H_SUBMITTED], "INVALIDATED"))
-        return row, self._recompute(pid, row, hist, correction_id)
+        j = self.journal
+        p = int(j.pid[r])
+        audit = ALREADY_INVALIDATED if j.inv[r] else INVALIDATED
+        self._journal_one(p, correction_id, KIND_INVALIDATION, int(j.val[r]), int(j.ach[r]), int(j.sub[r]), audit)
+        if audit == ALREADY_INVALIDATED:
+            return self._row(p), None
+        j.inv[r] = 1
+        change = self._recompute(p)
+        return self._row(p), change
 
-    def _recompute(self, pid: str, row: Row, hist: list[tuple], correction_id: str) -> RowChange | None:
-        invalid = self.invalid
-        candidates = [
-            h for h in hist if h[H_KIND] != KIND_INVALIDATION and h[H_OUTCOME] in _CANDIDATE_OUTCOMES and h[H_ID] not in invalid
-        ]
-        if not candidates:
-            if row.status is INVALIDATED:
+    def _journal_one(self, p: int, eid: str, kind: int, v: int, a: int, s: int, code: int) -> None:
+        j = self.journal
+        raw = eid.encode("utf-8", "surrogatepass")
+        j.reserve(1, len(raw))
+        n = j.n
+        j.pid[n], j.kind[n], j.val[n], j.ach[n], j.sub[n], j.out[n], j.inv[n] = p, kind, v, a, s, code, 0
+        e0 = int(j.eoffs[n])
+        j.earena[e0:e0 + len(raw)] = np.frombuffer(raw, np.uint8)
+        j.eoffs[n + 1] = e0 + len(raw)
+        j.n = n + 1
+
+    def _recompute(self, p: int) -> RowChange | None:
+        j = self.journal
+        rows = j.rows_of(p)
+        cand = rows[(j.kind[rows] != KIND_INVALIDATION) & np.isin(j.out[rows], _CANDIDATES) & (j.inv[rows] == 0)]
+        touched = np.array([p], np.int32)
+        was_active = self.st[touched] == ST_ACTIVE
+        old_p, old_t = self._keys(touched)
+        if len(cand) == 0:
+            if self.st[p] == ST_INVALID:
                 return None
-            self._move(pid, row.key, None)
-            row.status, row.key = INVALIDATED, None
-            row.row_version += 1
-            row.last_event_id = correction_id
-            self.changes += 1
-            return row.change()
-        if self.policy is Policy.CUMULATIVE:
-            total = sum(h[H_VALUE] for h in candidates)
-            reached = max(h[H_ACHIEVED] for h in candidates)
-            last = candidates[-1]
-            new = (total, reached, last[H_SUBMITTED], correction_id)
+            self.st[p] = ST_INVALID
         else:
-            best = min(candidates, key=lambda h: self._key(h[H_VALUE], h[H_ACHIEVED], h[H_SUBMITTED], pid))
-            new = (best[H_VALUE], best[H_ACHIEVED], best[H_SUBMITTED], best[H_ID])
-        if row.status is ACTIVE and (row.value, row.achieved_at, row.submitted_at) == new[:3]:
-            return None
-        return self._set_row(pid, row, *new)
-
-    def _set_row(self, pid, row, value, achieved_at, submitted_at, event_id, key=None) -> RowChange:
-        if key is None:
-            key = self._key(value, achieved_at, submitted_at, pid)
-        if row is None:
-            row = Row(pid, value, achieved_at, submitted_at, ACTIVE, 1, event_id, key)
-            self.rows[pid] = row
-            self._move(pid, None, key)
-        else:
-            self._move(pid, row.key, key)
-            row.value, row.achieved_at, row.submitted_at = value, achieved_at, submitted_at
-            row.status, row.key, row.last_event_id = ACTIVE, key, event_id
-            row.row_version += 1
+            vals, achs, subs = j.val[cand].tolist(), j.ach[cand].tolist(), j.sub[cand].tolist()
+            if self._pol == 1:
+                new = (sum(vals), max(achs), subs[-1])
+            else:
+                pid = self.players.id_of(p)
+                wkey = self._wire_key
+                best = min(range(len(vals)), key=lambda k: wkey(vals[k], achs[k], subs[k], pid))
+                new = (vals[best], achs[best], subs[best])
+            if self.st[p] == ST_ACTIVE and (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == new:
+                return None
+            self.val[p], self.ach[p], self.sub[p] = new
+            self.st[p] = ST_ACTIVE
+        self.rv[p] += 1
         self.changes += 1
-        return RowChange(pid, value, achieved_at, ACTIVE)
-
-    def _remember(self, ev: ScoreEvent, kind: str, outcome: Outcome, owned: bool) -> None:
-        hist = self.history.get(ev.player_id)
-        # ``_value_`` is what the ``value`` property returns, without the enum descriptor call
-        item = (ev.event_id, kind, ev.value, ev.achieved_at, ev.submitted_at, outcome._value_)
-        if hist is None:
-            self.history[ev.player_id] = [item]
-        else:
-            hist.append(item)
-        if owned:
-            self.owner[ev.event_id] = ev.player_id
-
-    def knows_event(self, ev: ScoreEvent) -> Outcome | None:
-        """Fallback dedup past the board's dedup window: an event id this
-        partition applied before answers DUPLICATE_IGNORED (same content) or
-        REJECTED_EVENT_ID_CONFLICT; None when the id is unknown here."""
-        pid = self.owner.get(ev.event_id)
-        if pid is None:
-            return None
-        if pid != ev.player_id:
-            return Outcome.REJECTED_EVENT_ID_CONFLICT
-        for h in self.history[pid]:
-            if h[H_ID] == ev.event_id and h[H_KIND] != KIND_INVALIDATION:
-                same = (h[H_VALUE], h[H_ACHIEVED], h[H_SUBMITTED]) == (ev.value, ev.achieved_at, ev.submitted_at)
-                return Outcome.DUPLICATE_IGNORED if same else Outcome.REJECTED_EVENT_ID_CONFLICT
-        return None
+        self._move(touched, was_active, old_p, old_t)
+        return self._row(p).change()
 
     # ------------------------------------------------------------------- reads
 
@@ -275,121 +361,195 @@ class Partition:
         """Number of ranked (ACTIVE) rows."""
         return len(self.index)
 
+    def _row(self, p: int, pid: str | None = None) -> Row:
+        if pid is None:
+            pid = self.players.id_of(p)
+        v, a, s = int(self.val[p]), int(self.ach[p]), int(self.sub[p])
+        active = self.st[p] == ST_ACTIVE
+        return Row(pid, v, a, s, ACTIVE if active else INVALIDATED_STATUS, int(self.rv[p]),
+                   self._wire_key(v, a, s, pid) if active else None)
+
+    def _lookup(self, player_ids: Sequence[str]) -> np.ndarray:
+        idx = self.players.lookup(player_ids)
+        if len(idx):
+            known = idx >= 0
+            idx[known & (self.st[np.maximum(idx, 0)] == ST_NONE)] = -1
+        return idx
+
     def get(self, player_id: str) -> Row | None:
-        return self.rows.get(player_id)
+        p = int(self._lookup([player_id])[0])
+        return None if p < 0 else self._row(p, player_id)
 
     def multi_get(self, player_ids: Iterable[str]) -> list[Row]:
         """Rows for the ids that have one (any status), in the given order."""
-        rows = self.rows
-        return [r for r in map(rows.get, player_ids) if r is not None]
+        ids = list(player_ids)
+        return [self._row(p, pid) for pid, p in zip(ids, self._lookup(ids).tolist()) if p >= 0]
+
+    def all_rows(self) -> list[Row]:
+        """Every row (any status), in player interning order."""
+        return [self._row(p) for p in np.flatnonzero(self.st[: len(self.players)] != ST_NONE).tolist()]
+
+    def _rows_at(self, ids: np.ndarray) -> list[Row]:
+        names = self.players.ids_of(ids)
+        return [self._row(p, pid) for p, pid in zip(ids.tolist(), names)]
 
     def top(self, offset: int, limit: int) -> list[Row]:
         """Active rows ranked offset+1 .. offset+limit (local ranks). O(log n + limit)."""
-        rows = self.rows
-        return [rows[k[2]] for k in self.index.islice(offset, offset + limit)]
-
-    def rank(self, player_id: str) -> int | None:
-        """Local 1-based rank of an ACTIVE player, None otherwise. O(log n)."""
-        row = self.rows.get(player_id)
-        if row is None or row.key is None:
-            return None
-        return self.index.bisect_left(row.key) + 1
+        _, _, ids = self.index.slice(offset, offset + limit)
+        return self._rows_at(ids)
 
     def ranks(self, player_ids: Iterable[str]) -> list[int | None]:
-        """``rank`` for many players in one call (None for unranked or
-        unknown ids), in the given order. O(k log n), no per-call overhead."""
-        get = self.rows.get
-        bisect = self.index.bisect_left
-        out: list[int | None] = []
-        append = out.append
-        for pid in player_ids:
-            row = get(pid)
-            key = None if row is None else row.key
-            append(None if key is None else bisect(key) + 1)
+        """Local 1-based ranks (None for unranked or unknown ids), in order.
+        One kernel call for the whole list. O(k log n)."""
+        idx = self._lookup(list(player_ids))
+        ok = idx >= 0
+        ok[ok] = self.st[idx[ok]] == ST_ACTIVE
+        sel = idx[ok]
+        p, t = self._keys(sel)
+        counts = self.index.count_less_many(p, t, sel, self.players.arena, self.players.offs)
+        out: list[int | None] = [None] * len(idx)
+        for k, c in zip(np.flatnonzero(ok).tolist(), (counts + 1).tolist()):
+            out[k] = c
         return out
 
+    def rank(self, player_id: str) -> int | None:
+        return self.ranks([player_id])[0]
+
     def count_better_than(self, key: RankKey) -> int:
-        """How many ACTIVE rows rank strictly before ``key``. O(log n).
+        """How many ACTIVE rows rank strictly before a wire key (whose player
+        may live elsewhere). O(log n). The exact-rank coordinator sums it."""
+        return self.count_better_many([key])[0]
 
-        The exact-rank coordinator sums this over shards: rank = 1 + sum.
-        """
-        return self.index.bisect_left(key)
+    def count_better_many(self, keys: Sequence[RankKey]) -> list[int]:
+        p, t, ids = self._query(keys)
+        return self.index.count_less_many(p, t, ids, self.players.arena, self.players.offs).tolist()
 
-    def neighbours(self, key: RankKey, above: int, below: int) -> tuple[list[Row], list[Row]]:
-        """Up to ``above`` rows just before ``key`` and ``below`` rows just after
-        it (``key`` itself excluded), each list in rank order. O(log n + k)."""
-        index, rows = self.index, self.rows
-        lo = index.bisect_left(key)
-        hi = index.bisect_right(key)
-        before = [rows[k[2]] for k in index.islice(max(0, lo - above), lo)] if above > 0 else []
-        after = [rows[k[2]] for k in index.islice(hi, hi + below)] if below > 0 else []
-        return before, after
+    def _query(self, keys: Sequence[RankKey]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Index keys for wire keys: each query id goes after the table's
+        players in the arena (scratch space, not interned), so it compares by
+        bytes whether or not the player lives here."""
+        pt = self.players
+        buf, boffs = encode_ids([k[2] for k in keys])
+        pt.reserve_scratch(len(keys), len(buf))
+        n, base = pt.n, int(pt.offs[pt.n])
+        pt.arena[base:base + len(buf)] = buf
+        pt.offs[n + 1:n + 1 + len(keys)] = base + boffs[1:]
+        prim = [self._internal(k) for k in keys]
+        return (np.array([x[0] for x in prim], np.int64), np.array([x[1] for x in prim], np.int64),
+                np.arange(n, n + len(keys), dtype=np.int32))
+
+    def neighbours(self, key: RankKey, above: int, below: int) -> tuple[list[Row], list[Row], int]:
+        """Up to ``above`` rows just before ``key`` and ``below`` rows just
+        after it (``key`` itself excluded), each in rank order, and how many
+        rows rank before ``key``. O(log n + k)."""
+        lo = self.count_better_than(key)
+        hi = lo
+        if lo < len(self.index):
+            p, t, ids = self.index.slice(lo, lo + 1)
+            ip, it = self._internal(key)
+            if int(p[0]) == ip and int(t[0]) == it and self.players.id_of(int(ids[0])) == key[2]:
+                hi = lo + 1
+        start = max(0, lo - above)
+        before = self._rows_at(self.index.slice(start, lo)[2]) if above > 0 else []
+        after = self._rows_at(self.index.slice(hi, hi + below)[2]) if below > 0 else []
+        return before, after, lo
+
+    def sample_keys(self, step: int) -> list[list]:
+        """Every ``step``-th ranked key (the ``step``-th, ``2*step``-th, ...), as wire keys."""
+        n = len(self.index)
+        _, _, ids = self.index.slice(0, n)
+        sel = ids[step - 1::step]
+        return [[r.key[0], r.key[1], r.key[2]] for r in self._rows_at(sel)]
 
     def player_history(self, player_id: str) -> list[tuple]:
-        return list(self.history.get(player_id, ()))
+        """``(event_id, kind, value, achieved_at, submitted_at, outcome)`` per
+        event of the player, in application order."""
+        p = int(self.players.lookup([player_id])[0])
+        if p < 0:
+            return []
+        j = self.journal
+        out = []
+        for r in j.rows_of(p).tolist():
+            code = int(j.out[r])
+            name = AUDIT_NAMES.get(code) or R.outcome_of(code).value
+            out.append((j.event_id(r), KIND_NAMES[j.kind[r]], int(j.val[r]), int(j.ach[r]), int(j.sub[r]), name))
+        return out
 
     def checksum_sum(self) -> int:
         """Sum mod 2**128 of a stable per-row hash: order-independent and
         additive across partitions (see :mod:`engine.checksum`)."""
-        from engine.checksum import row_digest
-
         total = 0
-        for row in self.rows.values():
-            total += row_digest(row.player_id, row.value, row.achieved_at, row.status.value, row.row_version)
+        for r in self.all_rows():
+            total += row_digest(r.player_id, r.value, r.achieved_at, r.status.value, r.row_version)
         return total & ((1 << 128) - 1)
+
+    def nbytes(self) -> int:
+        """Bytes of the per-player state: ids, rows and the rank index."""
+        n = len(self.players)
+        return self.players.nbytes() + n * (8 * 3 + 4 + 1) + self.index.nbytes()
 
     # --------------------------------------------------------------- snapshots
 
     def to_state(self) -> dict:
-        """Plain msgpack-able state: rows, history, invalid ids, counter."""
-        rows = [
-            [r.player_id, r.value, r.achieved_at, r.submitted_at, r.status is ACTIVE, r.row_version, r.last_event_id]
-            for r in self.rows.values()
-        ]
-        history = [[pid, [list(h) for h in items]] for pid, items in self.history.items()]
-        return {"rows": rows, "history": history, "invalid": sorted(self.invalid), "changes": self.changes}
+        """Plain msgpack-able state: arrays as bytes."""
+        n = len(self.players)
+        return {
+            "players": self.players.to_state(),
+            "rows": {name: getattr(self, name)[:n].tobytes() for name in ("val", "ach", "sub", "rv", "st")},
+            "journal": self.journal.to_state(),
+            "changes": self.changes,
+        }
 
     @classmethod
     def from_state(cls, policy: Policy, max_plausible_time_ms: int, state: dict) -> "Partition":
         p = cls(policy, max_plausible_time_ms)
-        keyf = p._key
-        keys = []
-        for pid, value, achieved, submitted, active, row_version, last in state["rows"]:
-            key = keyf(value, achieved, submitted, pid) if active else None
-            p.rows[pid] = Row(pid, value, achieved, submitted, ACTIVE if active else INVALIDATED, row_version, last, key)
-            if key is not None:
-                keys.append(key)
-        p.index = SortedList(keys)
-        owned_outcomes = _CANDIDATE_OUTCOMES
-        for pid, items in state["history"]:
-            hist = [tuple(h) for h in items]
-            p.history[pid] = hist
-            for h in hist:
-                if h[H_KIND] != KIND_INVALIDATION and h[H_OUTCOME] in owned_outcomes:
-                    p.owner[h[H_ID]] = pid
-        p.invalid = set(state["invalid"])
+        p.players = PlayerTable.from_state(state["players"])
+        n = len(p.players)
+        p._reserve_rows(n)
+        for name in ("val", "ach", "sub", "rv", "st"):
+            a = getattr(p, name)
+            a[:n] = np.frombuffer(state["rows"][name], a.dtype)
+        p.journal = Journal.from_state(state["journal"])
+        j = p.journal
+        owned = np.zeros(j.n, np.bool_)
+        first_seen: set[bytes] = set()
+        candidates = np.isin(j.out[: j.n], _CANDIDATES) & (j.kind[: j.n] != KIND_INVALIDATION)
+        for r in np.flatnonzero(candidates).tolist():
+            raw = j.earena[j.eoffs[r]:j.eoffs[r + 1]].tobytes()
+            if raw not in first_seen:
+                first_seen.add(raw)
+                owned[r] = True
+        j.rebuild_owner(owned)
+        active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
+        kp, kt = p._keys(active)
+        order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
+        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs)
         p.changes = state["changes"]
         return p
 
     # -------------------------------------------------------------- invariants
 
     def _check(self) -> None:
-        """O(n) self-check used by tests (STYLE §11)."""
-        assert not self._deferred, "index has deferred moves outside a batch"
-        self.index._check()
-        active = [r for r in self.rows.values() if r.status is ACTIVE]
+        """O(n log n) self-check used by tests (STYLE §11)."""
+        pt = self.players
+        pt._check()
+        self.index._check(pt.arena, pt.offs)
+        n = len(pt)
+        active = np.flatnonzero(self.st[:n] == ST_ACTIVE)
         assert len(active) == len(self.index), "index size != ACTIVE rows"
-        expected = sorted(self._key(r.value, r.achieved_at, r.submitted_at, r.player_id) for r in active)
-        assert list(self.index) == expected, "index keys disagree with rows"
-        for pid, r in self.rows.items():
-            assert r.player_id == pid
-            assert r.row_version >= 1
-            if r.status is ACTIVE:
-                assert r.key == self._key(r.value, r.achieved_at, r.submitted_at, pid)
-            else:
-                assert r.key is None
-        for eid, pid in self.owner.items():
-            assert pid in self.history and any(h[H_ID] == eid for h in self.history[pid])
-        assert self.invalid <= set(self.owner)
+        rows = [self._row(p) for p in active.tolist()]
+        expected = sorted(r.key for r in rows if r.key is not None)
+        got = [r.key for r in self.top(0, len(self.index))]
+        assert got == expected, "index keys disagree with rows"
+        assert np.all(self.rv[:n][self.st[:n] != ST_NONE] >= 1)
+        j = self.journal
+        assert np.all(j.pid[: j.n] < n)
         assert self.changes >= 0
 
+
+def _i64(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) and a.dtype == np.int64 else np.asarray(a, dtype=np.int64)
+
+
+# kept for readers of the module: the bounds the cumulative guard enforces
+_ = (INT64_MIN, INT64_MAX)

@@ -20,7 +20,10 @@ from collections import OrderedDict
 from itertools import islice
 from typing import Iterable
 
+import numpy as np
+
 from engine import records as R
+from engine.columns import ScoreColumns
 from engine.model import BoardSpec, Outcome, ScoreEvent
 from engine.partition import KIND_DECISION, Partition
 from engine.placement import actor_of, part_of
@@ -30,6 +33,7 @@ log = logging.getLogger("flowrank.shard")
 RESULT_CACHE = 50_000  # per-record results kept for re-delivered batches
 DEAD = R.CODE[Outcome.DEAD_LETTERED]
 UNKNOWN_SEASON = R.CODE[Outcome.REJECTED_UNKNOWN_SEASON]
+ACTIVE = "ACTIVE"
 
 
 def entry(row) -> list:
@@ -59,7 +63,6 @@ class ShardCore:
         self.dead_letters: list[list] = []  # [offset, board_id, event_id, error]
         self._dead_offsets: set[int] = set()
         self._results: OrderedDict[int, list | None] = OrderedDict()
-        self._touched: set[Partition] = set()  # partitions with deferred index moves
 
     # ------------------------------------------------------------------ writes
 
@@ -67,40 +70,93 @@ class ShardCore:
         """Apply ``items`` (``[offset, record]`` in log order) and mark every
         offset up to ``through`` applied. Items already applied (a retried
         or replayed batch) answer from the result cache, unchanged."""
-        out = []
-        try:
-            for offset, rec in items:
-                if offset <= self.applied_offset:
-                    out.append(self._results.get(offset, [DEAD, None]))
-                else:
-                    out.append(self._apply_record(offset, rec))
-        finally:
-            self._flush()
+        out: list = [None] * len(items)
+        fresh = []
+        for k, (offset, rec) in enumerate(items):
+            if offset <= self.applied_offset:
+                out[k] = self._results.get(offset, [DEAD, None])
+            else:
+                fresh.append((k, offset, rec))
+        for k, result in self._apply_records(fresh):
+            out[k] = result
         if through > self.applied_offset:
             self.applied_offset = through
         return out
 
-    def _flush(self) -> None:
-        touched, self._touched = self._touched, set()
-        for p in touched:
-            p.flush_index()
+    def _apply_records(self, items: list) -> list:
+        """Apply ``(k, offset, record)`` in log order; returns ``(k, result)``.
+
+        Runs of score records go to each partition as one batch (one kernel
+        call); any other record first applies the run before it, so every
+        partition sees its records in log order."""
+        done: list = []
+        run: dict[Partition, list] = {}
+        for k, offset, rec in items:
+            partition = self._score_partition(rec) if offset not in self._dead_offsets else None
+            if partition is not None:
+                run.setdefault(partition, []).append((k, offset, rec))
+                continue
+            self._apply_runs(run, done)
+            run = {}
+            done.append((k, self._apply_record(offset, rec)))
+        self._apply_runs(run, done)
+        return done
+
+    def _score_partition(self, rec: list) -> Partition | None:
+        if rec[0] != R.SCORE:
+            return None
+        spec = self.specs.get(rec[1])
+        if spec is None:
+            return None
+        return self.parts[spec.board_id][part_of(rec[3], spec.shards)]
+
+    def _apply_runs(self, run: dict, done: list) -> None:
+        for partition, recs in run.items():
+            try:
+                results = self._apply_score_run(partition, [rec for _, _, rec in recs])
+            except Exception:  # find the poison record one at a time
+                for k, offset, rec in recs:
+                    done.append((k, self._apply_record(offset, rec)))
+                continue
+            for (k, offset, _), result in zip(recs, results):
+                self._remember_result(offset, result)
+                done.append((k, result))
+
+    def _apply_score_run(self, partition: Partition, recs: list) -> list:
+        """Score records of one partition as one batch: ``[code, change_wire]`` each."""
+        board_id = recs[0][1]
+        n = len(recs)
+        nums = np.array([r[4:8] for r in recs], dtype=np.int64).reshape(n, 4)
+        cols = ScoreColumns(board_id, [r[2] for r in recs], [r[3] for r in recs], np.ascontiguousarray(nums[:, 0]),
+                            np.ascontiguousarray(nums[:, 1]), np.ascontiguousarray(nums[:, 2]))
+        got = partition.apply_columns(cols, nums[:, 3].astype(np.uint8))
+        codes = got.codes.tolist()
+        out: list = [[c, None] for c in codes]
+        for i in np.flatnonzero(got.changed).tolist():
+            out[i][1] = [cols.player_ids[i], int(got.values[i]), int(got.achieved[i]), ACTIVE]
+        return out
 
     def replay(self, records: Iterable[tuple[int, list]]) -> int:
         """Fold the log tail into this shard, keeping only its own records.
         Returns how many records were applied here."""
         n = 0
-        try:
-            for offset, rec in records:
-                if offset <= self.applied_offset:
-                    continue
-                if self.owns(rec):
+        chunk: list = []
+        for offset, rec in records:
+            if offset <= self.applied_offset:
+                continue
+            if self.owns(rec):
+                if rec[0] == R.BOARD:  # later records of the chunk may need its partitions
+                    self._apply_records(chunk)
+                    chunk = []
                     self._apply_record(offset, rec)
-                    n += 1
-                    if len(self._touched) and n % 65536 == 0:
-                        self._flush()
-                self.applied_offset = offset
-        finally:
-            self._flush()
+                else:
+                    chunk.append((n, offset, rec))
+                n += 1
+            if len(chunk) >= 65536:
+                self._apply_records(chunk)
+                chunk = []
+            self.applied_offset = offset
+        self._apply_records(chunk)
         return n
 
     def owns(self, rec: list) -> bool:
@@ -127,10 +183,13 @@ class ShardCore:
                 result = self._dispatch(rec)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
+        self._remember_result(offset, result)
+        return result
+
+    def _remember_result(self, offset: int, result) -> None:
         self._results[offset] = result
         if len(self._results) > RESULT_CACHE:
             self._results.popitem(last=False)
-        return result
 
     def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
         error = f"{type(exc).__name__}: {exc}"
@@ -145,9 +204,6 @@ class ShardCore:
         if spec is None:
             return [UNKNOWN_SEASON, None]
         partition = self.parts[spec.board_id][part_of(rec[3], spec.shards)]
-        if partition._deferred is None:
-            partition.defer_index()
-            self._touched.add(partition)
         ev = R.event_of(rec)
         if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
             partition.record(ev, R.outcome_of(rec[7]))
@@ -174,7 +230,7 @@ class ShardCore:
         if kind == R.INVALIDATE:
             _, board_id, event_id, correction_id = rec[:4]
             for partition in self.parts.get(board_id, {}).values():
-                if event_id in partition.owner:
+                if partition.owns_event(event_id):
                     row, change = partition.invalidate(event_id, correction_id)
                     return [row.player_id, row.key is not None, row.value, change_wire(change)]
             return None
@@ -207,9 +263,8 @@ class ShardCore:
         version = sum(p.changes for p in parts)
         if op == "top":
             n = req[2]
-            its = [islice(p.index, n) for p in parts]
-            keys = list(islice(heapq.merge(*its), n)) if len(its) > 1 else list(its[0]) if its else []
-            return [version, [self._entry_for_key(parts, k) for k in keys]]
+            tops = [[entry(r) for r in p.top(0, n)] for p in parts]
+            return [version, list(islice(heapq.merge(*tops), n)) if len(tops) > 1 else tops[0] if tops else []]
         if op == "get":
             for p in parts:
                 row = p.get(req[2])
@@ -226,10 +281,10 @@ class ShardCore:
             befores, afters = [], []
             count = 0
             for p in parts:
-                b, a = p.neighbours(key, above, below)
+                b, a, better = p.neighbours(key, above, below)
                 befores.append([entry(r) for r in b])
                 afters.append([entry(r) for r in a])
-                count += p.count_better_than(key)
+                count += better
             before = list(heapq.merge(*befores))[-above:] if above else []
             after = list(islice(heapq.merge(*afters), below))
             return [version, before, after, count]
@@ -240,8 +295,9 @@ class ShardCore:
             return [version, sum(len(p) for p in parts)]
         if op == "hist":
             for p in parts:
-                if req[2] in p.history:
-                    return [version, [list(h) for h in p.history[req[2]]]]
+                items = p.player_history(req[2])
+                if items:
+                    return [version, [list(h) for h in items]]
             return [version, []]
         if op == "sum":
             return [version, format(sum(p.checksum_sum() for p in parts), "x")]  # > 64 bits: msgpack-safe text
@@ -249,18 +305,10 @@ class ShardCore:
             step = req[2]
             keys = []
             for p in parts:
-                keys.extend([k[0], k[1], k[2]] for k in islice(p.index, step - 1, None, step))
+                keys.extend(p.sample_keys(step))
             keys.sort()
             return [version, sum(len(p) for p in parts), keys]
         raise ValueError(f"unknown read op {op!r}")
-
-    @staticmethod
-    def _entry_for_key(parts, k) -> list:
-        for p in parts:
-            row = p.rows.get(k[2])
-            if row is not None and row.key == k:
-                return entry(row)
-        raise KeyError(k)
 
     def stats(self) -> dict:
         return {
@@ -306,5 +354,5 @@ class ShardCore:
             for n, p in ps.items():
                 assert actor_of(board_id, n, self.n_actors) == self.index
                 p._check()
-                for pid in p.rows:
-                    assert part_of(pid, spec.shards) == n
+                for row in p.all_rows():
+                    assert part_of(row.player_id, spec.shards) == n

@@ -42,7 +42,7 @@ def ranked_rows(b: Board):
     """The ranking and every field the comparator reads. (With a complete tie
     the row keeps the first event, so fields outside the comparator, such as
     achieved_at on a fastest_time board, may differ: docs/api.md §6 "strictly better".)"""
-    rows = b.partition.rows
+    rows = {r.player_id: r for r in b.partition.all_rows()}
     return [(r.player_id, r.value, r.key[1]) for r in (rows[e.player_id] for e in b.top(0, 10_000).entries)]
 
 
@@ -108,7 +108,7 @@ def test_replay_and_snapshot_reproduce_checksum(policy, events, cut):
 @given(policies, event_streams(min_size=1), st.data())
 def test_invalidation_recomputes_from_remaining_valid_events(policy, events, data):
     b = build(policy, events)
-    applied = [eid for eid in dict.fromkeys(e.event_id for e in events) if eid in b.partition.owner]
+    applied = [eid for eid in dict.fromkeys(e.event_id for e in events) if b.partition.owns_event(eid)]
     if not applied:
         return
     victims = data.draw(st.lists(st.sampled_from(applied), max_size=4, unique=True))
@@ -120,13 +120,15 @@ def test_invalidation_recomputes_from_remaining_valid_events(policy, events, dat
         assert b.version - before in (0, 1)
         b._check()
     # Events that never reached the comparator (e.g. invalid timing) are not candidates.
-    never = {e.event_id for e in events if e.event_id not in b.partition.owner}
+    never = {e.event_id for e in events if not b.partition.owns_event(e.event_id)}
     rows = oracle.final_rows(policy, events, invalid=set(victims) | never, max_time=3)
     assert [p for p, _, _ in ranked_rows(b)] == oracle.ranking(policy, rows)
-    for pid, row in b.partition.rows.items():
+    for row in b.partition.all_rows():
+        pid = row.player_id
         assert (row.status is RowStatus.ACTIVE) == (pid in rows)
     # A later valid event ranks an invalidated player again.
-    for pid, row in list(b.partition.rows.items()):
+    for row in b.partition.all_rows():
+        pid = row.player_id
         if row.status is RowStatus.INVALIDATED:
             r = b.apply(ScoreEvent(BOARD, f"again-{pid}", pid, 1, 0, 1))
             assert b.player(pid).rank is not None, r

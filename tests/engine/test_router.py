@@ -120,8 +120,8 @@ def test_k_shards_equal_one_shard_and_the_oracle(work):
             pass
     assert ref.checksum().checksum == runs[0]["checksum"]
     assert [(e.rank, e.player_id) for e in ref.top(0, 1000).entries] == [t[:2] for t in runs[0]["top"]]
-    rows = oracle.final_rows(policy, events, invalid={e for e in invalid if e in ref.partition.owner} |
-                             {e.event_id for e in events if e.event_id not in ref.partition.owner}, max_time=3)
+    rows = oracle.final_rows(policy, events, invalid={e for e in invalid if ref.partition.owns_event(e)} |
+                             {e.event_id for e in events if not ref.partition.owns_event(e.event_id)}, max_time=3)
     assert [t[1] for t in runs[0]["top"]] == oracle.ranking(policy, rows)
 
 

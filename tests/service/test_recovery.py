@@ -138,14 +138,15 @@ def test_corrupt_newest_snapshot_falls_back(tmp_path, caplog, which):
 
 
 def test_poison_event_is_dead_lettered_and_replays_the_same(tmp_path, monkeypatch):
-    real_apply = Partition.apply
+    real_apply = Partition.apply_columns
 
-    def poisoned(self, ev, *a, **kw):
-        if ev.event_id == "poison":
+    def poisoned(self, cols, verdicts=None, *a, **kw):
+        # only when it would reach the comparator: a duplicate verdict is journalled
+        if any(e == "poison" and (verdicts is None or verdicts[i] == 0) for i, e in enumerate(cols.event_ids)):
             raise RuntimeError("boom on poison")
-        return real_apply(self, ev, *a, **kw)
+        return real_apply(self, cols, verdicts, *a, **kw)
 
-    monkeypatch.setattr(Partition, "apply", poisoned)
+    monkeypatch.setattr(Partition, "apply_columns", poisoned)
 
     async def go():
         svc = await open_service(tmp_path, 3)

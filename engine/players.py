@@ -1,0 +1,228 @@
+"""Interned player ids of one board: every player id becomes a dense int32.
+
+A :class:`PlayerTable` holds each id once, as UTF-8 bytes in one arena
+(``arena[offs[i]:offs[i + 1]]`` is player ``i``), found through an
+open-addressing table of int32 slots kept at most half full. About
+``len(id) + 16`` bytes per player and no Python object per player.
+
+UTF-8 byte order is code-point order (surrogates passed through keep it),
+so comparing the stored bytes settles exact player-id ties the way the API's
+comparator orders ids (:func:`id_less`).
+
+>>> t = PlayerTable()
+>>> t.intern(["p-ava", "p-ben", "p-ava"]).tolist()
+[0, 1, 0]
+>>> t.lookup(["p-ben", "nobody"]).tolist(), t.id_of(1), len(t)
+([1, -1], 'p-ben', 2)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numba
+import numpy as np
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@numba.njit(cache=True, inline="always")
+def hash_bytes(buf, start, end):
+    """FNV-1a over ``buf[start:end]``, finished with murmur3's fmix64."""
+    h = np.uint64(0xCBF29CE484222325)
+    for k in range(start, end):
+        h = (h ^ np.uint64(buf[k])) * np.uint64(0x100000001B3)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    h ^= h >> np.uint64(33)
+    return h
+
+
+@numba.njit(cache=True, inline="always")
+def same_bytes(a, a0, a1, b, b0, b1):
+    if a1 - a0 != b1 - b0:
+        return False
+    for k in range(a1 - a0):
+        if a[a0 + k] != b[b0 + k]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, inline="always")
+def id_less(arena, offs, i, j):
+    """Player ``i``'s id sorts strictly before player ``j``'s (code-point order)."""
+    a0, a1, b0, b1 = offs[i], offs[i + 1], offs[j], offs[j + 1]
+    la, lb = a1 - a0, b1 - b0
+    m = la if la < lb else lb
+    for k in range(m):
+        x, y = arena[a0 + k], arena[b0 + k]
+        if x != y:
+            return x < y
+    return la < lb
+
+
+@numba.njit(cache=True)
+def _intern(buf, boffs, arena, offs, n, slots, create, out):
+    """Find (or add, when ``create``) each id of ``buf``; returns the new count.
+    The caller has made room for every id to be new."""
+    mask = len(slots) - 1
+    used = offs[n]
+    for i in range(len(boffs) - 1):
+        s0, s1 = boffs[i], boffs[i + 1]
+        h = hash_bytes(buf, s0, s1)
+        pos = np.int64(h & np.uint64(mask))
+        while True:
+            cur = slots[pos]
+            if cur < 0:
+                if create:
+                    for k in range(s1 - s0):
+                        arena[used + k] = buf[s0 + k]
+                    used += s1 - s0
+                    offs[n + 1] = used
+                    slots[pos] = n
+                    out[i] = n
+                    n += 1
+                else:
+                    out[i] = -1
+                break
+            if same_bytes(arena, offs[cur], offs[cur + 1], buf, s0, s1):
+                out[i] = cur
+                break
+            pos = (pos + 1) & mask
+    return n
+
+
+@numba.njit(cache=True)
+def _rehash(arena, offs, n, slots):
+    mask = len(slots) - 1
+    slots[:] = -1
+    for i in range(n):
+        pos = np.int64(hash_bytes(arena, offs[i], offs[i + 1]) & np.uint64(mask))
+        while slots[pos] >= 0:
+            pos = (pos + 1) & mask
+        slots[pos] = i
+
+
+def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes of many ids in one buffer plus their int64 offsets."""
+    try:
+        enc = [s.encode() for s in ids]
+    except UnicodeEncodeError:  # a lone surrogate: keep it, it still orders by code point
+        enc = [s.encode("utf-8", "surrogatepass") for s in ids]
+    n = len(enc)
+    boffs = np.zeros(n + 1, dtype=np.int64)
+    if n:
+        np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=n), out=boffs[1:])
+    # a writable buffer: numba specialises readonly arrays separately
+    buf = np.frombuffer(bytearray(b"".join(enc)), dtype=np.uint8)
+    return buf, boffs
+
+
+def decode_id(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogatepass")
+
+
+class PlayerTable:
+    """Player id <-> dense int32 index, for one board partition."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.arena = np.zeros(1024, dtype=np.uint8)
+        self.offs = np.zeros(65, dtype=np.int64)
+        self.slots = np.full(128, -1, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _reserve(self, k: int, nbytes: int) -> None:
+        n = self.n
+        need = int(self.offs[n]) + nbytes
+        if need > len(self.arena):
+            self.arena = _grown(self.arena, need)
+        if n + k + 1 > len(self.offs):
+            self.offs = _grown(self.offs, n + k + 1)
+        if 2 * (n + k) > len(self.slots):
+            size = len(self.slots)
+            while 2 * (n + k) > size:
+                size *= 2
+            self.slots = np.empty(size, dtype=np.int32)
+            _rehash(self.arena, self.offs, n, self.slots)
+
+    def reserve_scratch(self, k: int, nbytes: int) -> None:
+        """Room for ``k`` ids of ``nbytes`` after the players, not interned
+        (query keys compare by bytes through indexes ``n .. n + k - 1``)."""
+        n = self.n
+        need = int(self.offs[n]) + nbytes
+        if need > len(self.arena):
+            self.arena = _grown(self.arena, need)
+        if n + k + 1 > len(self.offs):
+            self.offs = _grown(self.offs, n + k + 1)
+
+    def intern_encoded(self, buf: np.ndarray, boffs: np.ndarray, create: bool = True) -> np.ndarray:
+        out = np.empty(len(boffs) - 1, dtype=np.int32)
+        if create:
+            self._reserve(len(out), len(buf))
+        self.n = int(_intern(buf, boffs, self.arena, self.offs, self.n, self.slots, create, out))
+        return out
+
+    def intern(self, ids: Sequence[str]) -> np.ndarray:
+        """Indexes of ``ids``, adding the unknown ones. O(total bytes)."""
+        return self.intern_encoded(*encode_ids(ids))
+
+    def lookup(self, ids: Sequence[str]) -> np.ndarray:
+        """Indexes of ``ids``; -1 for an id the table has never seen."""
+        return self.intern_encoded(*encode_ids(ids), create=False)
+
+    def id_of(self, i: int) -> str:
+        return decode_id(self.arena[self.offs[i]:self.offs[i + 1]].tobytes())
+
+    def ids_of(self, idx) -> list[str]:
+        arena, offs = self.arena, self.offs
+        return [decode_id(arena[offs[i]:offs[i + 1]].tobytes()) for i in np.asarray(idx).tolist()]
+
+    def nbytes(self) -> int:
+        """Bytes in use (arena and offsets as filled, the whole slot table)."""
+        return int(self.offs[self.n]) + 8 * (self.n + 1) + self.slots.nbytes
+
+    # --------------------------------------------------------------- snapshots
+
+    def to_state(self) -> dict:
+        n = self.n
+        return {"arena": self.arena[: self.offs[n]].tobytes(), "offs": self.offs[: n + 1].tobytes()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "PlayerTable":
+        t = cls()
+        offs = np.frombuffer(state["offs"], dtype=np.int64).copy()
+        arena = np.frombuffer(state["arena"], dtype=np.uint8).copy()
+        t.n = len(offs) - 1
+        t.offs = _grown(offs, len(offs) + 64)
+        t.arena = _grown(arena, len(arena) + 1024)
+        size = 128
+        while 2 * t.n > size:
+            size *= 2
+        t.slots = np.empty(size, dtype=np.int32)
+        _rehash(t.arena, t.offs, t.n, t.slots)
+        return t
+
+    def _check(self) -> None:
+        n = self.n
+        assert 2 * n <= len(self.slots)
+        assert np.all(np.diff(self.offs[: n + 1]) >= 0)
+        seen = np.sort(self.slots[self.slots >= 0])
+        assert seen.tolist() == list(range(n)), "every player sits in exactly one slot"
+        ids = self.ids_of(range(n))
+        assert len(set(ids)) == n
+        assert self.lookup(ids).tolist() == list(range(n))
+
+
+def _grown(a: np.ndarray, need: int) -> np.ndarray:
+    size = max(len(a), 1)
+    while size < need:
+        size *= 2
+    out = np.zeros(size, dtype=a.dtype)
+    out[: len(a)] = a
+    return out

@@ -1,0 +1,315 @@
+"""The rank index: exact fixed-width keys in sorted blocks (numba).
+
+A key is ``(primary, tie, player)``: two int64 and the player's int32 index
+in the board's :class:`~engine.players.PlayerTable`. Keys order by primary,
+then tie, then the player id's UTF-8 bytes (code-point order): the API §6
+comparator with no float anywhere. The policy maps a row to its key
+(:func:`engine.partition.keys_of`); the index only orders keys.
+
+Storage is a list of blocks of at most ``CAP`` keys each (the idea of
+``sortedcontainers.SortedList``, with packed arrays instead of Python
+objects): ``P``, ``T`` (int64) and ``ID`` (int32) hold block ``b`` at
+``[b * CAP, b * CAP + cnt[b])``, sorted; ``order`` lists the blocks in key
+order. Finding a key is a binary search over the blocks' last keys and
+then inside one block: O(log n). Inserting shifts at most ``CAP`` keys and
+splits a full block in two. ``prefix`` (keys before each block) is rebuilt
+lazily, once per batch of writes, so a rank is O(log n) too.
+About 20 bytes per key at full blocks; ~28 at the usual fill.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from engine.players import id_less
+
+CAP = 128
+
+
+@numba.njit(cache=True, inline="always")
+def key_less(p1, t1, i1, p2, t2, i2, arena, offs):
+    if p1 != p2:
+        return p1 < p2
+    if t1 != t2:
+        return t1 < t2
+    if i1 == i2:
+        return False
+    return id_less(arena, offs, i1, i2)
+
+
+@numba.njit(cache=True)
+def _find_block(P, T, ID, cnt, order, nb, p, t, i, arena, offs):
+    """The first logical block whose last key is >= the key (nb - 1 if none)."""
+    lo, hi = 0, nb
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        b = order[mid]
+        last = b * CAP + cnt[b] - 1
+        if key_less(P[last], T[last], ID[last], p, t, i, arena, offs):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < nb else nb - 1
+
+
+@numba.njit(cache=True)
+def _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs):
+    lo, hi = 0, c
+    base = b * CAP
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        k = base + mid
+        if key_less(P[k], T[k], ID[k], p, t, i, arena, offs):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def _insert_many(P, T, ID, cnt, order, meta, free, ap, at, ai, start, arena, offs):
+    """Insert keys ``start..`` in turn; returns the index of the first key not
+    inserted (len when all were): the caller grows the arrays and resumes."""
+    for x in range(start, len(ap)):
+        p, t, i = ap[x], at[x], ai[x]
+        nb = meta[0]
+        if nb == 0:
+            if meta[1] == 0:
+                return x
+            meta[1] -= 1
+            b = free[meta[1]]
+            order[0] = b
+            cnt[b] = 0
+            meta[0] = nb = 1
+        j = _find_block(P, T, ID, cnt, order, nb, p, t, i, arena, offs)
+        b = order[j]
+        if cnt[b] == CAP:  # split: the upper half moves to a new block after it
+            if meta[1] == 0:
+                return x
+            meta[1] -= 1
+            nbk = free[meta[1]]
+            half = CAP // 2
+            src, dst = b * CAP + half, nbk * CAP
+            P[dst:dst + CAP - half] = P[src:src + CAP - half]
+            T[dst:dst + CAP - half] = T[src:src + CAP - half]
+            ID[dst:dst + CAP - half] = ID[src:src + CAP - half]
+            cnt[b], cnt[nbk] = half, CAP - half
+            for q in range(nb, j + 1, -1):
+                order[q] = order[q - 1]
+            order[j + 1] = nbk
+            meta[0] = nb = nb + 1
+            last = b * CAP + half - 1
+            if key_less(P[last], T[last], ID[last], p, t, i, arena, offs):
+                b = nbk
+        c = cnt[b]
+        pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs)
+        base = b * CAP
+        for q in range(base + c, base + pos, -1):
+            P[q] = P[q - 1]
+            T[q] = T[q - 1]
+            ID[q] = ID[q - 1]
+        P[base + pos], T[base + pos], ID[base + pos] = p, t, i
+        cnt[b] = c + 1
+        meta[2] += 1
+    return len(ap)
+
+
+@numba.njit(cache=True)
+def _remove_many(P, T, ID, cnt, order, meta, free, rp, rt, ri, arena, offs):
+    """Remove keys that are present; returns how many were missing (a bug)."""
+    missing = 0
+    for x in range(len(rp)):
+        p, t, i = rp[x], rt[x], ri[x]
+        nb = meta[0]
+        if nb == 0:
+            missing += 1
+            continue
+        j = _find_block(P, T, ID, cnt, order, nb, p, t, i, arena, offs)
+        b = order[j]
+        c = cnt[b]
+        pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs)
+        base = b * CAP
+        k = base + pos
+        if pos >= c or P[k] != p or T[k] != t or ID[k] != i:
+            missing += 1
+            continue
+        for q in range(k, base + c - 1):
+            P[q] = P[q + 1]
+            T[q] = T[q + 1]
+            ID[q] = ID[q + 1]
+        cnt[b] = c - 1
+        meta[2] -= 1
+        if c == 1:  # the block is empty: drop it from the order
+            for q in range(j, nb - 1):
+                order[q] = order[q + 1]
+            meta[0] = nb - 1
+            free[meta[1]] = b
+            meta[1] += 1
+    return missing
+
+
+@numba.njit(cache=True)
+def _prefix(cnt, order, nb, prefix):
+    s = 0
+    for j in range(nb):
+        prefix[j] = s
+        s += cnt[order[j]]
+    prefix[nb] = s
+
+
+@numba.njit(cache=True)
+def _count_less_many(P, T, ID, cnt, order, nb, prefix, qp, qt, qi, arena, offs, out):
+    """For each query key, how many keys sort strictly before it."""
+    for x in range(len(qp)):
+        if nb == 0:
+            out[x] = 0
+            continue
+        p, t, i = qp[x], qt[x], qi[x]
+        j = _find_block(P, T, ID, cnt, order, nb, p, t, i, arena, offs)
+        b = order[j]
+        out[x] = prefix[j] + _pos_in_block(P, T, ID, b, cnt[b], p, t, i, arena, offs)
+
+
+@numba.njit(cache=True)
+def _slice(P, T, ID, cnt, order, nb, prefix, start, stop, op, ot, oi):
+    """Keys at sorted positions start..stop-1 into op/ot/oi."""
+    if start >= stop:
+        return
+    lo, hi = 0, nb
+    while lo < hi:  # the last block whose prefix <= start
+        mid = (lo + hi) >> 1
+        if prefix[mid + 1] <= start:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo
+    w = 0
+    pos = start - prefix[j]
+    while w < stop - start and j < nb:
+        b = order[j]
+        base = b * CAP
+        while pos < cnt[b] and w < stop - start:
+            op[w], ot[w], oi[w] = P[base + pos], T[base + pos], ID[base + pos]
+            w += 1
+            pos += 1
+        j += 1
+        pos = 0
+
+
+@numba.njit(cache=True)
+def _check_kernel(P, T, ID, cnt, order, nb, arena, offs):
+    total = 0
+    first = True
+    lp, lt, li = 0, 0, 0
+    for j in range(nb):
+        b = order[j]
+        if cnt[b] < 1 or cnt[b] > CAP:
+            return -1
+        for k in range(b * CAP, b * CAP + cnt[b]):
+            if not first and not key_less(lp, lt, li, P[k], T[k], ID[k], arena, offs):
+                return -2
+            lp, lt, li = P[k], T[k], ID[k]
+            first = False
+            total += 1
+    return total
+
+
+class RankIndex:
+    """Sorted exact keys of the ranked rows of one partition."""
+
+    def __init__(self, blocks: int = 4) -> None:
+        self.P = np.zeros(blocks * CAP, dtype=np.int64)
+        self.T = np.zeros(blocks * CAP, dtype=np.int64)
+        self.ID = np.zeros(blocks * CAP, dtype=np.int32)
+        self.cnt = np.zeros(blocks, dtype=np.int32)
+        self.order = np.zeros(blocks, dtype=np.int32)
+        self.free = np.arange(blocks - 1, -1, -1, dtype=np.int32)  # a stack: block 0 is taken first
+        self.meta = np.array([0, blocks, 0], dtype=np.int64)  # blocks in order, free blocks, keys
+        self.prefix = np.zeros(blocks + 1, dtype=np.int64)
+        self._fresh = True  # prefix matches the blocks
+
+    def __len__(self) -> int:
+        return int(self.meta[2])
+
+    def _grow(self) -> None:
+        old = len(self.cnt)
+        new = old * 2
+        for name in ("P", "T", "ID"):
+            a = getattr(self, name)
+            b = np.zeros(new * CAP, dtype=a.dtype)
+            b[: len(a)] = a
+            setattr(self, name, b)
+        cnt = np.zeros(new, dtype=np.int32)
+        cnt[:old] = self.cnt
+        order = np.zeros(new, dtype=np.int32)
+        order[:old] = self.order
+        free = np.zeros(new, dtype=np.int32)
+        nfree = int(self.meta[1])
+        free[:nfree] = self.free[:nfree]
+        free[nfree:nfree + old] = np.arange(new - 1, old - 1, -1, dtype=np.int32)
+        self.cnt, self.order, self.free = cnt, order, free
+        self.meta[1] = nfree + old
+        self.prefix = np.zeros(new + 1, dtype=np.int64)
+
+    # ------------------------------------------------------------------ writes
+
+    def insert_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray) -> None:
+        self._fresh = False
+        done = 0
+        while True:
+            done = _insert_many(self.P, self.T, self.ID, self.cnt, self.order, self.meta, self.free,
+                                p, t, i, done, arena, offs)
+            if done == len(p):
+                return
+            self._grow()
+
+    def remove_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray) -> None:
+        self._fresh = False
+        missing = _remove_many(self.P, self.T, self.ID, self.cnt, self.order, self.meta, self.free,
+                               p, t, i, arena, offs)
+        if missing:
+            raise AssertionError(f"rank index: {missing} keys to remove were not in the index")
+
+    # ------------------------------------------------------------------- reads
+
+    def _prefix(self) -> np.ndarray:
+        if not self._fresh:
+            _prefix(self.cnt, self.order, int(self.meta[0]), self.prefix)
+            self._fresh = True
+        return self.prefix
+
+    def count_less_many(self, p, t, i, arena, offs) -> np.ndarray:
+        """How many keys sort strictly before each query key. O(k log n)."""
+        prefix = self._prefix()
+        out = np.empty(len(p), dtype=np.int64)
+        _count_less_many(self.P, self.T, self.ID, self.cnt, self.order, int(self.meta[0]), prefix,
+                         p, t, i, arena, offs, out)
+        return out
+
+    def count_less(self, p: int, t: int, i: int, arena, offs) -> int:
+        return int(self.count_less_many(np.array([p], np.int64), np.array([t], np.int64),
+                                        np.array([i], np.int32), arena, offs)[0])
+
+    def slice(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The keys at sorted positions ``start .. stop - 1`` (clamped). O(log n + k)."""
+        n = len(self)
+        start, stop = max(0, min(start, n)), max(0, min(stop, n))
+        k = max(0, stop - start)
+        op, ot, oi = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
+        if k:
+            _slice(self.P, self.T, self.ID, self.cnt, self.order, int(self.meta[0]), self._prefix(),
+                   start, stop, op, ot, oi)
+        return op, ot, oi
+
+    def nbytes(self) -> int:
+        return self.P.nbytes + self.T.nbytes + self.ID.nbytes + 3 * self.cnt.nbytes + self.prefix.nbytes
+
+    def _check(self, arena, offs) -> None:
+        total = _check_kernel(self.P, self.T, self.ID, self.cnt, self.order, int(self.meta[0]), arena, offs)
+        assert total >= 0, f"rank index out of order or with a bad block ({total})"
+        assert total == len(self)
+        nb, nfree = int(self.meta[0]), int(self.meta[1])
+        assert nb + nfree == len(self.cnt)
+        used = set(self.order[:nb].tolist())
+        assert len(used) == nb and not used & set(self.free[:nfree].tolist())
