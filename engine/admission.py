@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import records as R
-from engine.dedup import DedupWindow, Seen, fingerprint
+from engine.dedup import DedupTable, Seen, fingerprint
 from engine.errors import AlreadyDecided, EventNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
 from engine.season import accepts_corrections, accepts_scores, next_state
@@ -28,7 +28,7 @@ class Admission:
     def __init__(self, spec: BoardSpec, dedup_retention: int):
         self.spec = spec
         self.state = BoardState.OPEN
-        self.dedup = DedupWindow(dedup_retention)
+        self.dedup = DedupTable(dedup_retention, spec.board_id)
         self.held: dict[str, HeldEvent] = {}  # pending decisions, in log order
         self.decided: dict[str, tuple[str, HeldEvent]] = {}  # event id -> (decision, event)
         self.freeze_position: int | None = None
@@ -150,7 +150,7 @@ class Admission:
         a = cls(spec, dedup_retention)
         a.state = BoardState(state["state"])
         a.freeze_position = state["freeze_position"]
-        a.dedup = DedupWindow.from_state(dedup_retention, state["dedup"])
+        a.dedup = DedupTable.from_state(dedup_retention, state["dedup"], spec.board_id)
 
         def held(x: list) -> HeldEvent:
             return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]))

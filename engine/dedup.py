@@ -1,22 +1,56 @@
 """Per-board event-id deduplication with a content fingerprint (docs/api.md §7).
 
-The window remembers the most recent ``retention`` event ids of a board,
-each with a 64-bit fingerprint of its content, so a redelivery is told
-apart from a reused id carrying different content. Ids older than the
-window are forgotten; the partition's history and the monotonic guards
-are the fallback for those (see :mod:`engine.partition`).
+The table remembers the most recent ``retention`` event ids of a board,
+each with a fingerprint of its content, so a redelivery is told apart from
+a reused id carrying different content. Ids older than the retention are
+forgotten; the partition's history and the monotonic guards are the
+fallback for those (see :mod:`engine.partition`).
 
-Fingerprints use xxh3 over a canonical encoding, never Python's salted
-``hash()``, so they survive snapshots and process restarts.
+Nothing per id is a Python object. An id is kept as a 96-bit fingerprint of
+its bytes, keyed by the board (xxh3-128 seeded with the xxh3-64 of the board
+id, low 96 bits), next to a 32-bit fold of the 64-bit content fingerprint
+:func:`fingerprint`. Two numpy arrays hold them:
+
+* a FIFO ring of ``(id0, id1, id2, content)`` uint32 entries, 16 B each, in
+  insertion order (the oldest id is evicted first);
+* an int32 open-addressing table of ring positions, linear probing, twice
+  as many slots as the ring has entries (load ≤ 0.5), 8 B per entry. Removal
+  shifts the probe run back (no tombstones), so lookups stay short however
+  long the table lives.
+
+That is 24 B per remembered id once the ring is full (plus a constant),
+against ≈ 96 B for the ``dict`` this replaced. Both arrays start empty and
+grow by doubling up to the retention, so a board with ten events holds a
+few hundred bytes, not 5,000,000 slots. Past the retention (ids added but
+not yet trimmed, see :meth:`DedupTable.add`) the ring grows by an eighth.
+
+What the fingerprints cost in exactness: a new id is taken for a remembered
+one only on a 96-bit collision (≤ retention / 2**96 per check, ≈ 6e-23 at
+5,000,000); a reused id with other content passes for a redelivery with
+probability 2**-32 per conflict.
+
+Fingerprints use xxh3 over canonical bytes, never Python's salted
+``hash()``, so they survive snapshots and process restarts. The probe,
+insert and delete kernels are compiled with numba (``cache=True``: compiled
+once per machine, then loaded from ``__pycache__``).
 """
 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Sequence
 
+import numba
+import numpy as np
 import xxhash
 
 _xxh64 = xxhash.xxh3_64_intdigest
+_xxh128 = xxhash.xxh3_128_intdigest
+_xxh128_digest = xxhash.xxh3_128_digest
+_M32 = 0xFFFFFFFF
+_NO_LIMIT = 1 << 62  # "never evict" for add()
+_MIN_CAPACITY = 64
+STATE_VERSION = 1
 
 
 def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int) -> int:
@@ -38,71 +72,541 @@ class Seen(Enum):
     CONFLICT = 2
 
 
-class DedupWindow:
-    """Bounded map event id -> fingerprint, evicting the oldest ids first.
+_SEEN = (Seen.NEW, Seen.DUPLICATE, Seen.CONFLICT)
 
-    ``check`` and ``remember`` are O(1) amortised. Memory is one dict entry
-    per remembered id (the id string is shared with the caller's event).
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return text.encode("utf-8", "surrogatepass")
+
+
+def board_seed(board_id: str) -> int:
+    """The xxh3-128 seed that keys a board's id fingerprints."""
+    return _xxh64(_utf8(board_id))
+
+
+def id_fingerprint(board_id: str, event_id: str) -> int:
+    """The 96-bit identity fingerprint of ``event_id`` on ``board_id``."""
+    return _xxh128(_utf8(event_id), board_seed(board_id)) & ((1 << 96) - 1)
+
+
+def content_fingerprint32(fp: int) -> int:
+    """The 32 bits of a :func:`fingerprint` that the table keeps (xor fold)."""
+    return (fp ^ (fp >> 32)) & _M32
+
+
+# ------------------------------------------------------------------ kernels
+#
+# ent:   (capacity, 4) uint32 ring, row = id0, id1, id2, content
+# slots: (2 * capacity,) int32, a ring position or -1
+# meta:  int64 [head, n]: ring position of the oldest entry, live entries
+# Live entries are the n positions from head on, wrapping at capacity.
+# Home slot of an id: id0 scaled onto the table (multiply-shift, any size).
+
+
+@numba.njit(cache=True)
+def _home(w0, size):
+    return (np.int64(w0) * size) >> 32
+
+
+@numba.njit(cache=True)
+def _find(ent, slots, w0, w1, w2):
+    """(slot, ring position) of the id, or (first empty slot, -1)."""
+    size = slots.size
+    if size == 0:
+        return -1, -1
+    i = _home(w0, size)
+    while True:
+        p = slots[i]
+        if p < 0:
+            return i, -1
+        if ent[p, 0] == w0 and ent[p, 1] == w1 and ent[p, 2] == w2:
+            return i, p
+        i += 1
+        if i == size:
+            i = 0
+
+
+@numba.njit(cache=True)
+def _slot_of(ent, slots, p):
+    """The slot that holds ring position ``p`` (it must be linked), or -1."""
+    size = slots.size
+    i = _home(ent[p, 0], size)
+    while True:
+        q = slots[i]
+        if q == p:
+            return i
+        if q < 0:
+            return -1
+        i += 1
+        if i == size:
+            i = 0
+
+
+@numba.njit(cache=True)
+def _unlink(ent, slots, p):
+    """Drop ring position ``p`` from the slot table, shifting its probe run
+    back so that no lookup ever crosses a hole. False if it was not there."""
+    size = slots.size
+    i = _slot_of(ent, slots, p)
+    if i < 0:
+        return False
+    j = i
+    while True:
+        j += 1
+        if j == size:
+            j = 0
+        q = slots[j]
+        if q < 0:
+            break
+        # q may fill the hole at i unless its home lies cyclically in (i, j]
+        from_home = j - _home(ent[q, 0], size)
+        if from_home < 0:
+            from_home += size
+        gap = j - i
+        if gap < 0:
+            gap += size
+        if from_home >= gap:
+            slots[i] = q
+            i = j
+    slots[i] = -1
+    return True
+
+
+@numba.njit(cache=True)
+def _move(ent, slots, src, dst):
+    """Move the entry at ring position ``src`` to the free position ``dst``."""
+    i = _slot_of(ent, slots, src)
+    if i < 0:
+        return False
+    slots[i] = dst
+    for k in range(4):
+        ent[dst, k] = ent[src, k]
+    return True
+
+
+@numba.njit(cache=True)
+def _evict_oldest(ent, slots, meta):
+    head = meta[0]
+    if not _unlink(ent, slots, head):
+        return False
+    head += 1
+    if head == ent.shape[0]:
+        head = 0
+    meta[0] = head
+    meta[1] -= 1
+    return True
+
+
+@numba.njit(cache=True)
+def _check_one(ent, slots, w0, w1, w2, c):
+    _, p = _find(ent, slots, w0, w1, w2)
+    if p < 0:
+        return 0
+    return 1 if ent[p, 3] == c else 2
+
+
+@numba.njit(cache=True)
+def _put(ent, slots, meta, w0, w1, w2, c, limit):
+    """Set the id's content (a known id keeps its place in the ring), then
+    evict the oldest id once if more than ``limit`` are held: ``dict``
+    assignment followed by one ``del`` of the first key.
+
+    1 = updated, 0 = inserted, -1 = the ring is full (grow, then retry),
+    -2 = the table is corrupt.
+    """
+    i, p = _find(ent, slots, w0, w1, w2)
+    n = meta[1]
+    if p >= 0:
+        ent[p, 3] = c
+        if n > limit and not _evict_oldest(ent, slots, meta):
+            return -2
+        return 1
+    if n >= limit:
+        # inserting would exceed the limit by one: evicting the oldest
+        # first ends in the same state (the new id is not the oldest) and
+        # never needs a bigger ring
+        if not _evict_oldest(ent, slots, meta):
+            return -2
+        n -= 1
+        i, p = _find(ent, slots, w0, w1, w2)
+    elif n == ent.shape[0]:
+        return -1
+    tail = meta[0] + n
+    if tail >= ent.shape[0]:
+        tail -= ent.shape[0]
+    ent[tail, 0] = w0
+    ent[tail, 1] = w1
+    ent[tail, 2] = w2
+    ent[tail, 3] = c
+    slots[i] = tail
+    meta[1] = n + 1
+    return 0
+
+
+@numba.njit(cache=True)
+def _put_many(ent, slots, meta, ids, cs, limit, start):
+    """``_put`` each row from ``start`` on; returns where it stopped (len =
+    done), or -1 - row when the table is corrupt."""
+    for t in range(start, ids.shape[0]):
+        r = _put(ent, slots, meta, ids[t, 0], ids[t, 1], ids[t, 2], cs[t], limit)
+        if r == -1:
+            return t
+        if r == -2:
+            return -1 - t
+    return ids.shape[0]
+
+
+@numba.njit(cache=True)
+def _check_many(ent, slots, ids, cs, out):
+    """Seen value of each row as if each NEW row were added before the next
+    (later copies of a new id in the batch are judged against the first)."""
+    k = ids.shape[0]
+    batch = np.full(2 * k, -1, np.int32)
+    size = batch.size
+    for t in range(k):
+        w0 = ids[t, 0]
+        w1 = ids[t, 1]
+        w2 = ids[t, 2]
+        _, p = _find(ent, slots, w0, w1, w2)
+        if p >= 0:
+            out[t] = 1 if ent[p, 3] == cs[t] else 2
+            continue
+        j = _home(w0, size)
+        while True:
+            q = batch[j]
+            if q < 0:
+                batch[j] = t
+                out[t] = 0
+                break
+            if ids[q, 0] == w0 and ids[q, 1] == w1 and ids[q, 2] == w2:
+                out[t] = 1 if cs[q] == cs[t] else 2
+                break
+            j += 1
+            if j == size:
+                j = 0
+
+
+@numba.njit(cache=True)
+def _discard(ent, slots, meta, w0, w1, w2):
+    """Forget one id, closing its gap in the ring by moving the shorter side
+    (O(1) for the newest or the oldest id). 1 = forgotten, 0 = unknown,
+    -1 = the table is corrupt."""
+    _, p = _find(ent, slots, w0, w1, w2)
+    if p < 0:
+        return 0
+    cap = ent.shape[0]
+    head = meta[0]
+    n = meta[1]
+    off = p - head
+    if off < 0:
+        off += cap
+    if not _unlink(ent, slots, p):
+        return -1
+    dst = p
+    if off < n - 1 - off:  # shift the older side up by one
+        for _ in range(off):
+            src = dst - 1
+            if src < 0:
+                src += cap
+            if not _move(ent, slots, src, dst):
+                return -1
+            dst = src
+        head += 1
+        if head == cap:
+            head = 0
+        meta[0] = head
+    else:  # shift the newer side down by one
+        for _ in range(n - 1 - off):
+            src = dst + 1
+            if src == cap:
+                src = 0
+            if not _move(ent, slots, src, dst):
+                return -1
+            dst = src
+    meta[1] = n - 1
+    return 1
+
+
+@numba.njit(cache=True)
+def _trim(ent, slots, meta, limit):
+    while meta[1] > limit:
+        if not _evict_oldest(ent, slots, meta):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _link_all(ent, slots, n):
+    """Link ring positions 0..n-1 into an empty slot table; the position of
+    the first repeated id, or -1."""
+    for p in range(n):
+        i, q = _find(ent, slots, ent[p, 0], ent[p, 1], ent[p, 2])
+        if q >= 0:
+            return p
+        slots[i] = p
+    return -1
+
+
+@numba.njit(cache=True)
+def _verify(ent, slots, meta):
+    """0, or the number of the first broken invariant."""
+    cap = ent.shape[0]
+    head = meta[0]
+    n = meta[1]
+    if slots.size != 2 * cap:
+        return 1
+    if n < 0 or n > cap or head < 0 or (cap > 0 and head >= cap) or (cap == 0 and head != 0):
+        return 2
+    linked = 0
+    for i in range(slots.size):
+        p = slots[i]
+        if p < 0:
+            if p != -1:
+                return 3
+            continue
+        linked += 1
+        off = p - head
+        if off < 0:
+            off += cap
+        if p >= cap or off >= n:
+            return 4  # a slot points at a dead ring position
+    if linked != n:
+        return 5
+    for off in range(n):
+        p = head + off
+        if p >= cap:
+            p -= cap
+        # found from its home with no hole in between, and no other entry
+        # carries the same id (it would be found first)
+        _, q = _find(ent, slots, ent[p, 0], ent[p, 1], ent[p, 2])
+        if q != p:
+            return 6
+    return 0
+
+
+# -------------------------------------------------------------------- table
+
+
+class DedupTable:
+    """Bounded map event id -> content fingerprint, evicting the oldest ids
+    first; behaves as a ``dict`` in insertion order (a known id keeps its
+    place when its content is set again).
+
+    ``check``, ``remember``, ``add``, ``__contains__`` and ``discard`` of the
+    newest or oldest id are O(1) expected (one probe run at load ≤ 0.5);
+    ``discard`` of another id is O(distance to the nearer end); ``trim`` is
+    O(evicted); growing the ring is O(n), amortised O(1). Memory: 24 B per
+    remembered id at a full ring, see the module docstring.
+
+    >>> t = DedupTable(2, board_id="b")
+    >>> fp = fingerprint("p", 1, 2, 2)
+    >>> t.check("e1", fp)
+    <Seen.NEW: 0>
+    >>> t.remember("e1", fp); t.remember("e2", fp); t.remember("e3", fp)
+    >>> ("e1" in t, len(t), t.check("e3", fingerprint("p", 9, 2, 2)))
+    (False, 2, <Seen.CONFLICT: 2>)
     """
 
-    __slots__ = ("retention", "_seen")
+    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta", "_last_id", "_last_words")
 
-    def __init__(self, retention: int):
+    def __init__(self, retention: int, board_id: str = ""):
         if retention < 1:
             raise ValueError("dedup retention must be at least 1")
         self.retention = retention
-        self._seen: dict[str, int] = {}
+        self.board_id = board_id
+        self._seed = board_seed(board_id)
+        self._ent = np.zeros((0, 4), np.uint32)
+        self._slots = np.zeros(0, np.int32)
+        self._meta = np.zeros(2, np.int64)
+        # admit() checks an id, then adds it: hash it once
+        self._last_id: str | None = None
+        self._last_words = (0, 0, 0)
+
+    # ------------------------------------------------------------ one id
+
+    def _words(self, event_id: str) -> tuple[int, int, int]:
+        if event_id == self._last_id:
+            return self._last_words
+        d = _xxh128(_utf8(event_id), self._seed)
+        words = (d & _M32, (d >> 32) & _M32, (d >> 64) & _M32)
+        self._last_id = event_id
+        self._last_words = words
+        return words
 
     def check(self, event_id: str, fp: int) -> Seen:
-        known = self._seen.get(event_id)
-        if known is None:
-            return Seen.NEW
-        return Seen.DUPLICATE if known == fp else Seen.CONFLICT
+        """NEW for an unknown id, DUPLICATE when it was remembered with the
+        same content fingerprint ``fp`` (from :func:`fingerprint`), else
+        CONFLICT. O(1) expected; changes nothing."""
+        w0, w1, w2 = self._words(event_id)
+        return _SEEN[_check_one(self._ent, self._slots, w0, w1, w2, (fp ^ (fp >> 32)) & _M32)]
 
     def remember(self, event_id: str, fp: int) -> None:
-        seen = self._seen
-        seen[event_id] = fp
-        if len(seen) > self.retention:
-            # dicts keep insertion order: the first key is the oldest id.
-            del seen[next(iter(seen))]
+        """Remember the id, then evict the oldest one if more than
+        ``retention`` are held (once: see ``trim``). O(1) amortised."""
+        self._put(event_id, fp, self.retention)
 
     def add(self, event_id: str, fp: int) -> None:
         """Remember without evicting yet (see ``trim``): lets a caller undo."""
-        self._seen[event_id] = fp
+        self._put(event_id, fp, _NO_LIMIT)
+
+    def _put(self, event_id: str, fp: int, limit: int) -> None:
+        w0, w1, w2 = self._words(event_id)
+        c = (fp ^ (fp >> 32)) & _M32
+        while True:
+            r = _put(self._ent, self._slots, self._meta, w0, w1, w2, c, limit)
+            if r >= 0:
+                return
+            if r == -2:
+                raise AssertionError("dedup table is corrupt")
+            self._grow()
 
     def discard(self, event_id: str) -> None:
-        self._seen.pop(event_id, None)
+        """Forget the id if it is remembered. O(1) for the newest id (how
+        ``Admission.rollback`` undoes ``add``) and the oldest; otherwise the
+        ring closes the gap from its nearer end, O(min(age, n - age))."""
+        w0, w1, w2 = self._words(event_id)
+        if _discard(self._ent, self._slots, self._meta, w0, w1, w2) < 0:
+            raise AssertionError("dedup table is corrupt")
 
     def trim(self) -> None:
         """Evict the oldest ids beyond the retention. O(evicted)."""
-        seen = self._seen
-        while len(seen) > self.retention:
-            del seen[next(iter(seen))]
+        if not _trim(self._ent, self._slots, self._meta, self.retention):
+            raise AssertionError("dedup table is corrupt")
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return int(self._meta[1])
 
     def __contains__(self, event_id: str) -> bool:
-        return event_id in self._seen
+        w0, w1, w2 = self._words(event_id)
+        return bool(_find(self._ent, self._slots, w0, w1, w2)[1] >= 0)
 
-    def to_state(self) -> list:
-        """Flat ``[id, fp, id, fp, ...]`` oldest first, for snapshots."""
-        out: list = []
-        for k, v in self._seen.items():
-            out.append(k)
-            out.append(v)
+    # ------------------------------------------------------------ batches
+
+    def _words_many(self, event_ids: Sequence[str]) -> np.ndarray:
+        """(k, 3) uint32 identity fingerprints, the same words as ``_words``."""
+        seed = self._seed
+        try:
+            raw = b"".join([_xxh128_digest(e.encode(), seed) for e in event_ids])
+        except UnicodeEncodeError:
+            raw = b"".join([_xxh128_digest(_utf8(e), seed) for e in event_ids])
+        be = np.frombuffer(raw, dtype=">u4").reshape(-1, 4)  # most significant word first
+        return np.ascontiguousarray(be[:, :0:-1], dtype=np.uint32)
+
+    @staticmethod
+    def _fold_many(fps, k: int) -> np.ndarray:
+        a = np.asarray(fps, dtype=np.uint64).reshape(-1)
+        if a.size != k:
+            raise ValueError(f"{k} event ids but {a.size} fingerprints")
+        return ((a ^ (a >> np.uint64(32))) & np.uint64(_M32)).astype(np.uint32)
+
+    def check_many(self, event_ids: Sequence[str], fps) -> np.ndarray:
+        """``check`` of each id as if every NEW one were added before the
+        next: a repeated id in the batch is DUPLICATE (same content as its
+        first copy) or CONFLICT. Returns an int8 array of ``Seen`` values;
+        changes nothing. O(k) expected."""
+        k = len(event_ids)
+        cs = self._fold_many(fps, k)
+        out = np.zeros(k, np.int8)
+        if k:
+            _check_many(self._ent, self._slots, self._words_many(event_ids), cs, out)
         return out
 
+    def remember_many(self, event_ids: Sequence[str], fps) -> None:
+        """``remember`` each id in order. O(k) amortised."""
+        k = len(event_ids)
+        cs = self._fold_many(fps, k)
+        if not k:
+            return
+        ids = self._words_many(event_ids)
+        done = 0
+        while True:
+            done = _put_many(self._ent, self._slots, self._meta, ids, cs, self.retention, done)
+            if done == k:
+                return
+            if done < 0:
+                raise AssertionError("dedup table is corrupt")
+            self._grow()
+
+    # ------------------------------------------------------------ storage
+
+    @property
+    def capacity(self) -> int:
+        """Entries the ring holds before it grows."""
+        return int(self._ent.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays (what a remembered id costs, over ``len``)."""
+        return int(self._ent.nbytes + self._slots.nbytes + self._meta.nbytes)
+
+    def _entries(self) -> np.ndarray:
+        """The live ring entries, oldest first (a copy)."""
+        head, n = int(self._meta[0]), int(self._meta[1])
+        cap = self.capacity
+        if head + n <= cap:
+            return self._ent[head:head + n].copy()
+        return np.concatenate([self._ent[head:], self._ent[:head + n - cap]])
+
+    def _grow(self) -> None:
+        cap, r = self.capacity, self.retention
+        if cap < r:
+            self._reshape(min(max(2 * cap, _MIN_CAPACITY), r))
+        else:  # ids added past the retention, waiting for trim()
+            self._reshape(cap + max(cap >> 3, _MIN_CAPACITY))
+
+    def _reshape(self, capacity: int) -> None:
+        self._load(self._entries(), capacity)
+
+    def _load(self, entries: np.ndarray, capacity: int) -> None:
+        n = len(entries)
+        assert n <= capacity
+        ent = np.zeros((capacity, 4), np.uint32)
+        ent[:n] = entries
+        slots = np.full(2 * capacity, -1, np.int32)
+        if _link_all(ent, slots, n) >= 0:
+            raise ValueError("dedup state repeats an event id")
+        self._ent, self._slots = ent, slots
+        self._meta[0], self._meta[1] = 0, n
+
+    def to_state(self) -> dict:
+        """``{"v": 1, "entries": bytes}``: the ring's live ``(id0, id1, id2,
+        content)`` uint32 rows, little-endian, oldest first. O(n)."""
+        return {"v": STATE_VERSION, "entries": self._entries().astype("<u4").tobytes()}
+
     @classmethod
-    def from_state(cls, retention: int, state: list) -> "DedupWindow":
-        w = cls(retention)
-        it = iter(state)
-        w._seen = dict(zip(it, it))
-        while len(w._seen) > retention:
-            del w._seen[next(iter(w._seen))]
-        return w
+    def from_state(cls, retention: int, state: dict | list, board_id: str = "") -> "DedupTable":
+        """Rebuild from ``to_state``, keeping the newest ``retention`` ids.
+        Also reads the flat ``[id, fp, id, fp, ...]`` list that the dict
+        window wrote before this table (hashed here with ``board_id``)."""
+        t = cls(retention, board_id)
+        if isinstance(state, list):
+            ids = state[0::2]
+            entries = np.empty((len(ids), 4), np.uint32)
+            if ids:
+                entries[:, :3] = t._words_many(ids)
+                entries[:, 3] = cls._fold_many(state[1::2], len(ids))
+        else:
+            if state.get("v") != STATE_VERSION:
+                raise ValueError(f"unknown dedup state version {state.get('v')!r}")
+            entries = np.frombuffer(state["entries"], dtype="<u4").reshape(-1, 4)
+        entries = entries[-retention:]
+        if len(entries):
+            t._load(entries, len(entries))
+        return t
 
     def _check(self) -> None:
-        assert len(self._seen) <= self.retention
-        for k, v in self._seen.items():
-            assert isinstance(k, str) and isinstance(v, int)
+        """Every invariant, O(capacity): shapes, head and count in range,
+        each slot names a live entry and each live entry is linked exactly
+        once, found from its home slot with no hole in the probe run, and
+        no id twice. ``len`` may exceed the retention between ``add`` and
+        ``trim``."""
+        code = _verify(self._ent, self._slots, self._meta)
+        assert code == 0, f"dedup table invariant {code} broken"
+        assert self._ent.dtype == np.uint32 and self._slots.dtype == np.int32
+        assert self._ent.flags.c_contiguous and self._ent.flags.writeable
+
+
+DedupWindow = DedupTable  # the name before the table was array-backed

@@ -60,7 +60,7 @@ def test_dedup_window_detects_duplicate_and_conflict_and_evicts_oldest():
     w.remember("e3", fp)
     assert "e1" not in w and len(w) == 2
     w._check()
-    assert DedupWindow.from_state(2, w.to_state())._seen == w._seen
+    assert DedupWindow.from_state(2, w.to_state()).to_state() == w.to_state()
 
 
 def test_fingerprint_is_stable_and_content_sensitive():

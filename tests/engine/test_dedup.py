@@ -1,0 +1,349 @@
+"""engine.dedup: the array-backed dedup table against a dict reference model."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.admission import Admission
+from engine.dedup import (
+    DedupTable,
+    DedupWindow,
+    Seen,
+    content_fingerprint32,
+    fingerprint,
+    id_fingerprint,
+)
+from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
+
+FP = fingerprint("p", 1, 2, 2)
+OTHER = fingerprint("p", 2, 2, 2)
+
+
+class Model:
+    """The dict window this table replaced, over the 32-bit content folds."""
+
+    def __init__(self, retention: int):
+        self.retention = retention
+        self.d: OrderedDict[str, int] = OrderedDict()
+
+    def check(self, event_id: str, fp: int) -> Seen:
+        known = self.d.get(event_id)
+        if known is None:
+            return Seen.NEW
+        return Seen.DUPLICATE if known == content_fingerprint32(fp) else Seen.CONFLICT
+
+    def add(self, event_id: str, fp: int) -> None:
+        self.d[event_id] = content_fingerprint32(fp)  # a known id keeps its place
+
+    def remember(self, event_id: str, fp: int) -> None:
+        self.add(event_id, fp)
+        if len(self.d) > self.retention:
+            self.d.popitem(last=False)
+
+    def discard(self, event_id: str) -> None:
+        self.d.pop(event_id, None)
+
+    def trim(self) -> None:
+        while len(self.d) > self.retention:
+            self.d.popitem(last=False)
+
+    def state(self, board_id: str) -> bytes:
+        rows = []
+        for event_id, c in self.d.items():
+            f = id_fingerprint(board_id, event_id)
+            rows.append([f & 0xFFFFFFFF, (f >> 32) & 0xFFFFFFFF, f >> 64, c])
+        return np.array(rows, dtype="<u4").reshape(-1, 4).tobytes()
+
+
+def same(t: DedupTable, m: Model, universe) -> None:
+    t._check()
+    assert len(t) == len(m.d)
+    assert t.to_state()["entries"] == m.state(t.board_id)  # same ids, same order, same content
+    for event_id in universe:
+        assert (event_id in t) == (event_id in m.d)
+
+
+# ------------------------------------------------------------------ units
+
+
+def test_duplicate_and_conflict():
+    t = DedupTable(10, "b")
+    assert t.check("e1", FP) is Seen.NEW
+    t.remember("e1", FP)
+    assert t.check("e1", FP) is Seen.DUPLICATE
+    assert t.check("e1", OTHER) is Seen.CONFLICT
+    assert t.check("e2", FP) is Seen.NEW
+    assert "e1" in t and "e2" not in t and len(t) == 1
+    t._check()
+
+
+def test_eviction_is_oldest_first_at_the_retention():
+    t = DedupTable(3, "b")
+    for i in range(5):
+        t.remember(f"e{i}", FP)
+        t._check()
+    assert [f"e{i}" in t for i in range(5)] == [False, False, True, True, True]
+    # remembering a known id again keeps its place (dict assignment): e2 is still the oldest
+    t.remember("e2", OTHER)
+    t.remember("e5", FP)
+    assert "e2" not in t and "e3" in t and len(t) == 3
+    assert t.capacity == 3
+
+
+def test_remember_evicts_once_and_trim_evicts_the_rest():
+    t = DedupTable(2, "b")
+    for i in range(5):
+        t.add(f"e{i}", FP)
+    assert len(t) == 5
+    t.remember("e5", FP)  # like the dict window: one eviction per remember
+    assert len(t) == 5 and "e0" not in t
+    t.trim()
+    assert len(t) == 2 and "e4" in t and "e5" in t
+    t._check()
+
+
+def test_discard_newest_oldest_middle_and_unknown():
+    t = DedupTable(100, "b")
+    for i in range(10):
+        t.add(f"e{i}", FP)
+    t.discard("e9")  # newest: the rollback case
+    t.discard("e0")  # oldest
+    t.discard("e3")  # nearer the old end
+    t.discard("e6")  # nearer the new end
+    t.discard("nope")
+    t._check()
+    m = Model(100)
+    for i in (1, 2, 4, 5, 7, 8):
+        m.add(f"e{i}", FP)
+    same(t, m, [f"e{i}" for i in range(10)])
+
+
+def test_rollback_discards_what_admit_added():
+    spec = BoardSpec("b", Policy.BEST_SCORE)
+    a = Admission(spec, 3)
+    for i in range(3):
+        assert a.admit(ScoreEvent("b", f"e{i}", "p", i, 1, 1)) is None
+    a.commit()
+    before = a.dedup.to_state()
+    for i in range(3, 8):
+        assert a.admit(ScoreEvent("b", f"e{i}", "p", i, 1, 1)) is None
+    assert len(a.dedup) == 8
+    a.rollback()
+    assert a.dedup.to_state() == before
+    a._check()
+
+
+def test_check_many_sees_duplicates_within_the_batch():
+    t = DedupTable(10, "b")
+    t.remember("old", FP)
+    ids = ["old", "old", "n1", "n1", "n1", "n2", "", "n2"]
+    fps = [FP, OTHER, FP, FP, OTHER, FP, FP, OTHER]
+    seen = t.check_many(ids, fps)
+    assert seen.dtype == np.int8
+    assert [Seen(int(v)) for v in seen] == [
+        Seen.DUPLICATE, Seen.CONFLICT, Seen.NEW, Seen.DUPLICATE, Seen.CONFLICT, Seen.NEW, Seen.NEW, Seen.CONFLICT,
+    ]
+    assert len(t) == 1  # changes nothing
+    assert len(t.check_many([], [])) == 0
+    with pytest.raises(ValueError):
+        t.check_many(["a"], [])
+
+
+def test_remember_many_is_remember_in_order():
+    t, m = DedupTable(4, "b"), Model(4)
+    ids = [f"e{i % 7}" for i in range(40)]
+    fps = [fingerprint("p", i % 3, 0, 0) for i in range(40)]
+    t.remember_many(ids, np.array(fps, dtype=np.uint64))
+    for e, f in zip(ids, fps):
+        m.remember(e, f)
+    same(t, m, set(ids))
+
+
+def test_state_round_trip_through_msgpack():
+    t = DedupTable(5, "board-é")
+    for i in range(8):
+        t.remember(f"e{i}", fingerprint("p", i, 0, 0))
+    state = msgpack.unpackb(msgpack.packb(t.to_state()), raw=False)
+    assert isinstance(state["entries"], bytes) and len(state["entries"]) == 5 * 16
+    u = DedupTable.from_state(5, state, "board-é")
+    assert u.to_state() == t.to_state()
+    u._check()
+    assert u.check("e7", fingerprint("p", 7, 0, 0)) is Seen.DUPLICATE
+    u.remember("e8", FP)  # a loaded table grows and evicts as usual
+    assert "e3" not in u and len(u) == 5
+    # a smaller retention keeps the newest ids
+    v = DedupTable.from_state(2, state, "board-é")
+    assert len(v) == 2 and "e6" in v and "e7" in v and "e5" not in v
+    # an empty table round trips, and allocates nothing
+    e = DedupTable.from_state(5, DedupTable(5).to_state())
+    assert len(e) == 0 and e.capacity == 0
+
+
+def test_state_rejects_unknown_versions_and_repeated_ids():
+    with pytest.raises(ValueError):
+        DedupTable.from_state(5, {"v": 99, "entries": b""})
+    t = DedupTable(5)
+    t.remember("x", FP)
+    entries = t.to_state()["entries"]
+    with pytest.raises(ValueError):
+        DedupTable.from_state(5, {"v": 1, "entries": entries * 2})
+
+
+def test_legacy_dict_window_state_loads():
+    legacy = ["e1", FP, "e2", OTHER, "e3", FP]  # what DedupWindow.to_state wrote before
+    t = DedupTable.from_state(2, legacy, "b")
+    assert len(t) == 2 and "e1" not in t
+    assert t.check("e2", OTHER) is Seen.DUPLICATE and t.check("e3", OTHER) is Seen.CONFLICT
+    t._check()
+    # through Admission, as a router snapshot written before the table holds it
+    spec = BoardSpec("b", Policy.BEST_SCORE)
+    a = Admission.from_state(spec, 10, {"state": "OPEN", "freeze_position": None, "dedup": legacy, "held": [], "decided": []})
+    assert a.admit(ScoreEvent("b", "e2", "p", 2, 2, 2)) is Outcome.DUPLICATE_IGNORED
+
+
+def test_unicode_long_empty_and_surrogate_ids():
+    ids = ["", "é", "𝔘", "a\u0301", "\ud800", "x" * 100_000, "x" * 100_001, "\x00", "\x1f"]
+    t = DedupTable(100, "b")
+    for i, e in enumerate(ids):
+        assert t.check(e, FP) is Seen.NEW
+        t.remember(e, fingerprint("p", i, 0, 0))
+    for i, e in enumerate(ids):
+        assert t.check(e, fingerprint("p", i, 0, 0)) is Seen.DUPLICATE
+        assert t.check(e, OTHER) is Seen.CONFLICT
+    # the batch path hashes the same bytes
+    assert list(t.check_many(ids, [fingerprint("p", i, 0, 0) for i in range(len(ids))])) == [1] * len(ids)
+    t._check()
+
+
+def test_ids_are_keyed_by_board():
+    assert id_fingerprint("a", "e1") != id_fingerprint("b", "e1")
+    a = DedupTable(5, "a")
+    a.remember("e1", FP)
+    assert "e1" not in DedupTable.from_state(5, a.to_state(), "b")
+
+
+def test_fingerprints_are_pinned():
+    # Snapshots store these: they must not change across versions or processes.
+    assert id_fingerprint("g:m:s", "evt-1") == 0xF84879127B22880ACAE67721
+    assert content_fingerprint32(fingerprint("p", 1, 2, 3)) == 0x614F6CED ^ 0x1F2760B6 == 0x7E680C5B
+    t = DedupTable(5, "g:m:s")
+    t.remember("evt-1", fingerprint("p", 1, 2, 3))
+    assert t.to_state()["entries"].hex() == "2177e6ca0a88227b127948f85b0c687e"
+
+
+def test_allocation_is_lazy_and_bounded_by_the_retention():
+    t = DedupTable(5_000_000, "b")
+    assert t.nbytes < 100
+    for i in range(10):
+        t.remember(f"e{i}", FP)
+    assert t.capacity == 64 and t.nbytes < 2_000
+    t = DedupTable(1000, "b")
+    t.remember_many([f"e{i}" for i in range(3000)], [FP] * 3000)
+    assert len(t) == 1000 and t.capacity == 1000
+    assert t.nbytes <= 24 * 1000 + 64  # 16 B ring + 8 B of slots per id, plus meta
+    t._check()
+
+
+def test_dedup_window_is_the_table():
+    assert DedupWindow is DedupTable
+
+
+def test_seeded_random_run_against_the_model():
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    t, m = DedupTable(50, "b"), Model(50)
+    universe = [f"e{i}" for i in range(120)]
+    fps = [fingerprint("p", i, 0, 0) for i in range(3)]
+    for step in range(20_000):
+        e, f = rng.choice(universe), rng.choice(fps)
+        r = rng.random()
+        if r < 0.4:
+            assert t.check(e, f) is m.check(e, f), (seed, step)
+            t.remember(e, f)
+            m.remember(e, f)
+        elif r < 0.6:
+            t.add(e, f)
+            m.add(e, f)
+        elif r < 0.75:
+            newest = next(reversed(m.d), e) if rng.random() < 0.5 else e
+            t.discard(newest)
+            m.discard(newest)
+        elif r < 0.8:
+            t.trim()
+            m.trim()
+        else:
+            assert t.check(e, f) is m.check(e, f), (seed, step)
+        if step % 1000 == 0:
+            same(t, m, universe)
+    same(t, m, universe)
+
+
+# ------------------------------------------------------------------ property
+
+ids = st.sampled_from(["a", "b", "c", "d", "e", "f", "g", "h", "", "é", "𝔘"])
+fps = st.sampled_from([FP, OTHER, 0, (1 << 64) - 1, 1 << 32 | 1])  # the last two fold to the same 32 bits
+ops = st.one_of(
+    st.tuples(st.just("add"), ids, fps),
+    st.tuples(st.just("remember"), ids, fps),
+    st.tuples(st.just("discard"), ids, fps),
+    st.tuples(st.just("discard_newest"), ids, fps),
+    st.tuples(st.just("trim"), ids, fps),
+    st.tuples(st.just("check"), ids, fps),
+    st.tuples(st.just("check_many"), st.lists(st.tuples(ids, fps), max_size=6), fps),
+    st.tuples(st.just("remember_many"), st.lists(st.tuples(ids, fps), max_size=6), fps),
+    st.tuples(st.just("reload"), ids, fps),
+)
+
+
+@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(retention=st.integers(1, 6), steps=st.lists(ops, max_size=60))
+def test_table_behaves_as_the_dict_window(retention, steps):
+    t, m = DedupTable(retention, "board"), Model(retention)
+    universe = ["a", "b", "c", "d", "e", "f", "g", "h", "", "é", "𝔘", "z"]
+    for op, arg, fp in steps:
+        if op == "add":
+            assert t.check(arg, fp) is m.check(arg, fp)
+            t.add(arg, fp)
+            m.add(arg, fp)
+        elif op == "remember":
+            t.remember(arg, fp)
+            m.remember(arg, fp)
+        elif op == "discard":
+            t.discard(arg)
+            m.discard(arg)
+        elif op == "discard_newest" and m.d:
+            newest = next(reversed(m.d))
+            t.discard(newest)
+            m.discard(newest)
+        elif op == "trim":
+            t.trim()
+            m.trim()
+        elif op == "check":
+            assert t.check(arg, fp) is m.check(arg, fp)
+        elif op == "check_many":
+            batch = [e for e, _ in arg]
+            got = [Seen(int(v)) for v in t.check_many(batch, [f for _, f in arg])]
+            shadow = Model(1 << 30)
+            shadow.d = OrderedDict(m.d)
+            want = []
+            for e, f in arg:
+                want.append(shadow.check(e, f))
+                if want[-1] is Seen.NEW:
+                    shadow.add(e, f)
+            assert got == want
+        elif op == "remember_many":
+            t.remember_many([e for e, _ in arg], [f for _, f in arg])
+            for e, f in arg:
+                m.remember(e, f)
+        elif op == "reload":
+            t = DedupTable.from_state(retention, msgpack.unpackb(msgpack.packb(t.to_state())), "board")
+            m.trim()
+        same(t, m, universe)
