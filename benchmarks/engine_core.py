@@ -10,7 +10,7 @@ Measures, ``--repeat`` times after one warm-up, and prints min/median/max:
 * ``Board.top(0, 100)`` and ``Board.around(pid, 5)`` reads per second;
 * memory: bytes per ranked player of board state (rows + rank index: every
   object reachable from them, shared objects counted once), bytes per
-  remembered event id of the dedup window, and bytes per event of the
+  remembered event id of the dedup table (its arrays), and bytes per event of the
   per-player history (+ event-id -> player map), with the RSS growth of the
   whole build as a cross-check.
 
@@ -188,20 +188,16 @@ def board_memory(board: Board) -> dict[str, float]:
     seen: set[int] = set()
     players = max(1, len(p.rows))
     state = deep_size([p.rows, p.index], seen)
-    dedup_map = board.admission.dedup._seen
-    ids = max(1, len(dedup_map))
-    # the ids themselves are (mostly) new objects here: count dedup before history
-    dedup_own = deep_size([dedup_map], seen)
-    before = set(seen)
+    # the dedup table holds no Python object per id (engine/dedup.py): its arrays
+    dedup = board.admission.dedup
+    ids = max(1, len(dedup))
+    dedup_own = dedup.nbytes
     history = deep_size([p.history, p.owner], seen)
     events = max(1, sum(len(h) for h in p.history.values()))
-    # dedup excluding the id strings (they are also kept by history/owner)
-    strs = sum(sys.getsizeof(k) for k in dedup_map if isinstance(k, str))
-    del before
     return {
         "board_bytes_per_player": state / players,
         "dedup_bytes_per_event_id": dedup_own / ids,
-        "dedup_bytes_per_event_id_excl_id_string": (dedup_own - strs) / ids,
+        "dedup_bytes_per_event_id_excl_id_string": dedup_own / ids,  # no id strings to exclude any more
         "history_bytes_per_event": history / events,
         "players": players,
         "dedup_ids": ids,
