@@ -430,8 +430,12 @@ class DedupTable:
     def _words(self, event_id: str) -> tuple[int, int, int]:
         if event_id == self._last_id:
             return self._last_words
-        d = _xxh128(_utf8(event_id), self._seed)
-        words = (d & _M32, (d >> 32) & _M32, (d >> 64) & _M32)
+        try:
+            data = event_id.encode()
+        except UnicodeEncodeError:  # a lone surrogate
+            data = event_id.encode("utf-8", "surrogatepass")
+        d = _xxh128(data, self._seed)
+        words = (d & 0xFFFFFFFF, (d >> 32) & 0xFFFFFFFF, (d >> 64) & 0xFFFFFFFF)
         self._last_id = event_id
         self._last_words = words
         return words
@@ -441,7 +445,7 @@ class DedupTable:
         same content fingerprint ``fp`` (from :func:`fingerprint`), else
         CONFLICT. O(1) expected; changes nothing."""
         w0, w1, w2 = self._words(event_id)
-        return _SEEN[_check_one(self._ent, self._slots, w0, w1, w2, (fp ^ (fp >> 32)) & _M32)]
+        return _SEEN[_check_one(self._ent, self._slots, w0, w1, w2, (fp ^ (fp >> 32)) & 0xFFFFFFFF)]
 
     def remember(self, event_id: str, fp: int) -> None:
         """Remember the id, then evict the oldest one if more than
@@ -454,7 +458,7 @@ class DedupTable:
 
     def _put(self, event_id: str, fp: int, limit: int) -> None:
         w0, w1, w2 = self._words(event_id)
-        c = (fp ^ (fp >> 32)) & _M32
+        c = (fp ^ (fp >> 32)) & 0xFFFFFFFF
         while True:
             r = _put(self._ent, self._slots, self._meta, w0, w1, w2, c, limit)
             if r >= 0:
