@@ -26,7 +26,8 @@ Usage::
 
 The helpers (:func:`to_events`, :func:`ingest_board`, :func:`read_rates`,
 :func:`board_memory`, :func:`baseline_ingest`) are reused by
-``benchmarks/scenarios/flowrank.py``.
+``benchmarks/scenarios/flowrank.py``; the baseline, :func:`rate` and
+:func:`rss_bytes` by ``benchmarks/core_bench.py`` (issue 10).
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def sample_players(players: int, n: int, seed: int, salt: int = 0) -> list[str]:
     return [f"p-{rnd.randrange(players):08d}" for _ in range(n)]
 
 
-def _rate(fn: Callable[[], object], ops: int) -> float:
+def rate(fn: Callable[[], object], ops: int) -> float:
+    """``ops`` divided by the wall seconds one call of ``fn`` takes."""
     t0 = time.perf_counter()
     fn()
     return ops / (time.perf_counter() - t0)
@@ -115,13 +117,13 @@ def read_rates(board: Board, ids: Sequence[str], rank_batch: int = 1000) -> dict
     player, ranks, top, around = board.player, board.ranks, board.top, board.around
     n = len(ids)
     out = {
-        "rank_lookups_per_s_single": _rate(lambda: [player(p) for p in ids], n),
-        "rank_lookups_per_s_batched": _rate(
+        "rank_lookups_per_s_single": rate(lambda: [player(p) for p in ids], n),
+        "rank_lookups_per_s_batched": rate(
             lambda: [ranks(ids[i : i + rank_batch]) for i in range(0, n, rank_batch)], n),
     }
     k = max(200, n // 20)
-    out["top100_reads_per_s"] = _rate(lambda: [top(0, 100) for _ in range(k)], k)
-    out["around5_reads_per_s"] = _rate(lambda: [around(p, 5) for p in ids[:k * 4]], min(n, k * 4))
+    out["top100_reads_per_s"] = rate(lambda: [top(0, 100) for _ in range(k)], k)
+    out["around5_reads_per_s"] = rate(lambda: [around(p, 5) for p in ids[:k * 4]], min(n, k * 4))
     return out
 
 
@@ -130,8 +132,8 @@ def baseline_read_rates(rows: dict, index: SortedList, ids: Sequence[str]) -> di
     n = len(ids)
     k = max(200, n // 20)
     return {
-        "rank_lookups_per_s_batched": _rate(lambda: [bis(get(p)) + 1 for p in ids], n),
-        "top100_reads_per_s": _rate(lambda: [list(index.islice(0, 100)) for _ in range(k)], k),
+        "rank_lookups_per_s_batched": rate(lambda: [bis(get(p)) + 1 for p in ids], n),
+        "top100_reads_per_s": rate(lambda: [list(index.islice(0, 100)) for _ in range(k)], k),
     }
 
 
@@ -240,10 +242,10 @@ def redis_side(tuples: Sequence[tuple], ids: Sequence[str], batch: int, repeat: 
             out.setdefault("apply_events_per_s", []).append(len(ev) / (time.perf_counter() - t0))
         n = min(len(ids), 20_000)
         sub = ids[:n]
-        out["rank_lookups_per_s_single"] = [_rate(lambda: [b.rank(p) for p in sub[:2000]], 2000)]
-        out["rank_lookups_per_s_batched"] = [_rate(lambda: b.ranks(sub, batch=batch), n)]
-        out["top100_reads_per_s"] = [_rate(lambda: [b.top(100) for _ in range(500)], 500)]
-        out["around5_reads_per_s"] = [_rate(lambda: [b.around(p, 5) for p in sub[:2000]], 2000)]
+        out["rank_lookups_per_s_single"] = [rate(lambda: [b.rank(p) for p in sub[:2000]], 2000)]
+        out["rank_lookups_per_s_batched"] = [rate(lambda: b.ranks(sub, batch=batch), n)]
+        out["top100_reads_per_s"] = [rate(lambda: [b.top(100) for _ in range(500)], 500)]
+        out["around5_reads_per_s"] = [rate(lambda: [b.around(p, 5) for p in sub[:2000]], 2000)]
         out["board_bytes_per_player"] = [b.memory_per_player()]
         out["dedup_bytes_per_event_id"] = [b.dedup_memory()]
         out["_events"] = [len(ev)]

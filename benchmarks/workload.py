@@ -168,6 +168,7 @@ def generate(
     *,
     board_id: str | None = None,
     zipf_s: float = 1.0,
+    event_id_prefix: str = "e-",
 ) -> Workload:
     """Build a seeded workload of exactly ``events`` events over ``players`` ids.
 
@@ -176,7 +177,9 @@ def generate(
     multiples of 10 when ``tie_heavy``; every 50th one negative),
     ``fastest_time`` elapsed ms in [30 s, 300 s] (multiples of 100 ms when
     ``tie_heavy``). Timestamps are whole seconds when ``tie_heavy``.
-    ``submitted_at`` is ``achieved_at`` plus a small seeded delay.
+    ``submitted_at`` is ``achieved_at`` plus a small seeded delay. Event ids
+    are ``event_id_prefix`` + 9 digits: streams with different prefixes
+    share no id (more events for the same players, ``benchmarks core``).
     O(events + players).
     """
     if policy not in POLICIES:
@@ -244,7 +247,7 @@ def generate(
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small immutable objects: the cyclic GC only costs time here
     try:
-        eids = list(map("e-{:09d}".format, range(n_uni)))
+        eids = list(map((event_id_prefix + "{:09d}").format, range(n_uni)))
         table = list(map(player_id, range(players)))
         pids = list(map(table.__getitem__, pidx.tolist()))
         uni_events = list(zip(repeat(board, n_uni), eids, pids, vals.tolist(), ach.tolist(), sub.tolist()))
@@ -267,5 +270,6 @@ def generate(
         "tie_heavy": tie_heavy,
         "zipf_s": zipf_s,
         "board_id": board,
+        "event_id_prefix": event_id_prefix,
     }
     return Workload(seed, policy, board, players, stream, inv, params)
