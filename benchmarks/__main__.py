@@ -5,6 +5,7 @@
                              [--repeat R] [--shards 1,2,4] [--generators G]
     python -m benchmarks list
     python -m benchmarks http [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
+    python -m benchmarks core [--players N] [--events N] [--repeat R] [--batch B] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -380,6 +381,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list registered scenarios and empty FlowRank slots")
     sub.add_parser("http", add_help=False,
                    help="HTTP: flowrank serve vs a FastAPI + Redis peer under wrk (benchmarks/http_bench.py)")
+    sub.add_parser("core", add_help=False,
+                   help="engine core: one Board in process vs dict + SortedList, memory, replay (benchmarks/core_bench.py)")
     return p
 
 
@@ -481,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         from .http_bench import main as http_main
 
         return http_main(argv[1:])
+    if argv[0] == "core":
+        from .core_bench import main as core_main
+
+        return core_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 

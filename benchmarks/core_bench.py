@@ -1,0 +1,519 @@
+"""Engine core benchmark (issue 10): ``python -m benchmarks core``.
+
+One board, one partition, in this process: ``engine.board.Board`` fed
+batches as columns (``Board.ingest(ScoreColumns)``; the columns are built
+before any timing, as a decoded HTTP batch arrives), against the floor a user
+would write in an afternoon: a ``dict`` plus a ``SortedList`` of
+``(-value, achieved_at, player_id)`` keys with the best-score guard only
+(``benchmarks.engine_core.baseline_ingest``), on the same seeded workload
+(``benchmarks.workload.generate``, best_score, ~1 % redeliveries), in the
+same run, interleaved repeat by repeat.
+
+Measured ``--repeat`` times after one untimed warm-up (numba compiles on its
+first call), medians reported with min/max:
+
+* ``apply_events_per_s``: events applied per second, batches of ``--batch``
+  (default 10,000), and ``apply_events_per_s_batch100`` with batches of 100;
+  ``baseline_apply_events_per_s`` / ``..._batch100`` the same for the floor;
+* ``batched_ranks_per_s``: exact ranks per second through ``Board.ranks(ids)``
+  (``--rank-batch`` ids a call), and the floor's ``bisect`` + 1 per id;
+* ``top100_per_s``: ``Board.top(0, 100)`` calls per second;
+* ``replay_events_per_s``: a restart rebuilding the board from its log. The
+  workload is written through ``engine.service.LocalService`` (the real
+  segment log in a temp dir, fsync per batch), the snapshot that ``close``
+  writes is removed, and ``LocalService.open`` on that directory is timed:
+  log open with CRC checks, shard and router recovery, the path a restarting
+  service takes with no snapshot. The recovered checksum must equal the
+  in-process board's.
+
+Measured once:
+
+* ``bytes_per_player``: ``board.partition.nbytes()`` per ranked player when
+  the partition has it, else the deep object size of rows + rank index
+  (``benchmarks.engine_core``), player ids included either way;
+* ``dedup_bytes_per_id``: ``board.admission.dedup.nbytes() / len(dedup)``
+  when the table has it, else the deep size of the dedup map per id;
+* ``rss_bytes_per_player`` and ``rss_growth_10x_events``, in a fresh child
+  process (``python -m benchmarks core --phase rss-growth``) so nothing this
+  process allocated earlier blurs them: RSS before the board, after the
+  workload's events (``rss_bytes_per_player`` = growth / players), and after
+  ``--growth-factor`` (10) times as many new events for the same players,
+  with the dedup retention set to the first phase's distinct event ids (the
+  table is full after phase 1 and stays capped). ``rss_growth_10x_events``
+  is the phase-2 growth relative to the board's phase-1 footprint
+  (``(rss2 - rss1) / (rss1 - rss0)``); the growth relative to the whole
+  process is reported beside it. Each phase's events are generated, turned
+  into columns and freed chunk by chunk, so at every RSS reading exactly one
+  chunk of workload is alive.
+
+Garbage collection: by default the server's setting (``engine.gc_tuning.tune``:
+``gc.freeze()`` once the workload is built, thresholds (50000, 20, 100)),
+with ``gc.collect()`` before every timed section; ``--gc default`` keeps
+CPython's defaults. The header says which.
+
+Targets (issue 10; stated for 1M players / 2M events, so a smaller run's
+pass/miss is indicative only): apply ≥ 4× the floor at batch 10,000 and
+≥ 1.5× at batch 100; batched ranks ≥ 10×; ≤ 100 B per player; RSS growth
+≤ 0.10; ≤ 24 B per dedup id; replay ≥ 1M events/s.
+
+Usage::
+
+    python -m benchmarks core --players 1000000 --events 2000000 --json OUT
+    python -m benchmarks core --players 100000 --events 200000 --repeat 3   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from benchmarks.engine_core import (
+    baseline_ingest,
+    baseline_read_rates,
+    dedup_deep_size,
+    partition_deep_size,
+    rate,
+    rss_bytes,
+    sample_players,
+)
+from benchmarks.machine import REPO_ROOT, describe, header
+from benchmarks.processes import owned_process
+from benchmarks.workload import Workload, generate
+from engine import gc_tuning
+from engine.board import Board
+from engine.columns import ScoreColumns
+from engine.model import DEFAULT_DEDUP_RETENTION, BoardSpec, Policy, ScoreEvent
+
+GC_SERVER = (f"server setting (engine.gc_tuning.tune(): gc.freeze() once the long-lived data exists, "
+             f"thresholds {gc_tuning.THRESHOLDS})")
+GC_DEFAULT = f"CPython default (thresholds {gc.get_threshold()}, nothing frozen)"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One issue-10 target: ``key`` against a bound, or against ``versus`` as a ratio."""
+
+    key: str
+    bound: float
+    higher: bool
+    versus: str | None = None
+
+    def describe(self) -> str:
+        sign = ">=" if self.higher else "<="
+        if self.versus:
+            return f"{sign} {self.bound:g}x baseline"
+        return f"{sign} {self.bound:,}" if float(self.bound).is_integer() else f"{sign} {self.bound:g}"
+
+
+TARGETS = (
+    Target("apply_events_per_s", 4.0, True, "baseline_apply_events_per_s"),
+    Target("apply_events_per_s_batch100", 1.5, True, "baseline_apply_events_per_s_batch100"),
+    Target("batched_ranks_per_s", 10.0, True, "baseline_batched_ranks_per_s"),
+    Target("bytes_per_player", 100, False),
+    Target("rss_growth_10x_events", 0.10, False),
+    Target("dedup_bytes_per_id", 24, False),
+    Target("replay_events_per_s", 1_000_000, True),
+)
+
+#: Every number the JSON carries at top level (the smoke test checks them all).
+KEYS = (
+    "apply_events_per_s", "baseline_apply_events_per_s",
+    "apply_events_per_s_batch100", "baseline_apply_events_per_s_batch100",
+    "batched_ranks_per_s", "baseline_batched_ranks_per_s",
+    "top100_per_s",
+    "bytes_per_player", "rss_bytes_per_player",
+    "rss_growth_10x_events",
+    "dedup_bytes_per_id",
+    "replay_events_per_s",
+)
+
+
+# ----------------------------------------------------------------- building blocks
+
+
+def columns_of(events: Sequence[tuple], board_id: str, batch: int) -> list[ScoreColumns]:
+    """The workload's event tuples as batches of columns (untimed: what a decoded request holds)."""
+    return [ScoreColumns.from_events(events[i : i + batch], board_id) for i in range(0, len(events), batch)]
+
+
+def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION) -> Board:
+    return Board(BoardSpec(board_id, Policy.BEST_SCORE), dedup_retention=dedup_retention)
+
+
+def ingest(board: Board, batches: Sequence[ScoreColumns]) -> float:
+    """Feed every batch through ``Board.ingest``; wall seconds."""
+    feed = board.ingest
+    t0 = time.perf_counter()
+    for cols in batches:
+        feed(cols)
+    return time.perf_counter() - t0
+
+
+def read_rates(board: Board, ids: Sequence[str], rank_batch: int) -> tuple[float, float]:
+    """(exact ranks/s through ``Board.ranks`` in calls of ``rank_batch`` ids, top-100 pages/s)."""
+    ranks, top = board.ranks, board.top
+    n = len(ids)
+    k = max(200, n // 20)
+    return (rate(lambda: [ranks(ids[i : i + rank_batch]) for i in range(0, n, rank_batch)], n),
+            rate(lambda: [top(0, 100) for _ in range(k)], k))
+
+
+def player_bytes(board: Board) -> tuple[float, str]:
+    """Bytes of player state per ranked player, and how they were measured."""
+    part = board.partition
+    players = max(1, len(part))
+    if hasattr(part, "nbytes"):
+        return part.nbytes() / players, "partition.nbytes()"
+    return partition_deep_size(board, set()) / players, "deep object size of rows + rank index"
+
+
+def dedup_bytes(board: Board) -> tuple[float, str]:
+    """Bytes per remembered event id of the dedup table, and how they were measured."""
+    dedup = board.admission.dedup
+    ids = max(1, len(dedup))
+    if hasattr(dedup, "nbytes"):
+        return dedup.nbytes() / ids, "dedup.nbytes() / len(dedup)"
+    return dedup_deep_size(board, set()) / ids, "deep object size of the dedup map, id strings included"
+
+
+def settle_gc(mode: str) -> None:
+    """Apply the run's gc setting once the long-lived workload exists."""
+    if mode == "server":
+        gc_tuning.tune()
+    else:
+        gc.collect()
+
+
+def warm_up(board_id: str, batches: Sequence[ScoreColumns], small: Sequence[ScoreColumns], ids: Sequence[str],
+            rank_batch: int) -> tuple[int, float]:
+    """Untimed: a throwaway board through every timed path once. (events, seconds)."""
+    t0 = time.perf_counter()
+    b = new_board(board_id)
+    ingest(b, batches[:1])
+    ingest(b, small[:50])  # mostly redeliveries of the first batch: the duplicate path too
+    b.ranks(ids[:rank_batch])
+    b.top(0, 100)
+    small_board = new_board(board_id)
+    ingest(small_board, small[:50])
+    events = sum(len(c) for c in batches[:1]) + 2 * sum(len(c) for c in small[:50])
+    return events, time.perf_counter() - t0
+
+
+def _workload(seed: int, players: int, events: int, prefix: str = "e-") -> Workload:
+    return generate(seed, players, events, policy="best_score", event_id_prefix=prefix)
+
+
+# ----------------------------------------------------------------- RSS growth (child process)
+
+
+def rss_growth_phase(args: argparse.Namespace) -> dict:
+    """The child's whole job: one board, phase 1 then ``growth_factor`` x more events. Runs in a fresh process."""
+    w = _workload(args.seed, args.players, args.events)
+    board_id, distinct = w.board_id, len({e[1] for e in w.events})
+    cols = columns_of(w.events, board_id, args.batch)
+    del w
+    settle_gc(args.gc)
+    warm_up(board_id, cols, columns_of([], board_id, 100), [], 1)
+    gc.collect()
+    rss0 = rss_bytes()
+    board = new_board(board_id, dedup_retention=distinct)
+    t0 = time.perf_counter()
+    ingest(board, cols)
+    gc.collect()
+    rss1 = rss_bytes()
+    players = len(board.partition)
+    print(f"  [rss-growth] phase 1: {args.events:,} events, {players:,} players, rss +{(rss1 - rss0) / 2**20:,.1f} MiB "
+          f"({time.perf_counter() - t0:.1f}s)", flush=True)
+    more = 0
+    for k in range(1, args.growth_factor + 1):
+        del cols  # exactly one chunk of workload alive at every RSS reading
+        w = _workload(args.seed * 1000 + k, args.players, args.events, prefix=f"e{k}-")
+        cols = columns_of(w.events, board_id, args.batch)
+        del w
+        ingest(board, cols)
+        more += sum(len(c) for c in cols)
+    gc.collect()
+    rss2 = rss_bytes()
+    own = max(1, rss1 - rss0)
+    print(f"  [rss-growth] phase 2: {more:,} more events for the same players, rss +{(rss2 - rss1) / 2**20:,.1f} MiB "
+          f"({time.perf_counter() - t0:.1f}s in all)", flush=True)
+    return {
+        "players": players,
+        "phase1_events": args.events,
+        "phase2_events": more,
+        "dedup_retention": distinct,
+        "dedup_ids_after": len(board.admission.dedup),
+        "rss_before_board": rss0,
+        "rss_after_phase1": rss1,
+        "rss_after_phase2": rss2,
+        "rss_bytes_per_player": (rss1 - rss0) / max(1, players),
+        "rss_growth_10x_events": (rss2 - rss1) / own,
+        "rss_growth_10x_events_process": (rss2 - rss1) / max(1, rss1),
+        "gc": args.gc,
+    }
+
+
+def run_rss_growth_child(args: argparse.Namespace) -> dict:
+    """``python -m benchmarks core --phase rss-growth ...`` as an owned child; its JSON."""
+    with tempfile.TemporaryDirectory(prefix="flowrank-core-rss-") as tmp:
+        out = Path(tmp) / "rss.json"
+        argv = [sys.executable, "-m", "benchmarks", "core", "--phase", "rss-growth", "--players", args.players,
+                "--events", args.events, "--seed", args.seed, "--batch", args.batch,
+                "--growth-factor", args.growth_factor, "--gc", args.gc, "--json", out]
+        with owned_process(argv, cwd=REPO_ROOT) as proc:
+            code = proc.wait()
+        if code != 0:
+            raise RuntimeError(f"rss-growth child exited with {code}")
+        return json.loads(out.read_text())
+
+
+# ----------------------------------------------------------------- replay through the real log
+
+
+def _service_options() -> dict:
+    # one shard core holds the whole single-partition board; no periodic snapshot during the write
+    return {"default_shards": 1, "n_shards": 1, "snapshot_every_events": 1 << 62, "snapshot_every_seconds": 1e12}
+
+
+async def _write_log(data_dir: str, w: Workload, batch: int) -> float:
+    from engine.service import LocalService
+
+    t0 = time.perf_counter()
+    svc = await LocalService.open(data_dir, **_service_options())
+    try:
+        await svc.create_board(BoardSpec(w.board_id, Policy.BEST_SCORE))
+        for i in range(0, len(w.events), batch):
+            await svc.submit([ScoreEvent(*t) for t in w.events[i : i + batch]])
+    finally:
+        await svc.close()
+    return time.perf_counter() - t0
+
+
+async def _recover(data_dir: str, board_id: str) -> tuple[float, str, int]:
+    """Seconds of ``LocalService.open`` with no snapshot, then (untimed) the board's checksum and size."""
+    from engine.service import LocalService
+
+    shutil.rmtree(Path(data_dir) / "snapshots", ignore_errors=True)  # what close() wrote: replay the whole log
+    gc.collect()
+    t0 = time.perf_counter()
+    svc = await LocalService.open(data_dir, **_service_options())
+    secs = time.perf_counter() - t0
+    try:
+        checksum = (await svc.checksum(board_id)).checksum
+        size = (await svc.board(board_id)).size
+    finally:
+        await svc.close()
+    return secs, checksum, size
+
+
+def measure_replay(w: Workload, batch: int, repeat: int, data_dir: str | None) -> dict:
+    """Write the workload through the segment log once, recover from it ``repeat`` times."""
+    root = tempfile.mkdtemp(prefix="flowrank-core-replay-", dir=data_dir)
+    try:
+        write_s = asyncio.run(_write_log(root, w, batch))
+        log_bytes = sum(f.stat().st_size for f in (Path(root) / "log").iterdir())
+        rates, checksums, sizes = [], set(), set()
+        for _ in range(repeat):
+            secs, checksum, size = asyncio.run(_recover(root, w.board_id))
+            rates.append(len(w.events) / secs)
+            checksums.add(checksum)
+            sizes.add(size)
+        return {"replay_events_per_s": rates, "write_seconds": write_s, "log_bytes": log_bytes,
+                "checksums": sorted(checksums), "sizes": sorted(sizes)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ----------------------------------------------------------------- targets and output
+
+
+def evaluate(values: dict[str, float]) -> dict[str, dict]:
+    """``{key: {target, ratio_or_value, met}}`` for every key; keys without a target have ``met`` None."""
+    out: dict[str, dict] = {k: {"target": None, "ratio_or_value": values.get(k), "met": None} for k in KEYS}
+    for t in TARGETS:
+        v = values.get(t.key)
+        if v is None or (t.versus and not values.get(t.versus)):
+            continue
+        got = v / values[t.versus] if t.versus else v
+        out[t.key] = {"target": t.describe(), "ratio_or_value": got, "met": got >= t.bound if t.higher else got <= t.bound}
+    return out
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def table(samples: dict[str, list[float]], targets: dict[str, dict]) -> str:
+    rows = [f"  {'metric':<38} {'min':>12} {'median':>12} {'max':>12}  {'target':<18} {'got':>9}  result"]
+    denominators = {t.versus for t in TARGETS}
+    for k in KEYS:
+        vals = samples.get(k, [])
+        t = targets[k]
+        lo, med, hi = (min(vals), statistics.median(vals), max(vals)) if vals else (None, None, None)
+        got = t["ratio_or_value"]
+        got_s = "-" if got is None or t["target"] is None else (f"{got:.2f}x" if "x " in t["target"] else _fmt(got))
+        none = "(denominator)" if k in denominators else "(no target)"
+        result = {True: "MET", False: "MISSED", None: none if t["target"] is None else "-"}[t["met"]]
+        rows.append(f"  {k:<38} {_fmt(lo):>12} {_fmt(med):>12} {_fmt(hi):>12}  {t['target'] or '':<18} {got_s:>9}  {result}")
+    return "\n".join(rows)
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks core", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--players", type=int, default=1_000_000)
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="measured repeats, after one untimed warm-up")
+    ap.add_argument("--batch", type=int, default=10_000, help="events per Board.ingest call (the headline)")
+    ap.add_argument("--small-batch", type=int, default=100, help="the second batch size (…_batch100 keys)")
+    ap.add_argument("--reads", type=int, default=200_000, help="exact-rank lookups per repeat")
+    ap.add_argument("--rank-batch", type=int, default=1000, help="ids per Board.ranks call")
+    ap.add_argument("--growth-factor", type=int, default=10, help="phase 2 of the RSS check: this many x the events")
+    ap.add_argument("--gc", choices=("server", "default"), default="server",
+                    help="server: engine.gc_tuning.tune() as `flowrank serve` does (default); default: CPython's")
+    ap.add_argument("--data-dir", default=None, help="parent of the replay's temp log directory (default: system temp)")
+    ap.add_argument("--json", default=None, metavar="OUT", help="write the results here")
+    ap.add_argument("--phase", choices=("all", "rss-growth"), default="all",
+                    help="rss-growth: only the RSS check (what the fresh child process runs)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.phase == "rss-growth":
+        res = rss_growth_phase(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
+
+    load_before = _load()
+    machine = describe()
+    params = {k: getattr(args, k) for k in ("players", "events", "seed", "repeat", "batch", "small_batch", "reads",
+                                            "rank_batch", "growth_factor")}
+    gc_note = GC_SERVER if args.gc == "server" else GC_DEFAULT
+    print(header(params, machine).replace("FlowRank benchmarks", "FlowRank engine core benchmark (issue 10)"))
+    print(f"  load    : {load_before} (1/5/15 min) before")
+    print(f"  gc      : {gc_note}")
+    print("  engine  : engine.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only")
+
+    t0 = time.perf_counter()
+    w = _workload(args.seed, args.players, args.events)
+    ids = sample_players(w.players, args.reads, args.seed, salt=11)
+    big = columns_of(w.events, w.board_id, args.batch)
+    small = columns_of(w.events, w.board_id, args.small_batch)
+    print(f"  workload: {len(w.events):,} events over {w.players:,} players, digest {w.digest()[:16]}, "
+          f"as columns in batches of {args.batch:,} and {args.small_batch:,} ({time.perf_counter() - t0:.1f}s, untimed)",
+          flush=True)
+    settle_gc(args.gc)
+    warm_events, warm_s = warm_up(w.board_id, big, small, ids, args.rank_batch)
+    print(f"  warm-up : untimed, {warm_events:,} events through throwaway boards, ranks and top-100 once "
+          f"({warm_s:.2f}s; numba, if used, compiles here)", flush=True)
+
+    n = len(w.events)
+    s: dict[str, list[float]] = {}
+    board = None
+    for rep in range(args.repeat):
+        board = None
+        gc.collect()
+        board = new_board(w.board_id)
+        secs = ingest(board, big)
+        s.setdefault("apply_events_per_s", []).append(n / secs)
+        ranks_s, top_s = read_rates(board, ids, args.rank_batch)
+        s.setdefault("batched_ranks_per_s", []).append(ranks_s)
+        s.setdefault("top100_per_s", []).append(top_s)
+        if rep < args.repeat - 1:
+            board = None
+        gc.collect()
+        secs100 = ingest(new_board(w.board_id), small)
+        s.setdefault("apply_events_per_s_batch100", []).append(n / secs100)
+
+        gc.collect()
+        bsecs, rows, index = baseline_ingest(w.events, args.batch)
+        s.setdefault("baseline_apply_events_per_s", []).append(n / bsecs)
+        s.setdefault("baseline_batched_ranks_per_s", []).append(
+            baseline_read_rates(rows, index, ids)["rank_lookups_per_s_batched"])
+        rows = index = None
+        gc.collect()
+        bsecs100, _, _ = baseline_ingest(w.events, args.small_batch)
+        s.setdefault("baseline_apply_events_per_s_batch100", []).append(n / bsecs100)
+        print(f"  repeat {rep + 1}/{args.repeat}: apply {n / secs:,.0f}/s (floor {n / bsecs:,.0f}/s), "
+              f"batch {args.small_batch} {n / secs100:,.0f}/s (floor {n / bsecs100:,.0f}/s), "
+              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s", flush=True)
+
+    assert board is not None
+    bpp, bpp_how = player_bytes(board)
+    dpi, dpi_how = dedup_bytes(board)
+    s["bytes_per_player"], s["dedup_bytes_per_id"] = [bpp], [dpi]
+    players, dedup_ids, checksum = len(board.partition), len(board.admission.dedup), board.checksum().checksum
+    board = None
+    gc.collect()
+
+    replay = measure_replay(w, args.batch, args.repeat, args.data_dir)
+    s["replay_events_per_s"] = replay["replay_events_per_s"]
+    replay_ok = replay["checksums"] == [checksum] and replay["sizes"] == [players]
+    print(f"  replay  : wrote {n:,} events through LocalService ({replay['write_seconds']:.1f}s, "
+          f"{replay['log_bytes'] / 2**20:,.1f} MiB of log, untimed); recovered state "
+          f"{'equals' if replay_ok else 'DIFFERS FROM'} the in-process board (checksum, {players:,} rows)", flush=True)
+
+    growth = run_rss_growth_child(args)
+    s["rss_bytes_per_player"] = [growth["rss_bytes_per_player"]]
+    s["rss_growth_10x_events"] = [growth["rss_growth_10x_events"]]
+
+    medians = {k: statistics.median(v) for k, v in s.items()}
+    targets = evaluate(medians)
+    load_after = _load()
+    print(f"\nengine.board.Board, {n:,} events, {players:,} ranked players; medians of {args.repeat} "
+          f"(one value where measured once)")
+    print(table(s, targets))
+    print(f"  bytes_per_player: {bpp_how}; dedup_bytes_per_id: {dpi_how} ({dedup_ids:,} ids)")
+    print(f"  rss: fresh child process, dedup retention {growth['dedup_retention']:,} (phase 1's distinct ids); "
+          f"{growth['phase2_events']:,} more events grew RSS by {growth['rss_growth_10x_events']:.3f} of the board's "
+          f"phase-1 footprint, {growth['rss_growth_10x_events_process']:.3f} of the whole process")
+    if args.players < 1_000_000:
+        print("  note: the targets are stated for 1M players / 2M events; at this size a pass/miss is indicative only")
+    print(f"  load    : {load_before} before, {load_after} after (1/5/15 min)")
+
+    if args.json:
+        doc = {
+            "command": "python -m benchmarks core " + " ".join(sys.argv[2:] if argv is None else argv),
+            "params": params, "machine": machine, "load_before": load_before, "load_after": load_after,
+            "gc": gc_note, "warmup": {"events": warm_events, "seconds": warm_s},
+            **{k: medians[k] for k in KEYS},
+            "stats": {k: {"min": min(v), "median": statistics.median(v), "max": max(v), "values": v} for k, v in s.items()},
+            "targets": targets,
+            "measured_how": {"bytes_per_player": bpp_how, "dedup_bytes_per_id": dpi_how},
+            "replay": {k: v for k, v in replay.items() if k != "replay_events_per_s"} | {"matches_board": replay_ok},
+            "rss_growth": growth,
+        }
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
+        print(f"wrote {args.json}")
+    if not replay_ok:
+        print("error: the replayed board differs from the in-process board", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
