@@ -6,6 +6,7 @@
     python -m benchmarks list
     python -m benchmarks http [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
     python -m benchmarks core [--players N] [--events N] [--repeat R] [--batch B] [--json OUT]
+    python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -383,6 +384,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="HTTP: flowrank serve vs a FastAPI + Redis peer under wrk (benchmarks/http_bench.py)")
     sub.add_parser("core", add_help=False,
                    help="engine core: one Board in process vs dict + SortedList, memory, replay (benchmarks/core_bench.py)")
+    sub.add_parser("capacity", add_help=False,
+                   help="how many ranked players one board holds in an RSS budget, ranks checked (benchmarks/capacity.py)")
     return p
 
 
@@ -488,6 +491,10 @@ def main(argv: list[str] | None = None) -> int:
         from .core_bench import main as core_main
 
         return core_main(argv[1:])
+    if argv[0] == "capacity":
+        from .capacity import main as capacity_main
+
+        return capacity_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 
