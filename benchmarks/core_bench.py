@@ -28,11 +28,11 @@ first call), medians reported with min/max:
 
 Measured once:
 
-* ``bytes_per_player``: ``board.partition.nbytes()`` per ranked player when
-  the partition has it, else the deep object size of rows + rank index
-  (``benchmarks.engine_core``), player ids included either way;
-* ``dedup_bytes_per_id``: ``board.admission.dedup.nbytes() / len(dedup)``
-  when the table has it, else the deep size of the dedup map per id;
+* ``bytes_per_player``: ``board.partition.nbytes()`` per ranked player (ids,
+  rows, rank index), or the partition's deep object size
+  (``benchmarks.engine_core.deep_size``) if it has no ``nbytes``;
+* ``dedup_bytes_per_id``: ``board.admission.dedup.nbytes / len(dedup)`` (a
+  method or a property), or the deep object size if it has none;
 * ``rss_bytes_per_player`` and ``rss_growth_10x_events``, in a fresh child
   process (``python -m benchmarks core --phase rss-growth``) so nothing this
   process allocated earlier blurs them: RSS before the board, after the
@@ -80,15 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from benchmarks.engine_core import (
-    baseline_ingest,
-    baseline_read_rates,
-    dedup_deep_size,
-    partition_deep_size,
-    rate,
-    rss_bytes,
-    sample_players,
-)
+from benchmarks.engine_core import baseline_ingest, baseline_read_rates, deep_size, rate, rss_bytes, sample_players
 from benchmarks.machine import REPO_ROOT, describe, header
 from benchmarks.processes import owned_process
 from benchmarks.workload import Workload, generate
@@ -171,22 +163,32 @@ def read_rates(board: Board, ids: Sequence[str], rank_batch: int) -> tuple[float
             rate(lambda: [top(0, 100) for _ in range(k)], k))
 
 
+def _nbytes(obj: object) -> int | None:
+    """``obj.nbytes`` whether a method (the partition) or a property (the dedup table); None without one."""
+    n = getattr(obj, "nbytes", None)
+    if n is None:
+        return None
+    return int(n() if callable(n) else n)
+
+
 def player_bytes(board: Board) -> tuple[float, str]:
     """Bytes of player state per ranked player, and how they were measured."""
     part = board.partition
     players = max(1, len(part))
-    if hasattr(part, "nbytes"):
-        return part.nbytes() / players, "partition.nbytes()"
-    return partition_deep_size(board, set()) / players, "deep object size of rows + rank index"
+    n = _nbytes(part)
+    if n is not None:
+        return n / players, "partition.nbytes() (ids, rows, rank index)"
+    return deep_size([part], set()) / players, "deep object size of the partition"
 
 
 def dedup_bytes(board: Board) -> tuple[float, str]:
     """Bytes per remembered event id of the dedup table, and how they were measured."""
     dedup = board.admission.dedup
     ids = max(1, len(dedup))
-    if hasattr(dedup, "nbytes"):
-        return dedup.nbytes() / ids, "dedup.nbytes() / len(dedup)"
-    return dedup_deep_size(board, set()) / ids, "deep object size of the dedup map, id strings included"
+    n = _nbytes(dedup)
+    if n is not None:
+        return n / ids, "dedup.nbytes / len(dedup)"
+    return deep_size([dedup], set()) / ids, "deep object size of the dedup window"
 
 
 def settle_gc(mode: str) -> None:

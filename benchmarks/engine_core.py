@@ -142,9 +142,10 @@ def baseline_read_rates(rows: dict, index: SortedList, ids: Sequence[str]) -> di
 
 def deep_size(roots: Sequence[object], seen: set[int]) -> int:
     """Bytes of every object reachable from ``roots`` through dicts, lists,
-    tuples, sets, SortedList internals and ``__slots__`` objects, skipping
-    anything already in ``seen`` (shared objects count once, for whoever is
-    walked first). Small ints (-5..256) and enum members are interned: free."""
+    tuples, sets, SortedList internals and objects' ``__slots__`` and
+    ``__dict__`` attributes, skipping anything already in ``seen`` (shared
+    objects count once, for whoever is walked first). Small ints (-5..256)
+    and enum members are interned: free."""
     from enum import Enum
 
     size = 0
@@ -181,6 +182,8 @@ def deep_size(roots: Sequence[object], seen: set[int]) -> int:
                 v = getattr(o, slot, None)
                 if v is not None:
                     stack.append(v)
+            if isinstance(getattr(o, "__dict__", None), dict) and not isinstance(o, type):
+                stack.append(o.__dict__)  # plain objects: their attributes (numpy arrays count their own buffer)
     return size
 
 
