@@ -251,6 +251,7 @@ def rss_growth_phase(args: argparse.Namespace) -> dict:
     gc.collect()
     rss1 = rss_bytes()
     players = len(board.partition)
+    full_dedup, _ = dedup_bytes(board)  # the table at its retention: no growth slack
     print(f"  [rss-growth] phase 1: {args.events:,} events, {players:,} players, rss +{(rss1 - rss0) / 2**20:,.1f} MiB "
           f"({time.perf_counter() - t0:.1f}s)", flush=True)
     more, partial = 0, False
@@ -282,6 +283,7 @@ def rss_growth_phase(args: argparse.Namespace) -> dict:
         "partial": partial,
         "dedup_retention": distinct,
         "dedup_ids_after": len(board.admission.dedup),
+        "dedup_bytes_per_id_at_retention": full_dedup,
         "rss_before_board": rss0,
         "rss_after_phase1": rss1,
         "rss_after_phase2": rss2,
@@ -523,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nengine.board.Board, {n:,} events, {players:,} ranked players; medians of {args.repeat} "
           f"(one value where measured once)")
     print(table(s, targets))
-    print(f"  bytes_per_player: {bpp_how}; dedup_bytes_per_id: {dpi_how} ({dedup_ids:,} ids)")
+    print(f"  bytes_per_player: {bpp_how}; dedup_bytes_per_id: {dpi_how} ({dedup_ids:,} ids, default retention; "
+          f"{growth['dedup_bytes_per_id_at_retention']:.1f} B with the retention = the ids, in the RSS child)")
     print(f"  rss: fresh child process, dedup retention {growth['dedup_retention']:,} (phase 1's distinct ids); "
           f"{growth['phase2_events']:,} more events grew RSS by {growth['rss_growth_10x_events']:.3f} of the board's "
           f"phase-1 footprint, {growth['rss_growth_10x_events_process']:.3f} of the whole process")
