@@ -35,6 +35,6 @@ def test_capacity_small_run_checks_ranks(tmp_path):
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
-    assert doc["players"] == 5000 and doc["stop_reason"] == "max players"
+    assert doc["players"] == doc["players_filled"] == 5000 and doc["stop_reason"] == "max players"
     assert doc["exact"] is True and doc["rank_mismatches"] == 0 and doc["top100_matches"] is True
     assert doc["rss_end_bytes"] > 0 and doc["fill_players_per_s"] > 0
