@@ -8,24 +8,42 @@ outcomes, whatever the current dedup settings. Nothing here reads a clock.
 
 * ``["B", board_id, policy, shards, max_plausible_time_ms, review_above]`` board created
 * ``["T", board_id, state]`` season state change (its offset is the freeze position)
-* ``["S", board_id, event_id, player_id, value, achieved_at, submitted_at, verdict]`` score event
+* ``["C", board_id, partition, event_ids, player_ids, values, achieved, submitted, verdicts]``
+  score events of one board partition from one sequencing cycle, as columns:
+  lists of str and little-endian int64 / uint8 arrays as bytes (one frame,
+  one offset; an event is ``(offset, row)``)
+* ``["S", board_id, event_id, player_id, value, achieved_at, submitted_at, verdict]`` one score
+  event (logs written before the columnar record; still replayed)
 * ``["I", board_id, event_id, correction_id, reason, moderator]`` invalidation
 * ``["D", board_id, event_id, decision, reason, moderator, player_id]`` quarantine decision
 """
 
 from __future__ import annotations
 
+from typing import Iterator
+
+import numpy as np
+
+from engine.columns import ScoreColumns
 from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
 
-BOARD, STATE, SCORE, INVALIDATE, DECIDE = "B", "T", "S", "I", "D"
+BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
 
-OUTCOMES: list[Outcome] = list(Outcome)
-CODE = {o: i + 1 for i, o in enumerate(OUTCOMES)}  # 0 means "apply"
+# Outcome codes as logged: append-only (a code never changes meaning). 0 means "apply".
+CODE = {
+    Outcome.APPLIED_FIRST_SCORE: 1, Outcome.APPLIED_NEW_BEST: 2, Outcome.REJECTED_NOT_AN_IMPROVEMENT: 3,
+    Outcome.APPLIED: 4, Outcome.APPLIED_NEW_BEST_TIME: 5, Outcome.REJECTED_NOT_FASTER: 6,
+    Outcome.REJECTED_INVALID_TIMING: 7, Outcome.DUPLICATE_IGNORED: 8, Outcome.REJECTED_EVENT_ID_CONFLICT: 9,
+    Outcome.HELD_FOR_CORRECTION: 10, Outcome.HELD_FOR_REVIEW: 11, Outcome.REJECTED_UNKNOWN_SEASON: 12,
+    Outcome.DEAD_LETTERED: 13, Outcome.REJECTED_TOTAL_OUT_OF_RANGE: 14,
+}
+assert set(CODE) == set(Outcome), "every outcome needs a code"
+_BY_CODE = {c: o for o, c in CODE.items()}
 APPLY = 0
 
 
 def outcome_of(code: int) -> Outcome:
-    return OUTCOMES[code - 1]
+    return _BY_CODE[code]
 
 
 def board_record(spec: BoardSpec) -> list:
@@ -47,3 +65,30 @@ def event_of(rec: list) -> ScoreEvent:
 
 def verdict_of(rec: list) -> Outcome | None:
     return None if rec[7] == APPLY else outcome_of(rec[7])
+
+
+def scores_record(cols: ScoreColumns, partition: int, verdicts: np.ndarray) -> list:
+    """One columnar record for a partition's share of a cycle's events."""
+    return [SCORES, cols.board_id, partition, cols.event_ids, cols.player_ids, _le64(cols.values),
+            _le64(cols.achieved), _le64(cols.submitted), np.asarray(verdicts, np.uint8).tobytes()]
+
+
+def columns_of(rec: list) -> tuple[ScoreColumns, np.ndarray]:
+    """A ``SCORES`` record's columns and verdicts (0 = apply)."""
+    return (ScoreColumns(rec[1], rec[3], rec[4], np.frombuffer(rec[5], "<i8").astype(np.int64),
+                         np.frombuffer(rec[6], "<i8").astype(np.int64), np.frombuffer(rec[7], "<i8").astype(np.int64)),
+            np.frombuffer(rec[8], np.uint8).copy())
+
+
+def logged_events(rec: list) -> Iterator[tuple[ScoreEvent, int]]:
+    """Every score event a record holds with its verdict code, in log order
+    (either record kind; none for other records)."""
+    if rec[0] == SCORE:
+        yield event_of(rec), rec[7]
+    elif rec[0] == SCORES:
+        cols, verdicts = columns_of(rec)
+        yield from zip(cols.events(), verdicts.tolist())
+
+
+def _le64(a: np.ndarray) -> bytes:
+    return np.asarray(a, "<i8").tobytes()

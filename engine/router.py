@@ -29,10 +29,13 @@ from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol, Sequence
 
+import numpy as np
+
 from engine import checksum as checksum_mod
 from engine import records as R
 from engine.admission import Admission
 from engine.changes import ChangeRing
+from engine.columns import ScoreColumns
 from engine.errors import (
     BoardExists,
     BoardNotFound,
@@ -308,10 +311,11 @@ class Router:
                 ctl.admission.state = BoardState(rec[2])
                 if ctl.admission.state is BoardState.FROZEN:
                     ctl.admission.freeze_position = offset
-        elif kind == R.SCORE:
+        elif kind == R.SCORES or kind == R.SCORE:
             ctl = self.boards.get(rec[1])
             if ctl is not None:
-                ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
+                for ev, code in R.logged_events(rec):
+                    ctl.admission.replay(ev, None if code == R.APPLY else R.outcome_of(code))
                 ctl.admission.dedup.trim()
         elif kind == R.INVALIDATE:
             ctl = self.boards.get(rec[1])
@@ -435,8 +439,11 @@ class Router:
             except FlowRankError as exc:
                 fut.set_exception(exc)
                 continue
-            subs.append((kind, payload, fut, start, len(records) - start, undo))
-        if not records:
+            subs.append((kind, payload, fut, start, len(records) - start, undo))  # score: undo = places
+        if not records:  # only events for unknown boards: nothing to log
+            for kind, payload, fut, _start, _count, places in subs:
+                if not fut.done():
+                    fut.set_result(self._finish_scores(payload, places, [], [], {}))
             return
         started = self.clock()
         try:
@@ -447,7 +454,7 @@ class Router:
             for board_id in touched:
                 self.boards[board_id].admission.rollback() if board_id in self.boards else None
             for sub in reversed(subs):
-                if sub[5] is not None:
+                if sub[0] != "score" and sub[5] is not None:
                     sub[5]()
             err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
                 f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
@@ -480,15 +487,7 @@ class Router:
     def _prepare(self, kind: str, payload, records: list, touched: set):
         """Admission for one submission: appends its records, returns an undo."""
         if kind == "score":
-            boards, append, score_record = self.boards, records.append, R.score_record
-            for ev in payload:
-                ctl = boards.get(ev.board_id)
-                if ctl is None:
-                    append(score_record(ev, Outcome.REJECTED_UNKNOWN_SEASON))
-                    continue
-                touched.add(ev.board_id)
-                append(score_record(ev, ctl.admission.admit(ev)))
-            return None
+            return self._prepare_scores(payload, records, touched)
         if kind == "board":
             spec = payload
             if spec.board_id in self.boards:
@@ -533,8 +532,57 @@ class Router:
             return undo
         raise ValueError(kind)
 
+    def _prepare_scores(self, events: list, records: list, touched: set) -> list:
+        """Admission for a score submission: each board's events are decided
+        in order, then each partition's share becomes one columnar record.
+        Returns each event's place: ``(record index, row)``, or None for an
+        unknown board (answered REJECTED_UNKNOWN_SEASON, nothing logged)."""
+        places: list = [None] * len(events)
+        by_board: dict[str, list[int]] = defaultdict(list)
+        for i, ev in enumerate(events):
+            by_board[ev.board_id].append(i)
+        for board_id, positions in by_board.items():
+            ctl = self.boards.get(board_id)
+            if ctl is None:
+                continue
+            touched.add(board_id)
+            cols = ScoreColumns.from_events([events[i] for i in positions], board_id)
+            verdicts = ctl.admission.decide_columns(cols)
+            shards = ctl.spec.shards
+            parts = np.array([part_of(pid, shards) for pid in cols.player_ids], np.int64) if shards > 1 else None
+            logged_order = []
+            for part in (range(shards) if parts is not None else (0,)):
+                rows = np.flatnonzero(parts == part) if parts is not None else np.arange(len(cols))
+                if not len(rows):
+                    continue
+                records.append(R.scores_record(cols.take(rows) if parts is not None else cols, part, verdicts[rows]))
+                at = len(records) - 1
+                logged_order.extend(rows.tolist())
+                for row, k in enumerate(rows.tolist()):
+                    places[positions[k]] = (at, row)
+            if parts is not None:
+                self._held_in_log_order(ctl, cols, verdicts, logged_order)
+        return places
+
+    @staticmethod
+    def _held_in_log_order(ctl: BoardCtl, cols: ScoreColumns, verdicts: np.ndarray, logged_order: list) -> None:
+        """The quarantine lists held events in log order, as a replay of the
+        log rebuilds it: re-order this batch's holds (the newest entries)
+        from arrival order to their order in the partitions' records."""
+        held_codes = (R.CODE[Outcome.HELD_FOR_CORRECTION], R.CODE[Outcome.HELD_FOR_REVIEW])
+        held_rows = [k for k in logged_order if verdicts[k] in held_codes]
+        if len(held_rows) < 2:
+            return
+        held = ctl.admission.held
+        moved = {cols.event_ids[k]: held.pop(cols.event_ids[k]) for k in sorted(held_rows)}
+        for k in held_rows:
+            held[cols.event_ids[k]] = moved[cols.event_ids[k]]
+
     def _targets(self, rec: list) -> list[int]:
         kind = rec[0]
+        if kind == R.SCORES:
+            ctl = self.boards.get(rec[1])
+            return [] if ctl is None else [ctl.part_actor[rec[2]]]
         if kind == R.SCORE:
             ctl = self.boards.get(rec[1])
             if ctl is None:
@@ -579,11 +627,13 @@ class Router:
             per_record.append(got)
         now = self.clock()
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
-        for kind, payload, fut, start, count, _ in cyc.submissions:
-            results = [self._finish_record(records[i], per_record[i], new_deltas) for i in range(start, start + count)]
+        for kind, payload, fut, start, count, places in cyc.submissions:
+            if kind == "score":
+                answer = self._finish_scores(payload, places, records, per_record, new_deltas)
+            else:
+                answer = self._finish_record(records[start], per_record[start], new_deltas)
             if fut.done():
                 continue
-            answer = results if kind == "score" else results[0]
             if isinstance(answer, FlowRankError):
                 fut.set_exception(answer)
             else:
@@ -598,6 +648,44 @@ class Router:
                     listener(board_id, deltas)
                 except Exception:
                     log.exception("delta listener failed")
+
+    def _finish_scores(self, events: list, places: list, records: list, per_record: list, new_deltas) -> list:
+        """EventResults of one submission, in its event order: each board's
+        version steps once per ranking change in that order (so k partitions
+        number versions exactly as one does)."""
+        unknown = Outcome.REJECTED_UNKNOWN_SEASON
+        decoded: dict[int, tuple] = {}
+        out = []
+        counts = self.metrics["outcomes"]
+        for ev, place in zip(events, places):
+            if place is None:
+                counts[unknown.value] += 1
+                out.append(EventResult(ev.event_id, unknown, 0))
+                continue
+            at, row = place
+            got = decoded.get(at)
+            if got is None:
+                got = decoded[at] = self._decode_scores(per_record[at])
+            actor, codes, changed = got
+            ctl = self.boards[ev.board_id]
+            outcome = R.outcome_of(codes[row])
+            counts[outcome.value] += 1
+            change = changed.get(row)
+            if change is not None:
+                self._note_change(ctl, actor, [ev.player_id, change[0], change[1], "ACTIVE"], new_deltas)
+            out.append(EventResult(ev.event_id, outcome, ctl.version))
+        return out
+
+    @staticmethod
+    def _decode_scores(got: list) -> tuple:
+        """A shard's answer to a SCORES record: (actor, codes, {row: change})."""
+        actor, ans = got[0]
+        codes_raw, rows_raw, values_raw, achieved_raw = ans
+        rows = np.frombuffer(rows_raw, "<i4").tolist()
+        values = np.frombuffer(values_raw, "<i8").tolist()
+        achieved = np.frombuffer(achieved_raw, "<i8").tolist()
+        changed = {r: (v, a) for r, v, a in zip(rows, values, achieved)}
+        return actor, list(codes_raw), changed
 
     def _finish_record(self, rec: list, got: list, new_deltas) -> object:
         kind = rec[0]

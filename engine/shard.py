@@ -25,7 +25,7 @@ import numpy as np
 from engine import records as R
 from engine.columns import ScoreColumns
 from engine.model import BoardSpec, Outcome, ScoreEvent
-from engine.partition import KIND_DECISION, Partition
+from engine.partition import KIND_DECISION, Applied, Partition
 from engine.placement import actor_of, part_of
 
 log = logging.getLogger("flowrank.shard")
@@ -62,6 +62,7 @@ class ShardCore:
         self.applied_offset = -1
         self.dead_letters: list[list] = []  # [offset, board_id, event_id, error]
         self._dead_offsets: set[int] = set()
+        self._dead_rows: set[tuple[int, int]] = set()  # (offset, row) of columnar records
         self._results: OrderedDict[int, list | None] = OrderedDict()
 
     # ------------------------------------------------------------------ writes
@@ -167,6 +168,8 @@ class ShardCore:
         spec = self.specs.get(rec[1])
         if spec is None:
             return False
+        if kind == R.SCORES:
+            return rec[2] in self.parts.get(spec.board_id, ())
         if kind == R.SCORE:  # self.parts holds only the partitions placed here
             return part_of(rec[3], spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.DECIDE:
@@ -180,7 +183,7 @@ class ShardCore:
             result = [DEAD, None]
         else:
             try:
-                result = self._dispatch(rec)
+                result = self._dispatch(rec, offset)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
         self._remember_result(offset, result)
@@ -211,8 +214,49 @@ class ShardCore:
         outcome, change = partition.apply(ev)
         return [R.CODE[outcome], change_wire(change)]
 
-    def _dispatch(self, rec: list):
+    def _apply_scores(self, offset: int, rec: list) -> list:
+        """A columnar score record, one batch: ``[codes, changed rows, values,
+        achieved]`` as bytes (uint8, int32, int64, int64). Rows dead-lettered
+        before are journalled as DEAD_LETTERED; a batch that fails is applied
+        row by row so only the poison rows are dead-lettered."""
+        spec = self.specs.get(rec[1])
+        cols, verdicts = R.columns_of(rec)
+        if spec is None:
+            return [bytes([UNKNOWN_SEASON]) * len(cols), b"", b"", b""]
+        partition = self.parts[spec.board_id][rec[2]]
+        for o, row in self._dead_rows:
+            if o == offset:
+                verdicts[row] = DEAD
+        try:
+            got = partition.apply_columns(cols, verdicts)
+        except Exception:
+            got = self._apply_rows(offset, partition, cols, verdicts)
+        rows = np.flatnonzero(got.changed)
+        return [got.codes.tobytes(), rows.astype("<i4").tobytes(), got.values[rows].astype("<i8").tobytes(),
+                got.achieved[rows].astype("<i8").tobytes()]
+
+    def _apply_rows(self, offset: int, partition: Partition, cols: ScoreColumns, verdicts: np.ndarray) -> Applied:
+        n = len(cols)
+        out = Applied(np.zeros(n, np.uint8), np.zeros(n, np.bool_), np.zeros(n, np.int64), np.zeros(n, np.int64))
+        for row in range(n):
+            one = np.array([row])
+            try:
+                got = partition.apply_columns(cols.take(one), verdicts[one])
+            except Exception as exc:  # a bug, not an expected outcome: dead-letter the row
+                error = f"{type(exc).__name__}: {exc}"
+                log.error("dead-lettering log offset %d row %d (%s %s): %s", offset, row, cols.board_id,
+                          cols.event_ids[row], error)
+                self.dead_letters.append([offset, cols.board_id, cols.event_ids[row], error, row])
+                self._dead_rows.add((offset, row))
+                got = partition.apply_columns(cols.take(one), np.array([DEAD], np.uint8))
+            for a, b in zip(out, got):
+                a[row] = b[0]
+        return out
+
+    def _dispatch(self, rec: list, offset: int = -1):
         kind = rec[0]
+        if kind == R.SCORES:
+            return self._apply_scores(offset, rec)
         if kind == R.SCORE:
             return self._apply_score(rec)
         if kind == R.BOARD:
@@ -341,7 +385,8 @@ class ShardCore:
             spec = core.specs[board_id]
             core.parts.setdefault(board_id, {})[n] = Partition.from_state(spec.policy, spec.max_plausible_time_ms, pstate)
         core.dead_letters = [list(d) for d in state["dead_letters"]]
-        core._dead_offsets = {d[0] for d in core.dead_letters}
+        core._dead_offsets = {d[0] for d in core.dead_letters if len(d) == 4}
+        core._dead_rows = {(d[0], d[4]) for d in core.dead_letters if len(d) > 4}
         return core
 
     def checksum_of_state(self) -> int:

@@ -135,7 +135,7 @@ def test_killed_shard_actor_loses_no_acknowledged_event(ray_session, loop, tmp_p
     # Every acknowledged event is in the log exactly once; the ranking equals
     # the oracle over the durable events; a fresh replay gives the same checksum.
     with SegmentedFileLog.open(tmp_path / "log") as event_log:
-        scores = [R.event_of(rec) for _, rec in event_log.read_from(0) if rec[0] == R.SCORE]
+        scores = [ev for _, rec in event_log.read_from(0) for ev, _ in R.logged_events(rec)]
     ids = [e.event_id for e in scores]
     assert all(ids.count(a) == 1 for a in set(acked)) and set(acked) <= set(ids)
     rows = oracle.final_rows(Policy.BEST_SCORE, scores)

@@ -43,7 +43,7 @@ def test_node_loss_mid_ingest_loses_no_acknowledged_event(tmp_path):
     assert out["removed_node"] and out["victim_hosted"] >= 1
     assert out["pids_after"] != out["pids_before"], "a shard actor restarted on another node"
     with SegmentedFileLog.open(tmp_path / "data" / "log") as event_log:
-        scores = [R.event_of(rec) for _, rec in event_log.read_from(0) if rec[0] == R.SCORE]
+        scores = [ev for _, rec in event_log.read_from(0) for ev, _ in R.logged_events(rec)]
     ids = [e.event_id for e in scores]
     acked = out["acked"]
     assert len(acked) == 3000, "every batch was eventually acknowledged"

@@ -50,10 +50,11 @@ def check_recovery(data_dir, reference_dir, acked) -> list[str]:
     with SegmentedFileLog.open(os.path.join(data_dir, "log")) as log:
         recs = [r for _o, r in log.read_from(0)]
     specs = {r[1]: R.spec_of(r) for r in recs if r[0] == R.BOARD}
-    applied: dict[str, list] = defaultdict(list)  # event id -> apply-verdict score records
+    applied: dict[str, list] = defaultdict(list)  # event id -> its logged events with an apply verdict
     for r in recs:
-        if r[0] == R.SCORE and r[7] == R.APPLY:
-            applied[r[2]].append(r)
+        for ev, verdict in R.logged_events(r):
+            if verdict == R.APPLY:
+                applied[ev.event_id].append(ev)
     anomalies += [f"{eid} admitted {len(v)} times" for eid, v in applied.items() if len(v) > 1]
     anomalies += [f"acked {eid} not durable" for eid, _p, _o in acked if len(applied.get(eid, ())) != 1]
 
@@ -61,7 +62,7 @@ def check_recovery(data_dir, reference_dir, acked) -> list[str]:
         svc = await open_service(data_dir, 3)
         try:
             recovered = await state_of(svc, sorted(specs))
-            board_of = {eid: v[0][1] for eid, v in applied.items()}
+            board_of = {eid: v[0].board_id for eid, v in applied.items()}
             for eid, pid, outcome in acked:
                 if outcome in NOT_FIRST or eid not in board_of:
                     continue
@@ -70,7 +71,8 @@ def check_recovery(data_dir, reference_dir, acked) -> list[str]:
                 if [h.outcome for h in firsts] != [outcome]:
                     anomalies.append(f"{eid}: acked {outcome}, history {[h.outcome for h in firsts]}")
             for board_id, spec in specs.items():
-                events = [R.event_of(r) for r in recs if r[0] == R.SCORE and r[1] == board_id and r[7] == R.APPLY]
+                events = [ev for r in recs for ev, verdict in R.logged_events(r)
+                          if ev.board_id == board_id and verdict == R.APPLY]
                 rows = oracle.final_rows(spec.policy, events, max_time=spec.max_plausible_time_ms)
                 want = oracle.ranking(spec.policy, rows)
                 got = recovered[board_id]["top"].entries
