@@ -44,9 +44,11 @@ from typing import Callable, Sequence
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import numpy as np  # noqa: E402
 from sortedcontainers import SortedList  # noqa: E402
 
 from engine.board import Board  # noqa: E402
+from engine.records import outcome_of  # noqa: E402
 from engine.model import BoardSpec, Policy, ScoreEvent  # noqa: E402
 
 TARGETS = {
@@ -190,15 +192,14 @@ def deep_size(roots: Sequence[object], seen: set[int]) -> int:
 def board_memory(board: Board) -> dict[str, float]:
     """Bytes per ranked player (rows + index), per dedup id, per history event."""
     p = board.partition
-    seen: set[int] = set()
-    players = max(1, len(p.rows))
-    state = deep_size([p.rows, p.index], seen)
+    players = max(1, len(p.players))
+    state = p.nbytes()  # ids, rows and rank index are arrays (engine/partition.py)
     # the dedup table holds no Python object per id (engine/dedup.py): its arrays
     dedup = board.admission.dedup
     ids = max(1, len(dedup))
     dedup_own = dedup.nbytes
-    history = deep_size([p.history, p.owner], seen)
-    events = max(1, sum(len(h) for h in p.history.values()))
+    history = p.journal.nbytes()
+    events = max(1, len(p.journal))
     return {
         "board_bytes_per_player": state / players,
         "dedup_bytes_per_event_id": dedup_own / ids,
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         secs, board = ingest_board(events, args.batch)
         rss1 = rss_bytes()
         res.setdefault("apply_events_per_s", []).append(len(events) / secs)
-        res.setdefault("rss_growth_bytes_per_player", []).append((rss1 - rss0) / max(1, len(board.partition.rows)))
+        res.setdefault("rss_growth_bytes_per_player", []).append((rss1 - rss0) / max(1, len(board.partition.players)))
         for k, v in read_rates(board, ids, args.rank_batch).items():
             res.setdefault(k, []).append(v)
         print(f"  repeat {rep + 1}: {len(events) / secs:,.0f} events/s applied "
@@ -339,9 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         res[k] = [mem[k]]
     outcomes: dict[str, int] = {}
     # outcome mix of the last build (sanity: ~1% DUPLICATE_IGNORED)
-    for h in board.partition.history.values():
-        for item in h:
-            outcomes[item[5]] = outcomes.get(item[5], 0) + 1
+    journal = board.partition.journal
+    for code, count in zip(*np.unique(journal.out[: len(journal)], return_counts=True)):
+        name = outcome_of(int(code)).value
+        outcomes[name] = outcomes.get(name, 0) + int(count)
     board = None
     gc.collect()
 
