@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine import records as R
-from engine.dedup import DedupTable, Seen, fingerprint
+from engine.columns import ScoreColumns
+from engine.dedup import DedupTable, Seen, fingerprint, fingerprints
 from engine.errors import AlreadyDecided, EventNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
 from engine.season import accepts_corrections, accepts_scores, next_state
@@ -63,12 +64,52 @@ class Admission:
             return self._hold(ev, Outcome.HELD_FOR_REVIEW)
         return None
 
-    def decide_columns(self, cols) -> np.ndarray:
-        """``admit`` for each event of a batch of columns, in order: uint8
-        verdict codes (``engine.records.CODE``; 0 = go on to apply)."""
+    def decide_columns(self, cols: ScoreColumns) -> np.ndarray:
+        """``admit`` for each event of a batch, in order, as uint8 verdict
+        codes (``engine.records.CODE``; 0 = go on to apply): one dedup-table
+        call for the batch (it sees duplicates inside the batch too) and
+        numpy for season state and review. A board with a quarantine takes
+        the event-by-event path (quarantined ids are checked one by one)."""
+        n = len(cols)
         code = R.CODE
-        return np.fromiter((0 if v is None else code[v] for v in map(self.admit, cols.events())),
-                           dtype=np.uint8, count=len(cols))
+        if self.held or self.decided:
+            return np.fromiter((0 if v is None else code[v] for v in map(self.admit, cols.events())),
+                               dtype=np.uint8, count=n)
+        fps = fingerprints(cols)
+        seen = self.dedup.check_many(cols.event_ids, fps)
+        verdicts = np.zeros(n, np.uint8)
+        verdicts[seen == Seen.DUPLICATE.value] = code[Outcome.DUPLICATE_IGNORED]
+        verdicts[seen == Seen.CONFLICT.value] = code[Outcome.REJECTED_EVENT_ID_CONFLICT]
+        new = np.flatnonzero(seen == Seen.NEW.value)
+        if not len(new):
+            return verdicts
+        ids = cols.event_ids if len(new) == n else [cols.event_ids[i] for i in new.tolist()]
+        self.dedup.add_many(ids, fps[new])
+        self._pending.extend(ids)
+        if not accepts_scores(self.state):
+            hold, reason = new, Outcome.HELD_FOR_CORRECTION
+        elif self.spec.review_above is not None:
+            hold, reason = new[cols.values[new] > self.spec.review_above], Outcome.HELD_FOR_REVIEW
+        else:
+            return verdicts
+        verdicts[hold] = code[reason]
+        for i in hold.tolist():
+            self._hold(ScoreEvent(cols.board_id, cols.event_ids[i], cols.player_ids[i], int(cols.values[i]),
+                                  int(cols.achieved[i]), int(cols.submitted[i])), reason)
+        return verdicts
+
+    def replay_columns(self, cols: ScoreColumns, verdicts: np.ndarray) -> None:
+        """``replay`` of a logged batch: remember the ids that were admitted
+        or held, in order, and rebuild the holds."""
+        held_codes = (R.CODE[Outcome.HELD_FOR_CORRECTION], R.CODE[Outcome.HELD_FOR_REVIEW])
+        keep = np.flatnonzero((verdicts == R.APPLY) | (verdicts == held_codes[0]) | (verdicts == held_codes[1]))
+        if not len(keep):
+            return
+        self.dedup.remember_many([cols.event_ids[i] for i in keep.tolist()], fingerprints(cols)[keep])
+        for i in keep.tolist():
+            if verdicts[i] != R.APPLY:
+                self._hold(ScoreEvent(cols.board_id, cols.event_ids[i], cols.player_ids[i], int(cols.values[i]),
+                                      int(cols.achieved[i]), int(cols.submitted[i])), R.outcome_of(int(verdicts[i])))
 
     def commit(self) -> None:
         """The admitted events are durable: make their ids final. O(k)."""

@@ -45,7 +45,6 @@ from engine.model import (
     Page,
     PlayerView,
     RankedEntry,
-    RowChange,
     RowStatus,
     ScoreEvent,
 )
@@ -105,14 +104,8 @@ class Board:
         versions = base + np.cumsum(got.changed, dtype=np.int64)
         at = np.flatnonzero(got.changed)
         if len(at):
-            keep = self.ring.retention
-            if len(at) > keep:  # the older ones would be evicted at once: never build them
-                self.ring.reset(int(versions[at[len(at) - keep - 1]]) if keep else int(versions[at[-1]]))
-                at = at[len(at) - keep:]
-            vals, achs, pids = got.values, got.achieved, cols.player_ids
-            self.ring.push_many([
-                Delta(v, (RowChange(pids[i], int(vals[i]), int(achs[i]), RowStatus.ACTIVE),))
-                for i, v in zip(at.tolist(), versions[at].tolist())])
+            pids = cols.player_ids
+            self.ring.push_columns([pids[i] for i in at.tolist()], got.values[at], got.achieved[at])
         return BatchResult(got.codes, versions)
 
     def apply(self, ev: ScoreEvent) -> EventResult:

@@ -9,38 +9,60 @@ from __future__ import annotations
 
 from collections import deque
 
-from engine.model import Delta
+import numpy as np
+
+from engine.model import Delta, RowChange, RowStatus
 
 
 class ChangeRing:
-    __slots__ = ("retention", "_deltas", "version")
+    """Deltas kept in chunks: one per ``push`` (a Delta) or per
+    ``push_columns`` (a batch's changes as columns, made into Delta records
+    only when a reader asks). Memory is O(retention); a batch costs O(1)
+    Python objects however many rows it changed."""
+
+    __slots__ = ("retention", "_chunks", "_held", "version")
 
     def __init__(self, retention: int, version: int = 0):
         if retention < 0:
             raise ValueError("delta retention must be >= 0")
         self.retention = retention
-        self._deltas: deque[Delta] = deque()
+        # (first version, Delta) or (first version, (player ids, values, achieved, status))
+        self._chunks: deque[tuple[int, object]] = deque()
+        self._held = 0  # versions the chunks cover
         self.version = version  # the version the newest retained delta reached
 
     def push(self, delta: Delta) -> None:
         """Append the delta that brought the board to ``delta.version``. O(1)."""
         if delta.version != self.version + 1:
             raise ValueError(f"delta {delta.version} does not follow version {self.version}")
-        self.version = delta.version
-        if self.retention == 0:
-            return
-        self._deltas.append(delta)
-        if len(self._deltas) > self.retention:
-            self._deltas.popleft()
+        self._append(delta.version, delta, 1)
 
     def push_many(self, deltas: list[Delta]) -> None:
         """``push`` each delta in order. O(k)."""
         for d in deltas:
             self.push(d)
 
+    def push_columns(self, player_ids: list[str], values: np.ndarray, achieved: np.ndarray,
+                     status: RowStatus = RowStatus.ACTIVE) -> None:
+        """One delta per row, versions ``version + 1 ..``, each changing one
+        player's row to (value, achieved, status). O(1) Python objects."""
+        k = len(player_ids)
+        if k:
+            self._append(self.version + 1, (player_ids, values, achieved, status), k)
+
+    def _append(self, first: int, chunk, k: int) -> None:
+        self.version = first + k - 1
+        if self.retention == 0:
+            return
+        self._chunks.append((first, chunk))
+        self._held += k
+        while self._chunks and self._held - _size(self._chunks[0][1]) >= self.retention:
+            self._held -= _size(self._chunks.popleft()[1])
+
     def reset(self, version: int) -> None:
         """Forget every delta (e.g. after a restart): the ring starts at ``version``."""
-        self._deltas.clear()
+        self._chunks.clear()
+        self._held = 0
         self.version = version
 
     def since(self, version: int) -> list[Delta] | None:
@@ -53,18 +75,35 @@ class ChangeRing:
             return []
         if version > self.version or version < 0:
             return None
-        oldest_base = self._deltas[0].version - 1 if self._deltas else self.version
+        oldest_base = self.version - len(self)
         if version < oldest_base:
             return None
-        start = version - oldest_base
-        return [self._deltas[i] for i in range(start, len(self._deltas))]
+        out: list[Delta] = []
+        for first, chunk in self._chunks:
+            k = _size(chunk)
+            if first + k - 1 <= version:
+                continue
+            if isinstance(chunk, Delta):
+                out.append(chunk)
+                continue
+            pids, vals, achs, status = chunk
+            lo = max(0, version + 1 - first)
+            out.extend(Delta(first + i, (RowChange(p, v, a, status),)) for i, p, v, a in zip(
+                range(lo, k), pids[lo:], vals[lo:].tolist(), achs[lo:].tolist()))
+        return out
 
     def __len__(self) -> int:
-        return len(self._deltas)
+        return min(self._held, self.retention)
 
     def _check(self) -> None:
-        assert len(self._deltas) <= max(self.retention, 0)
-        for a, b in zip(self._deltas, list(self._deltas)[1:]):
-            assert b.version == a.version + 1
-        if self._deltas:
-            assert self._deltas[-1].version == self.version
+        assert self._held >= len(self) and len(self) <= max(self.retention, 0)
+        expect = None
+        for first, chunk in self._chunks:
+            assert expect is None or first == expect
+            expect = first + _size(chunk)
+        if self._chunks:
+            assert expect == self.version + 1
+
+
+def _size(chunk) -> int:
+    return 1 if isinstance(chunk, Delta) else len(chunk[0])

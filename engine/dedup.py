@@ -66,6 +66,18 @@ def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int)
     return _xxh64(data)
 
 
+def fingerprints(cols) -> np.ndarray:
+    """:func:`fingerprint` of every event of a batch of columns (uint64)."""
+    xxh = _xxh64
+    texts = [f"{p}\x1f{v}\x1f{a}\x1f{s}" for p, v, a, s in zip(
+        cols.player_ids, cols.values.tolist(), cols.achieved.tolist(), cols.submitted.tolist())]
+    try:
+        out = [xxh(t.encode()) for t in texts]
+    except UnicodeEncodeError:
+        out = [xxh(t.encode("utf-8", "surrogatepass")) for t in texts]
+    return np.array(out, dtype=np.uint64)
+
+
 class Seen(Enum):
     NEW = 0
     DUPLICATE = 1
@@ -520,6 +532,13 @@ class DedupTable:
 
     def remember_many(self, event_ids: Sequence[str], fps) -> None:
         """``remember`` each id in order. O(k) amortised."""
+        self._put_many(event_ids, fps, self.retention)
+
+    def add_many(self, event_ids: Sequence[str], fps) -> None:
+        """``add`` each id in order (no eviction until ``trim``). O(k) amortised."""
+        self._put_many(event_ids, fps, _NO_LIMIT)
+
+    def _put_many(self, event_ids: Sequence[str], fps, limit: int) -> None:
         k = len(event_ids)
         cs = self._fold_many(fps, k)
         if not k:
@@ -527,7 +546,7 @@ class DedupTable:
         ids = self._words_many(event_ids)
         done = 0
         while True:
-            done = _put_many(self._ent, self._slots, self._meta, ids, cs, self.retention, done)
+            done = _put_many(self._ent, self._slots, self._meta, ids, cs, limit, done)
             if done == k:
                 return
             if done < 0:

@@ -314,8 +314,10 @@ class Router:
         elif kind == R.SCORES or kind == R.SCORE:
             ctl = self.boards.get(rec[1])
             if ctl is not None:
-                for ev, code in R.logged_events(rec):
-                    ctl.admission.replay(ev, None if code == R.APPLY else R.outcome_of(code))
+                if kind == R.SCORES:
+                    ctl.admission.replay_columns(*R.columns_of(rec))
+                else:
+                    ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
                 ctl.admission.dedup.trim()
         elif kind == R.INVALIDATE:
             ctl = self.boards.get(rec[1])

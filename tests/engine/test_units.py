@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.admission import Admission
 from engine.board import Board
@@ -11,7 +14,18 @@ from engine.dedup import DedupWindow, Seen, fingerprint
 from engine.errors import (
     AlreadyDecided, EventNotFound, InvalidTransition, PlayerNotFound, PlayerNotRanked, ValidationFailed, ViewExpired,
 )
-from engine.model import INT64_MAX, INT64_MIN, BoardSpec, BoardState, Delta, Outcome, Policy, RowStatus, ScoreEvent
+from engine.model import (
+    INT64_MAX,
+    INT64_MIN,
+    BoardSpec,
+    BoardState,
+    Delta,
+    Outcome,
+    Policy,
+    RowChange,
+    RowStatus,
+    ScoreEvent,
+)
 from engine.policy import best_score_key, cumulative_key, fastest_time_key
 from engine.season import TRANSITIONS, accepts_scores, next_state
 from engine.timefmt import format_timestamp, parse_timestamp
@@ -243,3 +257,26 @@ def test_parse_timestamp_rejects(raw):
 def test_format_timestamp_round_trips_to_ms():
     for ms in (0, -1, 1, 1_793_527_500_123, 253_402_300_799_999):
         assert parse_timestamp(format_timestamp(ms)) == ms
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.integers(0, 6), st.lists(st.integers(0, 4), max_size=12))
+def test_change_ring_columns_chunks_equal_single_deltas(retention, sizes):
+    chunks, single = ChangeRing(retention), ChangeRing(retention)
+    v = 0
+    for k, size in enumerate(sizes):
+        pids = [f"p{k}-{i}" for i in range(size)]
+        vals = np.arange(size, dtype=np.int64) + k
+        if k % 2:
+            chunks.push_columns(pids, vals, vals * 2)
+        else:
+            chunks.push_many([Delta(v + i + 1, (RowChange(p, int(x), int(x) * 2, RowStatus.ACTIVE),))
+                              for i, (p, x) in enumerate(zip(pids, vals))])
+        single.push_many([Delta(v + i + 1, (RowChange(p, int(x), int(x) * 2, RowStatus.ACTIVE),))
+                          for i, (p, x) in enumerate(zip(pids, vals))])
+        v += size
+        chunks._check()
+        assert chunks.version == single.version == v
+        assert len(chunks) == len(single)
+        for since in range(-1, v + 2):
+            assert chunks.since(since) == single.since(since)
