@@ -65,7 +65,7 @@ async def test_every_api_series_from_the_real_engine(seeded):
     assert get(m, "flowrank_storage_errors_total") == 0
     assert get(m, "flowrank_dead_letters") == 0
     assert get(m, "flowrank_snapshot_pause_seconds_window_samples") == 0
-    assert get(m, "flowrank_engine_log_end_offset") >= 7  # board + 7 score records
+    assert get(m, "flowrank_engine_log_end_offset") >= 2  # board + one columnar score record per ingest cycle
 
 
 async def test_metrics_needs_no_key_and_is_not_rate_limited(seeded):
