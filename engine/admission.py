@@ -76,7 +76,8 @@ class Admission:
             return np.fromiter((0 if v is None else code[v] for v in map(self.admit, cols.events())),
                                dtype=np.uint8, count=n)
         fps = fingerprints(cols)
-        seen = self.dedup.check_many(cols.event_ids, fps)
+        words = self.dedup.words_many(cols.event_ids)
+        seen = self.dedup.check_many(cols.event_ids, fps, words)
         verdicts = np.zeros(n, np.uint8)
         verdicts[seen == Seen.DUPLICATE.value] = code[Outcome.DUPLICATE_IGNORED]
         verdicts[seen == Seen.CONFLICT.value] = code[Outcome.REJECTED_EVENT_ID_CONFLICT]
@@ -84,7 +85,7 @@ class Admission:
         if not len(new):
             return verdicts
         ids = cols.event_ids if len(new) == n else [cols.event_ids[i] for i in new.tolist()]
-        self.dedup.add_many(ids, fps[new])
+        self.dedup.add_many(ids, fps[new], words[new] if len(new) < n else words)
         self._pending.extend(ids)
         if not accepts_scores(self.state):
             hold, reason = new, Outcome.HELD_FOR_CORRECTION

@@ -86,7 +86,7 @@ class ChangeRing:
             if isinstance(chunk, Delta):
                 out.append(chunk)
                 continue
-            pids, vals, achs, status = chunk
+            pids, vals, achs, status = chunk  # type: ignore[misc]
             lo = max(0, version + 1 - first)
             out.extend(Delta(first + i, (RowChange(p, v, a, status),)) for i, p, v, a in zip(
                 range(lo, k), pids[lo:], vals[lo:].tolist(), achs[lo:].tolist()))

@@ -44,6 +44,8 @@ import numba
 import numpy as np
 import xxhash
 
+from engine.players import encode_ids, hash_bytes
+
 _xxh64 = xxhash.xxh3_64_intdigest
 _xxh128 = xxhash.xxh3_128_intdigest
 _xxh128_digest = xxhash.xxh3_128_digest
@@ -53,29 +55,45 @@ _MIN_CAPACITY = 64
 STATE_VERSION = 1
 
 
-def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int) -> int:
-    """Stable 64-bit fingerprint of an event's content."""
-    text = f"{player_id}\x1f{value}\x1f{achieved_at}\x1f{submitted_at}"
-    try:
-        # strict UTF-8 gives the same bytes as "surrogatepass" for every
-        # string without lone surrogates, and is ~5x cheaper (CPython's
-        # encoder takes its fast path only with the default error handler)
-        data = text.encode()
-    except UnicodeEncodeError:
-        data = text.encode("utf-8", "surrogatepass")
-    return _xxh64(data)
+@numba.njit(cache=True)
+def _mix(h, x):
+    h ^= x
+    h *= np.uint64(0x9E3779B97F4A7C15)
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@numba.njit(cache=True)
+def _content_kernel(pbuf, poffs, vals, achs, subs, out):
+    for i in range(len(vals)):
+        h = hash_bytes(pbuf, poffs[i], poffs[i + 1])
+        h = _mix(h, np.uint64(vals[i]))
+        h = _mix(h, np.uint64(achs[i]))
+        out[i] = _mix(h, np.uint64(subs[i]))
 
 
 def fingerprints(cols) -> np.ndarray:
-    """:func:`fingerprint` of every event of a batch of columns (uint64)."""
-    xxh = _xxh64
-    texts = [f"{p}\x1f{v}\x1f{a}\x1f{s}" for p, v, a, s in zip(
-        cols.player_ids, cols.values.tolist(), cols.achieved.tolist(), cols.submitted.tolist())]
-    try:
-        out = [xxh(t.encode()) for t in texts]
-    except UnicodeEncodeError:
-        out = [xxh(t.encode("utf-8", "surrogatepass")) for t in texts]
-    return np.array(out, dtype=np.uint64)
+    """The 64-bit content fingerprint of every event of a batch of columns:
+    the player id's UTF-8 bytes and the three int64s, in one numba pass."""
+    pbuf, poffs = encode_ids(cols.player_ids)
+    out = np.empty(len(cols.player_ids), np.uint64)
+    _content_kernel(pbuf, poffs, _i64(cols.values), _i64(cols.achieved), _i64(cols.submitted), out)
+    return out
+
+
+def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int) -> int:
+    """Stable 64-bit fingerprint of one event's content (as :func:`fingerprints`)."""
+    pbuf, poffs = encode_ids([player_id])
+    out = np.empty(1, np.uint64)
+    _content_kernel(pbuf, poffs, np.array([value], np.int64), np.array([achieved_at], np.int64),
+                    np.array([submitted_at], np.int64), out)
+    return int(out[0])
+
+
+def _i64(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) and a.dtype == np.int64 else np.asarray(a, dtype=np.int64)
 
 
 class Seen(Enum):
@@ -518,7 +536,12 @@ class DedupTable:
             raise ValueError(f"{k} event ids but {a.size} fingerprints")
         return ((a ^ (a >> np.uint64(32))) & np.uint64(_M32)).astype(np.uint32)
 
-    def check_many(self, event_ids: Sequence[str], fps) -> np.ndarray:
+    def words_many(self, event_ids: Sequence[str]) -> np.ndarray:
+        """The identity fingerprints of many ids, to pass to ``check_many``
+        and ``add_many`` so a batch is hashed once."""
+        return self._words_many(event_ids)
+
+    def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> np.ndarray:
         """``check`` of each id as if every NEW one were added before the
         next: a repeated id in the batch is DUPLICATE (same content as its
         first copy) or CONFLICT. Returns an int8 array of ``Seen`` values;
@@ -527,23 +550,23 @@ class DedupTable:
         cs = self._fold_many(fps, k)
         out = np.zeros(k, np.int8)
         if k:
-            _check_many(self._ent, self._slots, self._words_many(event_ids), cs, out)
+            _check_many(self._ent, self._slots, self._words_many(event_ids) if words is None else words, cs, out)
         return out
 
     def remember_many(self, event_ids: Sequence[str], fps) -> None:
         """``remember`` each id in order. O(k) amortised."""
         self._put_many(event_ids, fps, self.retention)
 
-    def add_many(self, event_ids: Sequence[str], fps) -> None:
+    def add_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> None:
         """``add`` each id in order (no eviction until ``trim``). O(k) amortised."""
-        self._put_many(event_ids, fps, _NO_LIMIT)
+        self._put_many(event_ids, fps, _NO_LIMIT, words)
 
-    def _put_many(self, event_ids: Sequence[str], fps, limit: int) -> None:
+    def _put_many(self, event_ids: Sequence[str], fps, limit: int, words: np.ndarray | None = None) -> None:
         k = len(event_ids)
         cs = self._fold_many(fps, k)
         if not k:
             return
-        ids = self._words_many(event_ids)
+        ids = self._words_many(event_ids) if words is None else np.ascontiguousarray(words)
         done = 0
         while True:
             done = _put_many(self._ent, self._slots, self._meta, ids, cs, limit, done)

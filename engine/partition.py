@@ -254,13 +254,17 @@ class Partition:
         if out.any():
             self.index.remove_many(old_p[out], old_t[out], touched[out], arena, offs)
         if into.any():
-            self.index.insert_many(new_p[into], new_t[into], touched[into], arena, offs)
+            ip, it, ii = new_p[into], new_t[into], touched[into]
+            if len(ip) > 64:  # in key order: neighbouring inserts share blocks (cache)
+                order = np.lexsort((it, ip))
+                ip, it, ii = ip[order], it[order], ii[order]
+            self.index.insert_many(ip, it, ii, arena, offs)
 
     def _reserve_rows(self, n: int) -> None:
         if n > len(self.val):
             size = len(self.val)
             while n > size:
-                size *= 2
+                size += size // 4 + 64  # 1.25x: at most a quarter of the rows allocated ahead
             for name in ("val", "ach", "sub", "rv", "st"):
                 a = getattr(self, name)
                 b = np.zeros(size, a.dtype)
@@ -387,11 +391,16 @@ class Partition:
 
     def all_rows(self) -> list[Row]:
         """Every row (any status), in player interning order."""
-        return [self._row(p) for p in np.flatnonzero(self.st[: len(self.players)] != ST_NONE).tolist()]
+        return self._rows_at(np.flatnonzero(self.st[: len(self.players)] != ST_NONE))
 
     def _rows_at(self, ids: np.ndarray) -> list[Row]:
+        """Rows of many players: column gathers, then one record each."""
         names = self.players.ids_of(ids)
-        return [self._row(p, pid) for p, pid in zip(ids.tolist(), names)]
+        vals, achs, subs = self.val[ids].tolist(), self.ach[ids].tolist(), self.sub[ids].tolist()
+        rvs, active = self.rv[ids].tolist(), (self.st[ids] == ST_ACTIVE).tolist()
+        key = self._wire_key
+        return [Row(pid, v, a, s, ACTIVE if on else INVALIDATED_STATUS, rv, key(v, a, s, pid) if on else None)
+                for pid, v, a, s, rv, on in zip(names, vals, achs, subs, rvs, active)]
 
     def top(self, offset: int, limit: int) -> list[Row]:
         """Active rows ranked offset+1 .. offset+limit (local ranks). O(log n + limit)."""

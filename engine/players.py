@@ -106,8 +106,21 @@ def _rehash(arena, offs, n, slots):
         slots[pos] = i
 
 
+@numba.njit(cache=True)
+def _gather(arena, starts, lens, bounds, out):
+    for k in range(len(starts)):
+        out[bounds[k]:bounds[k] + lens[k]] = arena[starts[k]:starts[k] + lens[k]]
+
+
 def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes of many ids in one buffer plus their int64 offsets."""
+    n = len(ids)
+    joined = "".join(ids)
+    if joined.isascii():  # one byte per character: lengths are the str lengths
+        boffs = np.zeros(n + 1, dtype=np.int64)
+        if n:
+            np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=n), out=boffs[1:])
+        return np.frombuffer(bytearray(joined.encode("ascii")), dtype=np.uint8), boffs
     try:
         enc = [s.encode() for s in ids]
     except UnicodeEncodeError:  # a lone surrogate: keep it, it still orders by code point
@@ -180,8 +193,22 @@ class PlayerTable:
         return decode_id(self.arena[self.offs[i]:self.offs[i + 1]].tobytes())
 
     def ids_of(self, idx) -> list[str]:
-        arena, offs = self.arena, self.offs
-        return [decode_id(arena[offs[i]:offs[i + 1]].tobytes()) for i in np.asarray(idx).tolist()]
+        """Ids of many players: one gather of their bytes, then one decode each."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if not len(idx):
+            return []
+        starts, ends = self.offs[idx], self.offs[idx + 1]
+        lens = ends - starts
+        bounds = np.zeros(len(idx) + 1, np.int64)
+        np.cumsum(lens, out=bounds[1:])
+        out = np.empty(int(bounds[-1]), np.uint8)
+        _gather(self.arena, starts, lens, bounds, out)
+        raw = out.tobytes()
+        b = bounds.tolist()
+        try:
+            return [raw[b[k]:b[k + 1]].decode() for k in range(len(idx))]
+        except UnicodeDecodeError:  # a lone surrogate
+            return [decode_id(raw[b[k]:b[k + 1]]) for k in range(len(idx))]
 
     def nbytes(self) -> int:
         """Bytes in use (arena and offsets as filled, the whole slot table)."""
@@ -222,7 +249,7 @@ class PlayerTable:
 def _grown(a: np.ndarray, need: int) -> np.ndarray:
     size = max(len(a), 1)
     while size < need:
-        size *= 2
+        size += size // 4 + 64  # 1.25x
     out = np.zeros(size, dtype=a.dtype)
     out[: len(a)] = a
     return out

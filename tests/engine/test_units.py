@@ -81,7 +81,8 @@ def test_fingerprint_is_stable_and_content_sensitive():
     assert fingerprint("p", 1, 2, 3) == fingerprint("p", 1, 2, 3)
     assert fingerprint("p", 1, 2, 3) != fingerprint("p", 1, 3, 2)
     # Pinned: snapshots store fingerprints, so they must not change across versions or processes.
-    assert fingerprint("p", 1, 2, 3) == 0x614f6ced1f2760b6
+    assert fingerprint("p", 1, 2, 3) == 0xF4DCA79D0276F1CA  # FNV-1a+fmix64 of the id bytes, then the three int64s mixed in
+    assert fingerprint("p", -1, 2, 3) != fingerprint("p", 1, 2, 3) != fingerprint("p\u00e9", 1, 2, 3)
 
 
 def test_ids_beyond_the_window_fall_back_on_history_and_guards():
