@@ -151,12 +151,9 @@ class PlayerTable:
         return self.n
 
     def _reserve(self, k: int, nbytes: int) -> None:
+        """Room for ``k`` new players of ``nbytes`` (slot table at most half full)."""
+        self.reserve_scratch(k, nbytes)
         n = self.n
-        need = int(self.offs[n]) + nbytes
-        if need > len(self.arena):
-            self.arena = _grown(self.arena, need)
-        if n + k + 1 > len(self.offs):
-            self.offs = _grown(self.offs, n + k + 1)
         if 2 * (n + k) > len(self.slots):
             size = len(self.slots)
             while 2 * (n + k) > size:
