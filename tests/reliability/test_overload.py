@@ -30,10 +30,16 @@ async def test_burst_above_rate_is_429_with_retry_after_for_that_key_only():
     kw = dict(read_rate_per_s=5.0, read_burst=5.0, write_rate_per_s=2.0, write_burst=2.0)
     async with open_app(settings_kw=kw) as a:
         await a.seed(0)
+        started = time.monotonic()
         reads = await asyncio.gather(*(a.client.get(f"/v1/boards/{BOARD}/top", headers=H("reader"))
                                        for _ in range(200)))
+        elapsed = time.monotonic() - started
         codes = [r.status_code for r in reads]
-        assert codes.count(200) <= 6 and codes.count(429) >= 190, codes
+        # the burst, plus what the bucket refilled while the 200 requests ran (a cold
+        # process loads its compiled kernels on the first reads), never more
+        assert elapsed < 5, elapsed  # else the bound below would say little
+        allowed = 5 + int(5.0 * elapsed) + 1
+        assert codes.count(200) <= allowed and codes.count(429) >= 200 - allowed, (codes, elapsed)
         assert set(codes) <= {200, 429}
         limited = next(r for r in reads if r.status_code == 429)
         assert limited.json()["error"]["code"] == "RATE_LIMITED"
