@@ -123,6 +123,8 @@ class Journal:
         cols = {name: getattr(self, name)[:n].tobytes() for name in ("pid", "kind", "out", "inv", "val", "ach", "sub")}
         cols["eoffs"] = self.eoffs[: n + 1].tobytes()
         cols["earena"] = self.earena[: self.eoffs[n]].tobytes()
+        cols["owner"] = self.slots.tobytes()  # positions depend only on the id bytes and the size
+        cols["owned"] = self.owned
         return cols
 
     @classmethod
@@ -137,6 +139,9 @@ class Journal:
         j.eoffs[: n + 1] = eoffs
         j.earena[: eoffs[n]] = np.frombuffer(state["earena"], np.uint8)
         j.n = n
+        if "owner" in state:
+            j.slots = np.frombuffer(state["owner"], np.int64).copy()
+            j.owned = state["owned"]
         return j
 
     def rebuild_owner(self, owned_mask: np.ndarray) -> None:

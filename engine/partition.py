@@ -519,16 +519,17 @@ class Partition:
             a = getattr(p, name)
             a[:n] = np.frombuffer(state["rows"][name], a.dtype)
         p.journal = Journal.from_state(state["journal"])
-        j = p.journal
-        owned = np.zeros(j.n, np.bool_)
-        first_seen: set[bytes] = set()
-        candidates = np.isin(j.out[: j.n], _CANDIDATES) & (j.kind[: j.n] != KIND_INVALIDATION)
-        for r in np.flatnonzero(candidates).tolist():
-            raw = j.earena[j.eoffs[r]:j.eoffs[r + 1]].tobytes()
-            if raw not in first_seen:
-                first_seen.add(raw)
-                owned[r] = True
-        j.rebuild_owner(owned)
+        if "owner" not in state["journal"]:  # a snapshot without the owner table: rebuild it
+            j = p.journal
+            owned = np.zeros(j.n, np.bool_)
+            first_seen: set[bytes] = set()
+            candidates = np.isin(j.out[: j.n], _CANDIDATES) & (j.kind[: j.n] != KIND_INVALIDATION)
+            for r in np.flatnonzero(candidates).tolist():
+                raw = j.earena[j.eoffs[r]:j.eoffs[r + 1]].tobytes()
+                if raw not in first_seen:
+                    first_seen.add(raw)
+                    owned[r] = True
+            j.rebuild_owner(owned)
         active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
         kp, kt = p._keys(active)
         order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
