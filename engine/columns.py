@@ -66,3 +66,8 @@ class BatchResult(NamedTuple):
 
     codes: np.ndarray  # uint8, engine.records.CODE values
     versions: np.ndarray  # int64
+
+
+def int64_column(a) -> np.ndarray:
+    """``a`` as an int64 numpy array (no copy when it already is one)."""
+    return a if isinstance(a, np.ndarray) and a.dtype == np.int64 else np.asarray(a, dtype=np.int64)

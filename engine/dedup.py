@@ -44,6 +44,7 @@ import numba
 import numpy as np
 import xxhash
 
+from engine.columns import int64_column as _i64
 from engine.players import encode_ids, hash_bytes
 
 _xxh64 = xxhash.xxh3_64_intdigest
@@ -90,10 +91,6 @@ def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int)
     _content_kernel(pbuf, poffs, np.array([value], np.int64), np.array([achieved_at], np.int64),
                     np.array([submitted_at], np.int64), out)
     return int(out[0])
-
-
-def _i64(a) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) and a.dtype == np.int64 else np.asarray(a, dtype=np.int64)
 
 
 class Seen(Enum):

@@ -38,7 +38,7 @@ import numpy as np
 
 from engine import records as R
 from engine.checksum import row_digest
-from engine.columns import ScoreColumns
+from engine.columns import ScoreColumns, int64_column as _i64
 from engine.errors import EventNotFound
 from engine.journal import (
     ALREADY_INVALIDATED,
@@ -53,7 +53,7 @@ from engine.journal import (
     owner_add,
     owner_find,
 )
-from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
+from engine.model import Outcome, Policy, RowChange, RowStatus, ScoreEvent
 from engine.players import PlayerTable, encode_ids
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 from engine.rank_index import RankIndex
@@ -557,9 +557,3 @@ class Partition:
         assert self.changes >= 0
 
 
-def _i64(a) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) and a.dtype == np.int64 else np.asarray(a, dtype=np.int64)
-
-
-# kept for readers of the module: the bounds the cumulative guard enforces
-_ = (INT64_MIN, INT64_MAX)

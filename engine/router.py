@@ -585,11 +585,6 @@ class Router:
         if kind == R.SCORES:
             ctl = self.boards.get(rec[1])
             return [] if ctl is None else [ctl.part_actor[rec[2]]]
-        if kind == R.SCORE:
-            ctl = self.boards.get(rec[1])
-            if ctl is None:
-                return []
-            return [ctl.part_actor[part_of(rec[3], ctl.spec.shards)]]
         if kind == R.BOARD:
             return list(range(self.t.n))
         if kind == R.DECIDE:
@@ -692,15 +687,6 @@ class Router:
     def _finish_record(self, rec: list, got: list, new_deltas) -> object:
         kind = rec[0]
         ctl = self.boards.get(rec[1])
-        if kind == R.SCORE:
-            if ctl is None or not got:  # unknown when admitted (the board may exist by now)
-                self.metrics["outcomes"][Outcome.REJECTED_UNKNOWN_SEASON.value] += 1
-                return EventResult(rec[2], Outcome.REJECTED_UNKNOWN_SEASON, 0)
-            a, (code, change) = got[0]
-            outcome = R.outcome_of(code)
-            self.metrics["outcomes"][outcome.value] += 1
-            self._note_change(ctl, a, change, new_deltas)
-            return EventResult(rec[2], outcome, ctl.version)
         if kind == R.DECIDE:
             a, (code, change) = got[0]
             self._note_change(ctl, a, change, new_deltas)

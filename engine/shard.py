@@ -70,94 +70,29 @@ class ShardCore:
     def apply(self, through: int, items: list) -> list:
         """Apply ``items`` (``[offset, record]`` in log order) and mark every
         offset up to ``through`` applied. Items already applied (a retried
-        or replayed batch) answer from the result cache, unchanged."""
-        out: list = [None] * len(items)
-        fresh = []
-        for k, (offset, rec) in enumerate(items):
+        or replayed batch) answer from the result cache, unchanged. A score
+        batch is one columnar record, applied as one batch."""
+        out = []
+        for offset, rec in items:
             if offset <= self.applied_offset:
-                out[k] = self._results.get(offset, [DEAD, None])
+                out.append(self._results.get(offset, [DEAD, None]))
             else:
-                fresh.append((k, offset, rec))
-        for k, result in self._apply_records(fresh):
-            out[k] = result
+                out.append(self._apply_record(offset, rec))
         if through > self.applied_offset:
             self.applied_offset = through
         return out
 
-    def _apply_records(self, items: list) -> list:
-        """Apply ``(k, offset, record)`` in log order; returns ``(k, result)``.
-
-        Runs of score records go to each partition as one batch (one kernel
-        call); any other record first applies the run before it, so every
-        partition sees its records in log order."""
-        done: list = []
-        run: dict[Partition, list] = {}
-        for k, offset, rec in items:
-            partition = self._score_partition(rec) if offset not in self._dead_offsets else None
-            if partition is not None:
-                run.setdefault(partition, []).append((k, offset, rec))
-                continue
-            self._apply_runs(run, done)
-            run = {}
-            done.append((k, self._apply_record(offset, rec)))
-        self._apply_runs(run, done)
-        return done
-
-    def _score_partition(self, rec: list) -> Partition | None:
-        if rec[0] != R.SCORE:
-            return None
-        spec = self.specs.get(rec[1])
-        if spec is None:
-            return None
-        return self.parts[spec.board_id][part_of(rec[3], spec.shards)]
-
-    def _apply_runs(self, run: dict, done: list) -> None:
-        for partition, recs in run.items():
-            try:
-                results = self._apply_score_run(partition, [rec for _, _, rec in recs])
-            except Exception:  # find the poison record one at a time
-                for k, offset, rec in recs:
-                    done.append((k, self._apply_record(offset, rec)))
-                continue
-            for (k, offset, _), result in zip(recs, results):
-                self._remember_result(offset, result)
-                done.append((k, result))
-
-    def _apply_score_run(self, partition: Partition, recs: list) -> list:
-        """Score records of one partition as one batch: ``[code, change_wire]`` each."""
-        board_id = recs[0][1]
-        n = len(recs)
-        nums = np.array([r[4:8] for r in recs], dtype=np.int64).reshape(n, 4)
-        cols = ScoreColumns(board_id, [r[2] for r in recs], [r[3] for r in recs], np.ascontiguousarray(nums[:, 0]),
-                            np.ascontiguousarray(nums[:, 1]), np.ascontiguousarray(nums[:, 2]))
-        got = partition.apply_columns(cols, nums[:, 3].astype(np.uint8))
-        codes = got.codes.tolist()
-        out: list = [[c, None] for c in codes]
-        for i in np.flatnonzero(got.changed).tolist():
-            out[i][1] = [cols.player_ids[i], int(got.values[i]), int(got.achieved[i]), ACTIVE]
-        return out
-
     def replay(self, records: Iterable[tuple[int, list]]) -> int:
-        """Fold the log tail into this shard, keeping only its own records.
-        Returns how many records were applied here."""
+        """Fold the log tail into this shard, keeping only its own records,
+        through the same apply as live. Returns how many records were applied here."""
         n = 0
-        chunk: list = []
         for offset, rec in records:
             if offset <= self.applied_offset:
                 continue
             if self.owns(rec):
-                if rec[0] == R.BOARD:  # later records of the chunk may need its partitions
-                    self._apply_records(chunk)
-                    chunk = []
-                    self._apply_record(offset, rec)
-                else:
-                    chunk.append((n, offset, rec))
+                self._apply_record(offset, rec)
                 n += 1
-            if len(chunk) >= 65536:
-                self._apply_records(chunk)
-                chunk = []
             self.applied_offset = offset
-        self._apply_records(chunk)
         return n
 
     def owns(self, rec: list) -> bool:
