@@ -76,10 +76,10 @@ class Board:
         """Apply events in order; one result each (a wrapper over ``ingest``)."""
         board_id = self.spec.board_id
         mine = [ev for ev in events if ev.board_id == board_id]
+        version = self.version  # an unknown-board event answers the version reached before it
         got = self.ingest(ScoreColumns.from_events(mine, board_id)) if mine else None
         out: list[EventResult] = []
         k = 0
-        version = self.version
         for ev in events:
             if ev.board_id != board_id:
                 out.append(EventResult(ev.event_id, Outcome.REJECTED_UNKNOWN_SEASON, version))

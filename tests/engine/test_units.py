@@ -281,3 +281,11 @@ def test_change_ring_columns_chunks_equal_single_deltas(retention, sizes):
         assert len(chunks) == len(single)
         for since in range(-1, v + 2):
             assert chunks.since(since) == single.since(since)
+
+
+def test_apply_batch_answers_an_unknown_board_with_the_version_reached_before_it():
+    b = Board(BoardSpec(B, Policy.BEST_SCORE))
+    res = b.apply_batch([ev("e0", "p", 1)._replace(board_id="other"), ev("e1", "p", 5),
+                         ev("e2", "p", 1)._replace(board_id="other")])
+    assert [(r.outcome, r.version) for r in res] == [
+        (Outcome.REJECTED_UNKNOWN_SEASON, 0), (Outcome.APPLIED_FIRST_SCORE, 1), (Outcome.REJECTED_UNKNOWN_SEASON, 1)]
