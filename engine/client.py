@@ -60,21 +60,23 @@ class EngineClient(Protocol):
         durable (then nothing was applied).
         """
 
-    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None) -> Page:
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
+                  ties: bool = False) -> Page:
         """Entries ranked offset+1 .. offset+limit. With ``at_version`` the page
-        comes from that pinned version or raises ViewExpired."""
+        comes from that pinned version or raises ViewExpired. With ``ties`` every
+        entry also carries its competition rank (``tied_rank``), in every read below too."""
 
-    async def player(self, board_id: str, player_id: str) -> PlayerView:
+    async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
         """Exact rank; raises PlayerNotFound when the player has no row."""
 
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
         """Rank from per-shard statistics: ``approximate=True`` and an honest
         ``rank_error_bound`` (the exact rank is within ± the bound)."""
 
-    async def around(self, board_id: str, player_id: str, radius: int) -> Page:
+    async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False) -> Page:
         """Ranks [r - radius, r + radius] clamped; raises PlayerNotRanked / PlayerNotFound."""
 
-    async def ranked_subset(self, board_id: str, player_ids: Sequence[str]) -> Page:
+    async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
         """ACTIVE rows among ``player_ids`` ranked locally 1..k by the board comparator."""
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,

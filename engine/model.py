@@ -131,6 +131,7 @@ class RankedEntry(NamedTuple):
     player_id: str
     value: int
     achieved_at: int
+    tied_rank: int | None = None  # competition rank (1, 1, 3), only when asked (?ties=competition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,7 @@ class PlayerView:
     row_version: int = 0
     approximate: bool = False
     rank_error_bound: int | None = None
+    tied_rank: int | None = None  # competition rank, only when asked (?ties=competition)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,5 +54,43 @@ def rank_locally(entries: Iterable[Entry]) -> list[RankedEntry]:
     return ranked(sorted(entries, key=_key), 1)
 
 
+def with_tied_ranks(entries: Sequence[RankedEntry], first_tied: int) -> list[RankedEntry]:
+    """The same entries (consecutive ranks, in rank order) with their
+    competition rank (1, 1, 3): an entry shares the tied rank of the entry
+    before it when their primary values are equal, else its tied rank is its
+    rank. ``first_tied`` is the first entry's: one plus the number of ranked
+    players whose primary value is strictly better. The primary value is the
+    entry's ``value`` under every policy (score, total or time). O(len).
+
+    >>> es = [RankedEntry(4, "a", 9, 0), RankedEntry(5, "b", 9, 1), RankedEntry(6, "c", 7, 0)]
+    >>> [e.tied_rank for e in with_tied_ranks(es, 3)]
+    [3, 3, 6]
+    """
+    out: list[RankedEntry] = []
+    tied, prev = first_tied, None
+    for e in entries:
+        if prev is not None and e.value != prev:
+            tied = e.rank
+        prev = e.value
+        out.append(e._replace(tied_rank=tied))
+    return out
+
+
+def first_tied_in_prefix(prefix: Sequence[RankedEntry], i: int) -> int:
+    """Tied rank of ``prefix[i]`` when ``prefix`` starts at rank 1: one plus
+    the index of the first entry with the same value. O(run of equal values)."""
+    j, v = i, prefix[i].value
+    while j > 0 and prefix[j - 1].value == v:
+        j -= 1
+    return j + 1
+
+
+def better_primary_probe(wire_primary: int) -> tuple[int, int, str]:
+    """A wire key just before every key whose primary is ``wire_primary``:
+    counting the keys before it counts the rows whose primary value is
+    strictly better (player ids are never empty, ties are int64)."""
+    return (wire_primary, -(1 << 63), "")
+
+
 def _key(e: Entry):
     return e[0]

@@ -26,7 +26,7 @@ import bisect
 import logging
 import time
 from collections import Counter, OrderedDict, defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
@@ -66,13 +66,21 @@ from engine.model import (
     Outcome,
     Page,
     PlayerView,
+    Policy,
     QuarantineDecision,
     RowChange,
     RowStatus,
     ScoreEvent,
 )
 from engine.placement import actor_of, part_of
-from engine.ranking import merge_top, merge_window, rank_locally
+from engine.ranking import (
+    better_primary_probe,
+    first_tied_in_prefix,
+    merge_top,
+    merge_window,
+    rank_locally,
+    with_tied_ranks,
+)
 from engine.season import next_state
 
 log = logging.getLogger("flowrank.router")
@@ -757,7 +765,11 @@ class Router:
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
                          s.max_plausible_time_ms, s.review_above)
 
-    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None) -> Page:
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
+                  ties: bool = False) -> Page:
+        """Ranks offset+1 .. offset+limit. Every page is cut from a prefix of
+        the ranking that starts at rank 1, so tied ranks (``ties``) come from
+        that prefix too, with no further shard call."""
         ctl = self._ctl(board_id)
         # A view materialised at the board's current version answers without
         # touching a shard: it is the state at a version every acknowledged
@@ -765,7 +777,7 @@ class Router:
         wanted = ctl.version if at_version is None else at_version
         view = self._view(board_id, wanted)
         if view is not None and (offset + limit <= len(view) or view.complete):
-            return Page(wanted, tuple(view[offset:offset + limit]))
+            return Page(wanted, _page_of(view, offset, limit, ties))
         pin = offset == 0 and at_version is None
         n = offset + limit
         fetch = min(max(n, limit * self.cfg.pinned_pages), self.cfg.max_view_entries) if pin else n
@@ -783,7 +795,7 @@ class Router:
         if pin and len(merged) > limit:
             complete = len(merged) < fetch
             self._remember_view(board_id, version, merged, complete)
-        return Page(version, tuple(merged[offset:offset + limit]))
+        return Page(version, _page_of(merged, offset, limit, ties))
 
     def _view(self, board_id: str, version: int):
         key = (board_id, version)
@@ -809,7 +821,10 @@ class Router:
             raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
         return owner, offset, version_part, row, local
 
-    async def player(self, board_id: str, player_id: str) -> PlayerView:
+    async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
+        """Exact rank: the owner's row and local count, then one round that
+        counts the keys before it on every other shard actor (with ``ties``,
+        the same round also counts strictly better primary values everywhere)."""
         ctl = self._ctl(board_id)
 
         async def attempt():
@@ -818,13 +833,21 @@ class Router:
                 owner, off, vpart, row, local = await self._locate(ctl, player_id)
                 others = [a for a in ctl.actors if a != owner]
                 key = [row[6], row[7], row[0]]
-                answers = await self._fan(ctl, lambda a: ["count", board_id, key] if row[4] else ["size", board_id], others)
+                futs = {a: self.reads.ask(a, ["count", board_id, key] if row[4] else ["size", board_id])
+                        for a in others}
+                probe = list(better_primary_probe(row[6])) if ties and row[4] else None
+                tfuts = {a: self.reads.ask(a, ["count", board_id, probe]) for a in ctl.actors} if probe else {}
+                answers = {a: await f for a, f in futs.items()}
+                tanswers = {a: await f for a, f in tfuts.items()}
             finally:
                 await self.cut.release_read()
             version = vpart + sum(ans[0] for _, ans in answers.values())
             rank = 1 + local + sum(ans[1] for _, ans in answers.values()) if row[4] else None
-            offsets = {off} | {o for o, _ in answers.values()}
-            return offsets, _player_view(version, row, rank)
+            offsets = {off} | {o for o, _ in answers.values()} | {o for o, _ in tanswers.values()}
+            view = _player_view(version, row, rank)
+            if tanswers:
+                view = replace(view, tied_rank=1 + sum(ans[1] for _, ans in tanswers.values()))
+            return offsets, view
 
         return await self._consistent(attempt)
 
@@ -861,7 +884,9 @@ class Router:
             bound += spread - spread // 2 + drift
         return _player_view(ctl.version, row, est, approximate=True, bound=bound)
 
-    async def around(self, board_id: str, player_id: str, radius: int) -> Page:
+    async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False) -> Page:
+        """The window around a player. With ``ties``, a second round in the
+        same read cut counts the values strictly better than the window's first."""
         ctl = self._ctl(board_id)
 
         async def attempt():
@@ -872,19 +897,30 @@ class Router:
                     raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.", "player_id")
                 key = [row[6], row[7], row[0]]
                 answers = await self._fan(ctl, lambda a: ["nbrs", board_id, key, radius, radius])
+                rank = 1 + sum(ans[3] for _, ans in answers.values())
+                conv = lambda es: [((e[0], e[1], e[2]), e[3], e[4]) for e in es]  # noqa: E731
+                me = ((row[6], row[7], row[0]), row[1], row[2])
+                entries = merge_window(rank, me, [conv(a[1]) for _, a in answers.values()],
+                                       [conv(a[2]) for _, a in answers.values()], radius)
+                offsets = {off} | {o for o, _ in answers.values()}
+                if ties:
+                    probe = list(better_primary_probe(self._wire_primary(ctl, entries[0].value)))
+                    better = await self._fan(ctl, lambda a: ["count", board_id, probe])
+                    offsets |= {o for o, _ in better.values()}
+                    entries = with_tied_ranks(entries, 1 + sum(ans[1] for _, ans in better.values()))
             finally:
                 await self.cut.release_read()
             version = sum(ans[0] for _, ans in answers.values())
-            rank = 1 + sum(ans[3] for _, ans in answers.values())
-            conv = lambda es: [((e[0], e[1], e[2]), e[3], e[4]) for e in es]  # noqa: E731
-            me = ((row[6], row[7], row[0]), row[1], row[2])
-            entries = merge_window(rank, me, [conv(a[1]) for _, a in answers.values()],
-                                   [conv(a[2]) for _, a in answers.values()], radius)
-            return {off} | {o for o, _ in answers.values()}, Page(version, tuple(entries))
+            return offsets, Page(version, tuple(entries))
 
         return await self._consistent(attempt)
 
-    async def ranked_subset(self, board_id: str, player_ids: Sequence[str]) -> Page:
+    @staticmethod
+    def _wire_primary(ctl: BoardCtl, value: int) -> int:
+        """The first item of a wire key with this value (negated on descending boards)."""
+        return value if ctl.spec.policy is Policy.FASTEST_TIME else -value
+
+    async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
         ctl = self._ctl(board_id)
         by_actor: dict[int, list[str]] = defaultdict(list)
         for pid in dict.fromkeys(player_ids):
@@ -894,7 +930,8 @@ class Router:
             answers = await self._fan(ctl, lambda a: ["mget", board_id, by_actor.get(a, [])])
             version = sum(ans[0] for _, ans in answers.values())
             entries = [((e[0], e[1], e[2]), e[3], e[4]) for _, ans in answers.values() for e in ans[1]]
-            return {o for o, _ in answers.values()}, Page(version, tuple(rank_locally(entries)))
+            local = rank_locally(entries)
+            return {o for o, _ in answers.values()}, Page(version, tuple(with_tied_ranks(local, 1) if ties else local))
 
         return await self._consistent(attempt)
 
@@ -1019,6 +1056,14 @@ def _size(item) -> int:
 def _trim(samples: list, keep: int = 4096) -> None:
     if len(samples) > keep:
         del samples[: len(samples) - keep]
+
+
+def _page_of(prefix, offset: int, limit: int, ties: bool) -> tuple:
+    """``prefix[offset:offset + limit]`` of a ranking prefix that starts at rank 1."""
+    page = prefix[offset:offset + limit]
+    if ties and page:
+        page = with_tied_ranks(page, first_tied_in_prefix(prefix, offset))
+    return tuple(page)
 
 
 def _player_view(version: int, row: list, rank: int | None, approximate: bool = False, bound: int | None = None) -> PlayerView:

@@ -58,20 +58,20 @@ class RouterClient:
     async def board(self, board_id: str):
         return await self.router.board(board_id)
 
-    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None):
-        return await self.router.top(board_id, offset, limit, at_version)
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None, ties: bool = False):
+        return await self.router.top(board_id, offset, limit, at_version, ties)
 
-    async def player(self, board_id: str, player_id: str):
-        return await self.router.player(board_id, player_id)
+    async def player(self, board_id: str, player_id: str, ties: bool = False):
+        return await self.router.player(board_id, player_id, ties)
 
     async def approximate_player(self, board_id: str, player_id: str):
         return await self.router.approximate_player(board_id, player_id)
 
-    async def around(self, board_id: str, player_id: str, radius: int):
-        return await self.router.around(board_id, player_id, radius)
+    async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False):
+        return await self.router.around(board_id, player_id, radius, ties)
 
-    async def ranked_subset(self, board_id: str, player_ids):
-        return await self.router.ranked_subset(board_id, player_ids)
+    async def ranked_subset(self, board_id: str, player_ids, ties: bool = False):
+        return await self.router.ranked_subset(board_id, player_ids, ties)
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False):

@@ -93,15 +93,15 @@ def _entries(es) -> list[dict]:
     return render.entries(es)
 
 
-async def top(g, board_id: str, limit: int, cursor: str | None, staleness: int | None) -> bytes:
+async def top(g, board_id: str, limit: int, cursor: str | None, staleness: int | None, ties: bool = False) -> bytes:
     offset, at_version = 0, None
     if cursor is not None:
         at_version, offset = decode_cursor(cursor)
     engine, pages = g.engine, g.pages
 
     async def fetch() -> bytes:
-        page = await engine.top(board_id, offset, limit + 1, at_version=at_version)
-        key = (board_id, page.version, offset, limit)
+        page = await engine.top(board_id, offset, limit + 1, at_version=at_version, ties=ties)
+        key = (board_id, page.version, offset, limit, ties)
         body = pages.get(key)
         if body is None:
             more = len(page.entries) > limit
@@ -113,10 +113,11 @@ async def top(g, board_id: str, limit: int, cursor: str | None, staleness: int |
             pages.put(key, body)
         return body
 
-    return await _cached(g, ("top", board_id, offset, limit, at_version), staleness, fetch)
+    return await _cached(g, ("top", board_id, offset, limit, at_version, ties), staleness, fetch)
 
 
-async def player(g, board_id: str, player_id: str, approximate: bool, staleness: int | None) -> bytes:
+async def player(g, board_id: str, player_id: str, approximate: bool, staleness: int | None,
+                 ties: bool = False) -> bytes:
     engine = g.engine
 
     async def fetch() -> bytes:
@@ -126,37 +127,39 @@ async def player(g, board_id: str, player_id: str, approximate: bool, staleness:
             if body["rank_error_bound"] is None:
                 body["rank_error_bound"] = 0
         else:
-            body = render.player(await engine.player(board_id, player_id))
+            body = render.player(await engine.player(board_id, player_id, ties=ties))
             body["approximate"] = False
+            if ties:
+                body.setdefault("tied_rank", None)  # unranked (INVALIDATED): null, as rank is
         return orjson.dumps(body)
 
-    return await _cached(g, ("player", board_id, player_id, approximate), staleness, fetch)
+    return await _cached(g, ("player", board_id, player_id, approximate, ties), staleness, fetch)
 
 
-async def around(g, board_id: str, player_id: str, radius: int, staleness: int | None) -> bytes:
+async def around(g, board_id: str, player_id: str, radius: int, staleness: int | None, ties: bool = False) -> bytes:
     engine = g.engine
 
     async def fetch() -> bytes:
-        page = await engine.around(board_id, player_id, radius)
+        page = await engine.around(board_id, player_id, radius, ties=ties)
         return orjson.dumps({"version": page.version, "player_id": player_id, "entries": _entries(page.entries)})
 
-    return await _cached(g, ("around", board_id, player_id, radius), staleness, fetch)
+    return await _cached(g, ("around", board_id, player_id, radius, ties), staleness, fetch)
 
 
-async def friends(g, board_id: str, player_id: str, staleness: int | None) -> bytes:
+async def friends(g, board_id: str, player_id: str, staleness: int | None, ties: bool = False) -> bytes:
     async def fetch() -> bytes:
         ids = await g.friends.friends_of(player_id)
         ids = ids[: g.settings.max_ranked_subset]
-        page = await g.engine.ranked_subset(board_id, ids)
+        page = await g.engine.ranked_subset(board_id, ids, ties=ties)
         return orjson.dumps({"version": page.version, "player_id": player_id, "entries": _entries(page.entries)})
 
-    return await _cached(g, ("friends", board_id, player_id), staleness, fetch)
+    return await _cached(g, ("friends", board_id, player_id, ties), staleness, fetch)
 
 
-async def ranked_subset(g, board_id: str, player_ids: list[str]) -> bytes:
+async def ranked_subset(g, board_id: str, player_ids: list[str], ties: bool = False) -> bytes:
     if len(player_ids) > g.settings.max_ranked_subset:
         raise ValidationFailed(f"At most {g.settings.max_ranked_subset} player ids.", "player_ids")
-    page = await g.engine.ranked_subset(board_id, list(dict.fromkeys(player_ids)))
+    page = await g.engine.ranked_subset(board_id, list(dict.fromkeys(player_ids)), ties=ties)
     return orjson.dumps({"version": page.version, "entries": _entries(page.entries)})
 
 
@@ -208,15 +211,26 @@ def _player(raw: str) -> str:
     return raw
 
 
+def _ties(q: dict) -> bool:
+    """``?ties=competition`` (docs/api.md §13); any other value is FastAPI's 422."""
+    raw = q.get("ties")
+    if raw is None:
+        return False
+    if raw != "competition":
+        raise _Fallback
+    return True
+
+
 def _staleness(q: dict) -> int | None:
     raw = q.get("max_staleness_ms")
     return None if raw is None else _int(raw, 0, MAX_STALENESS_MS)
 
 
-_TOP_Q = frozenset(("limit", "cursor", "max_staleness_ms"))
-_PLAYER_Q = frozenset(("approximate", "max_staleness_ms"))
-_AROUND_Q = frozenset(("radius", "max_staleness_ms"))
-_FRIENDS_Q = frozenset(("max_staleness_ms",))
+_TOP_Q = frozenset(("limit", "cursor", "max_staleness_ms", "ties"))
+_PLAYER_Q = frozenset(("approximate", "max_staleness_ms", "ties"))
+_AROUND_Q = frozenset(("radius", "max_staleness_ms", "ties"))
+_FRIENDS_Q = frozenset(("max_staleness_ms", "ties"))
+_SUBSET_Q = frozenset(("ties",))
 _BOOL = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -226,7 +240,7 @@ async def _get_top(g, scope, parts, body):
     cursor = q.get("cursor")
     if cursor is not None and not 0 < len(cursor) <= 512:
         raise _Fallback
-    return await top(g, _board(parts[3]), limit, cursor, _staleness(q))
+    return await top(g, _board(parts[3]), limit, cursor, _staleness(q), _ties(q))
 
 
 async def _get_player(g, scope, parts, body):
@@ -236,18 +250,18 @@ async def _get_player(g, scope, parts, body):
         approximate = _BOOL.get(q["approximate"])
         if approximate is None:
             raise _Fallback
-    return await player(g, _board(parts[3]), _player(parts[5]), approximate, _staleness(q))
+    return await player(g, _board(parts[3]), _player(parts[5]), approximate, _staleness(q), _ties(q))
 
 
 async def _get_around(g, scope, parts, body):
     q = _query(scope, _AROUND_Q)
     radius = _int(q["radius"], 0, MAX_RADIUS) if "radius" in q else 1
-    return await around(g, _board(parts[3]), _player(parts[5]), radius, _staleness(q))
+    return await around(g, _board(parts[3]), _player(parts[5]), radius, _staleness(q), _ties(q))
 
 
 async def _get_friends(g, scope, parts, body):
     q = _query(scope, _FRIENDS_Q)
-    return await friends(g, _board(parts[3]), _player(parts[5]), _staleness(q))
+    return await friends(g, _board(parts[3]), _player(parts[5]), _staleness(q), _ties(q))
 
 
 async def _post_subset(g, scope, parts, body):
@@ -264,7 +278,7 @@ async def _post_subset(g, scope, parts, body):
     for x in ids:
         if type(x) is not str or not 0 < len(x) <= MAX_ID_CHARS or id_problem(x) is not None:
             raise _Fallback
-    return await ranked_subset(g, board_id, ids)
+    return await ranked_subset(g, board_id, ids, _ties(_query(scope, _SUBSET_Q)))
 
 
 async def _post_events(g, scope, parts, body):

@@ -53,11 +53,18 @@ def result(r: EventResult) -> dict:
 
 
 def entry(e: RankedEntry) -> dict:
-    return {"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
+    out = {"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
+    if e.tied_rank is not None:
+        out["tied_rank"] = e.tied_rank
+    return out
 
 
 def entries(es) -> list[dict]:
+    """Entries as JSON objects; ``tied_rank`` is there when the read asked for it."""
     fmt = format_timestamp
+    if es and es[0].tied_rank is not None:
+        return [{"rank": e.rank, "tied_rank": e.tied_rank, "player_id": e.player_id, "value": e.value,
+                 "achieved_at": fmt(e.achieved_at)} for e in es]
     return [{"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": fmt(e.achieved_at)}
             for e in es]
 
@@ -82,6 +89,7 @@ def player(p: PlayerView) -> dict:
         "approximate": bool(p.approximate),
         "rank_error_bound": p.rank_error_bound if p.approximate else None,
         "row_version": p.row_version,
+        **({"tied_rank": p.tied_rank} if p.tied_rank is not None else {}),
     }
 
 

@@ -181,6 +181,9 @@ class EventsOut(_Out):
 
 class EntryOut(_Out):
     rank: int = Field(ge=1)
+    tied_rank: int | None = Field(None, ge=1, description="With `?ties=competition`: the competition rank "
+                                  "(1, 1, 3), one plus the number of ranked players with a strictly better "
+                                  "primary value.")
     player_id: str
     value: int
     achieved_at: Timestamp
@@ -203,6 +206,8 @@ class PlayerOut(_Out):
     status: RowStatus
     approximate: bool
     rank_error_bound: int | None = Field(None, description="With `approximate=true`: the true rank is within ±k.")
+    tied_rank: int | None = Field(None, description="With `?ties=competition`: the competition rank "
+                                  "(null when `rank` is null).")
     row_version: int = Field(0, description="Extension: grows by 1 on every change of this player's row "
                                             "(apply or correction); compare it to detect a concurrent change.")
     stale_ms: StaleMs = None

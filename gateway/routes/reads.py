@@ -11,7 +11,7 @@ same :mod:`gateway.hot` functions.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Query, Request
 from fastapi.responses import Response
@@ -30,6 +30,13 @@ Staleness = Annotated[
 ]
 
 
+Ties = Annotated[
+    Literal["competition"] | None,
+    Query(description="`competition`: every entry (and a player view) also carries `tied_rank`, "
+                      "the standard competition rank (1, 1, 3) by primary value."),
+]
+
+
 def _json(body: bytes) -> Response:
     return Response(body, media_type="application/json")
 
@@ -43,8 +50,9 @@ async def top(
     limit: Annotated[int, Query(ge=1, le=1000, description="Entries per page (1-1000).")] = 10,
     cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
     max_staleness_ms: Staleness = None,
+    ties: Ties = None,
 ):
-    return _json(await hot.top(gw(request), board_id, limit, cursor, max_staleness_ms))
+    return _json(await hot.top(gw(request), board_id, limit, cursor, max_staleness_ms, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}", response_model=PlayerOut, responses=error_responses(404),
@@ -56,8 +64,9 @@ async def player(
     request: Request,
     approximate: Annotated[bool, Query(description="Answer from per-shard statistics (±rank_error_bound).")] = False,
     max_staleness_ms: Staleness = None,
+    ties: Ties = None,
 ):
-    return _json(await hot.player(gw(request), board_id, player_id, approximate, max_staleness_ms))
+    return _json(await hot.player(gw(request), board_id, player_id, approximate, max_staleness_ms, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/around", response_model=WindowOut,
@@ -69,8 +78,9 @@ async def around(
     request: Request,
     radius: Annotated[int, Query(ge=0, le=100, description="Neighbours on each side (0-100).")] = 1,
     max_staleness_ms: Staleness = None,
+    ties: Ties = None,
 ):
-    return _json(await hot.around(gw(request), board_id, player_id, radius, max_staleness_ms))
+    return _json(await hot.around(gw(request), board_id, player_id, radius, max_staleness_ms, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/friends", response_model=WindowOut,
@@ -81,14 +91,15 @@ async def friends(
     player_id: PlayerIdPath,
     request: Request,
     max_staleness_ms: Staleness = None,
+    ties: Ties = None,
 ):
     """The eligible set is the friends provider's list for ``player_id`` (the
     player themself is not added). The list itself is never returned."""
-    return _json(await hot.friends(gw(request), board_id, player_id, max_staleness_ms))
+    return _json(await hot.friends(gw(request), board_id, player_id, max_staleness_ms, ties is not None))
 
 
 @router.post("/v1/boards/{board_id}/ranked-subset", response_model=WindowOut, responses=error_responses(404, 413),
              summary="An explicit set of players ranked locally (1..k)")
 @access(Permission.READ)
-async def ranked_subset(board_id: BoardIdPath, body: SubsetIn, request: Request):
-    return _json(await hot.ranked_subset(gw(request), board_id, body.player_ids))
+async def ranked_subset(board_id: BoardIdPath, body: SubsetIn, request: Request, ties: Ties = None):
+    return _json(await hot.ranked_subset(gw(request), board_id, body.player_ids, ties is not None))
