@@ -80,7 +80,8 @@ class EngineClient(Protocol):
         """ACTIVE rows among ``player_ids`` ranked locally 1..k by the board comparator."""
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
-                      cursor: tuple[int, int] | None = None, deltas_only: bool = False) -> Changes:
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False,
+                      ties: bool = False) -> Changes:
         """Contiguous deltas after ``since_version`` or one page (``limit`` rows,
         default and at most 10,000) of a snapshot of the whole ranked board.
         A snapshot page carries ``next_cursor`` (version, offset) while rows

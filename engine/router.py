@@ -936,8 +936,10 @@ class Router:
         return await self._consistent(attempt)
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
-                      cursor: tuple[int, int] | None = None, deltas_only: bool = False) -> Changes:
-        """Contiguous deltas after ``since_version``, or one page of a snapshot.
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False,
+                      ties: bool = False) -> Changes:
+        """Contiguous deltas after ``since_version``, or one page of a snapshot
+        (with ``ties``, its entries carry competition ranks, from the view).
 
         A snapshot is the whole ranked board at one version, served ``limit``
         rows (1..``max_snapshot_page``) at a time. Page 1 materialises the
@@ -969,7 +971,7 @@ class Router:
         else:
             at_version, offset = cursor
         version, view = await self._snapshot_view(ctl, at_version, keep=offset + limit)
-        entries = tuple(view[offset:offset + limit])
+        entries = _page_of(view, offset, limit, ties)
         more = offset + limit < len(view)
         return Changes("snapshot", version, entries=entries, next_cursor=(version, offset + limit) if more else None)
 

@@ -74,8 +74,8 @@ class RouterClient:
         return await self.router.ranked_subset(board_id, player_ids, ties)
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
-                      cursor: tuple[int, int] | None = None, deltas_only: bool = False):
-        return await self.router.changes(board_id, since_version, limit, cursor, deltas_only)
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False, ties: bool = False):
+        return await self.router.changes(board_id, since_version, limit, cursor, deltas_only, ties)
 
     async def quarantine(self, board_id: str):
         return await self.router.quarantine(board_id)

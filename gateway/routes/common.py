@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import AfterValidator
 
 from gateway.guard import GuardedRoute
 from gateway.schemas import _valid_id
 from gateway.validation import BOARD_ID_PATTERN
 
+Ties = Annotated[
+    Literal["competition"] | None,
+    Query(description="`competition`: every entry (and a player view) also carries `tied_rank`, "
+                      "the standard competition rank (1, 1, 3) by primary value."),
+]
 BoardIdPath = Annotated[
     str,
     Path(pattern=BOARD_ID_PATTERN, description="`game:mode:season:scope`.", examples=["arena-clash:solo:S7:global"]),

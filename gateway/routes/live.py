@@ -12,7 +12,7 @@ from engine.errors import ValidationFailed
 from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access
-from gateway.routes.common import BoardIdPath, guarded_router, gw
+from gateway.routes.common import BoardIdPath, Ties, guarded_router, gw
 from gateway.schemas import ChangesOut, error_responses
 from gateway.validation import decode_cursor, encode_cursor
 
@@ -30,11 +30,12 @@ async def changes(
     limit: Annotated[int, Query(ge=1, le=10_000, description="Snapshot entries per response (1-10,000).")] = 10_000,
     cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous snapshot "
                                         "page; `since_version` is then ignored.")] = None,
+    ties: Ties = None,
 ):
     if cursor is None and since_version is None:
         raise ValidationFailed("since_version is required (or a cursor from a snapshot page).", "since_version")
     pinned = decode_cursor(cursor) if cursor is not None else None
-    ch = await gw(request).engine.changes(board_id, since_version, limit, pinned)
+    ch = await gw(request).engine.changes(board_id, since_version, limit, pinned, ties=ties is not None)
     body = render.changes(ch)
     if ch.kind == "snapshot":
         body["next_cursor"] = encode_cursor(*ch.next_cursor) if ch.next_cursor is not None else None

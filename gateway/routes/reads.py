@@ -11,7 +11,7 @@ same :mod:`gateway.hot` functions.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Query, Request
 from fastapi.responses import Response
@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from gateway import hot
 from gateway.auth import Permission
 from gateway.guard import access
-from gateway.routes.common import BoardIdPath, PlayerIdPath, guarded_router, gw
+from gateway.routes.common import BoardIdPath, PlayerIdPath, Ties, guarded_router, gw
 from gateway.schemas import PlayerOut, SubsetIn, TopOut, WindowOut, error_responses
 
 router = guarded_router("reads")
@@ -27,13 +27,6 @@ router = guarded_router("reads")
 Staleness = Annotated[
     int | None,
     Query(ge=0, le=86_400_000, description="Allow a cached answer up to this many ms old; adds `stale_ms`."),
-]
-
-
-Ties = Annotated[
-    Literal["competition"] | None,
-    Query(description="`competition`: every entry (and a player view) also carries `tied_rank`, "
-                      "the standard competition rank (1, 1, 3) by primary value."),
 ]
 
 

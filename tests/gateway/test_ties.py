@@ -63,3 +63,19 @@ async def test_an_unknown_ties_mode_is_422_and_changes_nothing(seeded):
     r = await c.get(f"{B}/top", params={"ties": "dense"}, headers=H("reader"))
     assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_FAILED"
     assert await seeded.board() == before
+
+
+@pytest.mark.settings(delta_retention=2)
+async def test_snapshot_pages_of_changes_carry_tied_ranks(seeded):
+    c = seeded.client
+    first = await get(c, f"{B}/changes", since_version=0, limit=2, ties="competition")
+    assert first["kind"] == "snapshot"
+    pairs = [(e["rank"], e["tied_rank"]) for e in first["entries"]]
+    cursor = first["next_cursor"]
+    while cursor:
+        page = await get(c, f"{B}/changes", cursor=cursor, limit=2, ties="competition")
+        pairs += [(e["rank"], e["tied_rank"]) for e in page["entries"]]
+        cursor = page["next_cursor"]
+    assert pairs == [(1, 1), (2, 2), (3, 2), (4, 4), (5, 5)]  # page 2 starts inside the tie
+    plain = await get(c, f"{B}/changes", since_version=0, limit=5)
+    assert all("tied_rank" not in e for e in plain["entries"])
