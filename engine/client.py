@@ -14,7 +14,7 @@ before the read was issued.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import AsyncIterator, Callable, Protocol, Sequence
 
 from engine.model import (
     BoardInfo,
@@ -88,6 +88,12 @@ class EngineClient(Protocol):
         remain; pass it back as ``cursor`` for the next page of that same
         version (ViewExpired once it is gone). ``deltas_only``: never read a
         snapshot; answer an empty one when the deltas are gone."""
+
+    def export(self, board_id: str, page_rows: int = 10_000) -> AsyncIterator[Page]:
+        """Every ranked row at one pinned version, best first, in pages of at most
+        ``page_rows`` (docs/api.md §13). The first page comes even for an empty
+        board (its version names the cut); every page has that version. Raises
+        BoardNotFound when the first page is awaited."""
 
     async def quarantine(self, board_id: str) -> list[HeldEvent]: ...
 

@@ -20,7 +20,7 @@ from gateway.friends import FriendsProvider, build_friends
 from gateway.limits import RateLimiter
 from gateway.live import LiveHub
 from gateway.metrics import Metrics, MetricsMiddleware
-from gateway.routes import boards, events, live, moderation, ops, reads
+from gateway.routes import boards, events, export, live, moderation, ops, reads
 from gateway.schemas import EventBatchIn
 from gateway.settings import Settings
 from gateway.viewcache import ViewCache
@@ -144,7 +144,7 @@ def create_app(
     )
     app.state.gateway = gateway
     handlers.install(app)
-    for module in (boards, events, reads, live, moderation):
+    for module in (boards, events, reads, live, moderation, export):
         app.include_router(module.router)
     app.include_router(ops.router)
     app.include_router(ops.public)

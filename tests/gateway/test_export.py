@@ -1,0 +1,172 @@
+"""GET /v1/boards/{id}/export over HTTP (docs/api.md §13): CSV and JSON Lines at one
+pinned version, in the order of the board's top pages, roles, 3 partitions."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import httpx
+import pytest
+
+from engine.timefmt import format_timestamp, format_timestamps
+from gateway.app import create_app
+from tests.gateway.conftest import BOARD, H, Harness, open_engine, settings, thread_server
+
+pytestmark = pytest.mark.anyio
+
+PLAYERS = 12_000  # > 2 export pages (gateway.routes.export.PAGE_ROWS = 5,000)
+
+
+def _event(i: int, player: str, value: int) -> dict:
+    return {"event_id": f"e-{i}", "board_id": BOARD, "player_id": player, "value": value,
+            "achieved_at": 1_793_527_500_000 + (i * 37) % 100_000}
+
+
+def _players(n: int) -> list[dict]:
+    # many ties on value; a few ids that CSV must quote
+    odd = {7: 'p,comma', 8: 'p"quote', 9: "p-ünï ✓"}
+    return [_event(i, odd.get(i, f"p-{i}"), (i * 7919) % 500) for i in range(n)]
+
+
+async def _load(client: httpx.AsyncClient, events: list[dict], shards: int = 3) -> None:
+    r = await client.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": shards},
+                          headers=H("admin"))
+    assert r.status_code == 201, r.text
+    for i in range(0, len(events), 10_000):
+        r = await client.post("/v1/events", json={"events": events[i:i + 10_000]}, headers=H("game_server"))
+        assert r.status_code == 200, r.text
+
+
+async def _top_pages(client: httpx.AsyncClient) -> tuple[int, list[dict]]:
+    r = await client.get(f"/v1/boards/{BOARD}/top", params={"limit": 1000}, headers=H("reader"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    version, entries, cursor = body["version"], list(body["entries"]), body["next_cursor"]
+    while cursor:
+        r = await client.get(f"/v1/boards/{BOARD}/top", params={"limit": 1000, "cursor": cursor}, headers=H("reader"))
+        assert r.status_code == 200, r.text
+        assert r.json()["version"] == version
+        entries += r.json()["entries"]
+        cursor = r.json()["next_cursor"]
+    return version, entries
+
+
+def _parse_csv(text: str) -> list[dict]:
+    lines = text.split("\r\n")
+    assert lines[0] == "rank,player_id,value,achieved_at,metadata" and lines[-1] == ""
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    for row in rows:
+        assert row.pop("metadata") == ""  # no metadata yet: the column is there, empty
+        row["rank"], row["value"] = int(row["rank"]), int(row["value"])
+    return rows
+
+
+@pytest.fixture
+async def h3():
+    """An app over a LocalService with 3 in-process shards; the board gets 3 partitions."""
+    engine = await open_engine(n_shards=3)
+    app = create_app(settings(), engine)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield Harness(app, engine, client)
+    await app.state.gateway.hub.close()
+    await engine.close()
+
+
+async def test_csv_and_jsonl_equal_the_top_pages_at_the_version_header(h3):
+    await _load(h3.client, _players(PLAYERS))
+    version, top = await _top_pages(h3.client)
+    assert len(top) == PLAYERS and [e["rank"] for e in top] == list(range(1, PLAYERS + 1))
+
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", params={"format": "csv"}, headers=H("admin"))
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/csv")
+    assert r.headers["x-board-version"] == str(version)
+    assert _parse_csv(r.text) == top
+
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", params={"format": "jsonl"}, headers=H("moderator"))
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/x-ndjson")
+    assert r.headers["x-board-version"] == str(version)
+    assert r.text.endswith("\n")
+    rows = [json.loads(line) for line in r.text.splitlines()]
+    assert rows == top  # same fields as a top entry; no "metadata" key while rows carry none
+
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", headers=H("admin"))  # csv by default
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+
+
+async def test_an_empty_board_exports_the_header_only(h3):
+    await _load(h3.client, [])
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", headers=H("admin"))
+    assert r.status_code == 200 and r.text == "rank,player_id,value,achieved_at,metadata\r\n"
+    assert r.headers["x-board-version"] == "0"
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", params={"format": "jsonl"}, headers=H("admin"))
+    assert r.status_code == 200 and r.text == "" and r.headers["x-board-version"] == "0"
+
+
+async def test_roles_unknown_board_and_bad_format(h3):
+    await _load(h3.client, _players(10))
+    url = f"/v1/boards/{BOARD}/export"
+    for role in ("reader", "game_server"):
+        r = await h3.client.get(url, headers=H(role))
+        assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN", (role, r.text)
+    r = await h3.client.get(url)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "UNAUTHENTICATED"
+    for role in ("admin", "moderator"):
+        assert (await h3.client.get(url, headers=H(role))).status_code == 200
+    r = await h3.client.get(url, params={"format": "xml"}, headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_FAILED"
+    assert r.json()["error"]["field"] == "format"
+    r = await h3.client.get("/v1/boards/no:such:board:x/export", headers=H("admin"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "BOARD_NOT_FOUND"
+
+
+def test_writes_during_an_export_do_not_change_what_it_returns():
+    """A real socket: the export is read slowly while a writer moves the bottom
+    rows to the top and adds new players; the export still equals the top
+    pages read before the writes, at the version of its header."""
+    with thread_server(n_shards=3) as url:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            events = _players(PLAYERS)
+            r = c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": 3}, headers=H("admin"))
+            assert r.status_code == 201, r.text
+            for i in range(0, len(events), 10_000):
+                assert c.post("/v1/events", json={"events": events[i:i + 10_000]},
+                              headers=H("game_server")).status_code == 200
+            before = c.get(f"/v1/boards/{BOARD}/top", params={"limit": 1000}, headers=H("reader")).json()
+            version, top = before["version"], list(before["entries"])
+            cursor = before["next_cursor"]
+            while cursor:
+                page = c.get(f"/v1/boards/{BOARD}/top", params={"limit": 1000, "cursor": cursor},
+                             headers=H("reader")).json()
+                top += page["entries"]
+                cursor = page["next_cursor"]
+
+            with c.stream("GET", f"/v1/boards/{BOARD}/export", params={"format": "jsonl"}, headers=H("admin")) as r:
+                assert r.status_code == 200 and r.headers["x-board-version"] == str(version)
+                chunks = r.iter_bytes()
+                got = [next(chunks)]  # the export has started: its version is pinned
+                moved = [_event(PLAYERS + k, top[-1 - k]["player_id"], 10_000 + k) for k in range(50)]
+                moved += [_event(PLAYERS + 100 + k, f"new-{k}", 20_000) for k in range(50)]
+                w = c.post("/v1/events", json={"events": moved}, headers=H("game_server"))
+                assert w.status_code == 200, w.text
+                assert c.get(f"/v1/boards/{BOARD}", headers=H("reader")).json()["version"] == version + 100
+                got += list(chunks)
+            rows = [json.loads(line) for line in b"".join(got).splitlines()]
+            assert rows == top
+
+            after = c.get(f"/v1/boards/{BOARD}/export", headers=H("admin"))
+            assert after.headers["x-board-version"] == str(version + 100)
+            assert _parse_csv(after.text)[0]["player_id"].startswith("new-")
+
+
+def test_format_timestamps_equals_format_timestamp():
+    from engine.timefmt import MAX_MS, MIN_MS
+
+    values = [MIN_MS, MAX_MS, -1, 0, 1, 999, 1_793_527_500_000, -62_000_000_000_000, 951_782_400_000]
+    values += list(range(1_700_000_000_000, 1_700_000_000_000 + 86_400_000 * 400, 86_400_000 + 1))
+    assert format_timestamps(values) == [format_timestamp(v) for v in values]
+    assert format_timestamps([]) == []
