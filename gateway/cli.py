@@ -1,4 +1,6 @@
-"""``flowrank`` command line: ``serve`` (docs/api.md §1) and ``demo`` (engine.demo).
+"""``flowrank`` command line: ``serve`` (docs/api.md §1), ``demo`` (engine.demo), and
+the operator's commands over the HTTP API (``boards``, ``submit``, ``top``,
+``player``, ``export``: :mod:`gateway.admin_cli`).
 
 A refusal at start (bad flag, keys or friends file, data directory in use,
 damaged log, unreachable Ray, port in use) is one ``flowrank: error: …`` line
@@ -21,7 +23,7 @@ import sys
 import threading
 from typing import NoReturn, Sequence
 
-from gateway import startup_errors
+from gateway import admin_cli, startup_errors
 from gateway.settings import Settings
 
 
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--graceful-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     sub.add_parser("demo", help="run the engine demo (engine.demo)")
+    admin_cli.register(sub)
     return p
 
 
@@ -175,6 +178,8 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "admin", None) is not None:
+        return admin_cli.run(args)
     if args.command == "demo":
         try:
             demo = importlib.import_module("engine.demo")

@@ -1,0 +1,507 @@
+"""The operator's commands of ``flowrank``, over the HTTP API (issue 12 item 3).
+
+``flowrank boards create|list|show|state``, ``flowrank submit FILE.jsonl``,
+``flowrank top``, ``flowrank player`` and ``flowrank export`` call a running
+server at ``--url`` (or ``FLOWRANK_URL``) with ``--key`` (or ``FLOWRANK_KEY``).
+They only use the public routes of docs/api.md, so any key that may call a
+route may run its command.
+
+* Errors are one line on stderr, ``flowrank: error: …``, and an exit code per
+  kind (:data:`EXIT_CODES`), as ``flowrank serve`` reports its refusals.
+* ``submit`` reads the whole file first and sends nothing if any line is not a
+  valid event (the line number and field are named); then it sends batches of
+  at most 500 events in file order, each a body made of the file's own lines.
+  A batch answered 429, 5xx or lost on the way is sent again, identical, so
+  its event ids are the same and a retry can only add ``DUPLICATE_IGNORED``.
+  The summary counts the outcomes of the answers, exactly.
+* ``export`` streams ``GET /v1/boards/{id}/export`` to stdout or ``-o FILE``
+  (written beside and renamed when complete: an interrupted export leaves no
+  file that looks whole).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Sequence
+from urllib.parse import quote
+
+import httpx
+
+from engine.errors import ValidationFailed
+
+from gateway.validation import event_from_json
+
+# Exit codes of the admin commands (README, "Admin CLI").
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1   # a failure not foreseen below
+EXIT_USAGE = 2        # bad command line, no --url/--key
+EXIT_INPUT = 3        # submit: the file is unreadable or a line is not a valid event (nothing sent)
+EXIT_REFUSED = 4      # the server answered an error (4xx, or 5xx after the retries)
+EXIT_UNREACHABLE = 5  # no answer from the server after the retries
+
+EXIT_CODES = {
+    EXIT_UNEXPECTED: "unexpected failure",
+    EXIT_USAGE: "bad command line, or no server URL or key",
+    EXIT_INPUT: "submit: the events file is unreadable or has an invalid line (nothing was sent)",
+    EXIT_REFUSED: "the server refused the request (its error code is printed)",
+    EXIT_UNREACHABLE: "the server could not be reached",
+}
+
+MAX_BATCH = 500
+STATES = ("OPEN", "FROZEN", "FINALIZED", "ARCHIVED")
+POLICIES = ("best_score", "cumulative", "fastest_time")
+
+
+class CliError(Exception):
+    """One line for the operator and the exit code of its kind."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.message, self.exit_code = message, exit_code
+
+
+def _p(s: str) -> str:
+    return quote(s, safe=":")
+
+
+def _refusal(resp: httpx.Response, what: str) -> CliError:
+    try:
+        err = resp.json()["error"]
+        code, message, fld = err["code"], err.get("message", ""), err.get("field")
+    except (ValueError, KeyError, TypeError):
+        code, message, fld = "", resp.text[:200].strip(), None
+    detail = f"{code}: {message}" if code else message
+    if fld:
+        detail += f" (field {fld})"
+    return CliError(f"{what}: HTTP {resp.status_code} {detail}".rstrip(), EXIT_REFUSED)
+
+
+class Api:
+    """httpx with the CLI's retry rule: connection errors, 429 and 5xx are
+    retried (``Retry-After`` honoured, else exponential backoff from 0.1 s to
+    5 s) when the call is safe to repeat: a GET (``READ_RETRIES`` times) and an
+    event batch (``retries`` times: same body, same ids)."""
+
+    READ_RETRIES = 2
+
+    def __init__(self, url: str, key: str, *, timeout: float = 30.0, retries: int = 8, backoff_s: float = 0.1,
+                 max_backoff_s: float = 5.0, transport: httpx.BaseTransport | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
+                                 headers={"Authorization": f"Bearer {key}"})
+        self.retries, self.backoff_s, self.max_backoff_s, self.sleep = retries, backoff_s, max_backoff_s, sleep
+        self.retried = 0  # requests sent again, over this client's life
+
+    def close(self) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, *, what: str, retries: int, **kw) -> httpx.Response:
+        attempt = 0
+        while True:
+            try:
+                resp = self.http.request(method, path, **kw)
+            except httpx.TransportError as exc:
+                if attempt >= retries:
+                    raise CliError(f"{what}: cannot reach {self.url} ({type(exc).__name__}: {exc})",
+                                   EXIT_UNREACHABLE) from None
+                wait = 0.0
+            else:
+                if resp.status_code < 400:
+                    return resp
+                if not (resp.status_code == 429 or resp.status_code >= 500) or attempt >= retries:
+                    raise _refusal(resp, what)
+                ra = resp.headers.get("Retry-After", "")
+                wait = float(ra) if ra.isdigit() else 0.0
+            self.sleep(max(wait, min(self.max_backoff_s, self.backoff_s * 2 ** attempt)))
+            attempt += 1
+            self.retried += 1
+
+    def json(self, method: str, path: str, *, what: str, **kw) -> Any:
+        """A call's JSON answer; only a GET is retried (a repeated board creation
+        or state change would answer 409 for what the first one did)."""
+        return self.call(method, path, what=what, retries=self.READ_RETRIES if method == "GET" else 0, **kw).json()
+
+
+# ------------------------------------------------------------------ output
+
+
+def _table(rows: list[dict], columns: Sequence[str], out: IO[str]) -> None:
+    cells = [[str(r.get(c, "")) if r.get(c) is not None else "-" for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip(), file=out)
+
+
+def _dump(obj: Any, out: IO[str]) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False), file=out)
+
+
+# ----------------------------------------------------------------- boards
+
+
+def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
+    body: dict = {"board_id": args.board, "policy": args.policy}
+    for key in ("shards", "max_plausible_time_ms", "review_above"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
+    return EXIT_OK
+
+
+def cmd_boards_list(api: Api, args, out: IO[str]) -> int:
+    boards = api.json("GET", "/v1/boards", what="list boards")["boards"]
+    if args.json:
+        _dump(boards, out)
+    else:
+        _table(boards, ("board_id", "policy", "state", "version", "size", "shards"), out)
+    return EXIT_OK
+
+
+def cmd_boards_show(api: Api, args, out: IO[str]) -> int:
+    _dump(api.json("GET", f"/v1/boards/{_p(args.board)}", what=f"board {args.board}"), out)
+    return EXIT_OK
+
+
+def cmd_boards_state(api: Api, args, out: IO[str]) -> int:
+    _dump(api.json("POST", f"/v1/boards/{_p(args.board)}/state", json={"state": args.state},
+                   what=f"move {args.board} to {args.state}"), out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ reads
+
+
+def cmd_top(api: Api, args, out: IO[str]) -> int:
+    page = api.json("GET", f"/v1/boards/{_p(args.board)}/top", params={"limit": args.limit}, what=f"top of {args.board}")
+    if args.json:
+        _dump(page, out)
+    else:
+        print(f"{args.board} at version {page['version']}", file=out)
+        _table(page["entries"], ("rank", "player_id", "value", "achieved_at"), out)
+    return EXIT_OK
+
+
+def cmd_player(api: Api, args, out: IO[str]) -> int:
+    view = api.json("GET", f"/v1/boards/{_p(args.board)}/players/{_p(args.player)}",
+                    what=f"player {args.player} on {args.board}")
+    if args.json:
+        _dump(view, out)
+    else:
+        for key in ("player_id", "rank", "value", "achieved_at", "status", "version"):
+            print(f"{key:<12} {view.get(key) if view.get(key) is not None else '-'}", file=out)
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------- submit
+
+
+@dataclass
+class SubmitSummary:
+    events: int = 0
+    batches: int = 0
+    retried: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        rate = self.events / self.seconds if self.seconds > 0 else 0.0
+        head = (f"submitted {self.events:,} events in {self.batches:,} batches "
+                f"({self.retried:,} requests retried) in {self.seconds:.1f} s ({rate:,.0f} events/s)")
+        width = max((len(k) for k in self.outcomes), default=0)
+        return [head] + [f"  {k:<{width}}  {v:>12,}" for k, v in sorted(self.outcomes.items())]
+
+    def to_json(self) -> dict:
+        return {"events": self.events, "batches": self.batches, "retried": self.retried,
+                "seconds": round(self.seconds, 3), "outcomes": dict(sorted(self.outcomes.items()))}
+
+
+def read_events(path: str) -> list[tuple[int, bytes]]:
+    """Every event line of a JSON Lines file as ``(line number, raw bytes)``,
+    each checked by the server's own rules (gateway.validation). Blank lines
+    are skipped. Raises CliError (EXIT_INPUT) naming the first bad line."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read the events file ({exc.strerror or exc})", EXIT_INPUT) from None
+    lines: list[tuple[int, bytes]] = []
+    with fh:
+        for number, raw in enumerate(fh, 1):
+            raw = raw.strip()
+            if not raw:
+                continue
+            where = f"{path}:{number}"
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise CliError(f"{where}: not a JSON object ({exc}); nothing was sent", EXIT_INPUT) from None
+            try:
+                event_from_json(obj, "event")
+            except ValidationFailed as exc:
+                fld = f" ({exc.field})" if exc.field else ""
+                raise CliError(f"{where}: invalid event{fld}: {exc.message} Nothing was sent.", EXIT_INPUT) from None
+            lines.append((number, raw))
+    return lines
+
+
+class Progress:
+    """A one-line bar on stderr, redrawn at most every 0.2 s."""
+
+    def __init__(self, total: int, stream: IO[str], enabled: bool, clock: Callable[[], float] = time.monotonic):
+        self.total, self.stream, self.enabled, self.clock = total, stream, enabled, clock
+        self.start = clock()
+        self.drawn = 0.0
+
+    def update(self, done: int, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = self.clock()
+        if not final and now - self.drawn < 0.2:
+            return
+        self.drawn = now
+        frac = done / self.total if self.total else 1.0
+        bar = "#" * int(frac * 30)
+        rate = done / (now - self.start) if now > self.start else 0.0
+        self.stream.write(f"\r[{bar:<30}] {frac:6.1%} {done:,}/{self.total:,} events {rate:,.0f}/s")
+        if final:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def submit_file(api: Api, path: str, batch_size: int = MAX_BATCH, progress: IO[str] | None = None,
+                clock: Callable[[], float] = time.monotonic) -> SubmitSummary:
+    """Validate all of ``path``, then send it in batches of ``batch_size`` in file
+    order; the summary counts every answer's outcomes. A bar is drawn on
+    ``progress`` when given. Raises CliError (nothing sent when the file is bad;
+    otherwise the message says which lines were sent and answered)."""
+    lines = read_events(path)
+    summary = SubmitSummary()
+    t0 = clock()
+    bar = Progress(len(lines), progress or sys.stderr, progress is not None, clock)
+    retried_before = api.retried
+    for start in range(0, len(lines), batch_size):
+        chunk = lines[start:start + batch_size]
+        body = b'{"events":[' + b",".join(raw for _, raw in chunk) + b"]}"
+        first, last = chunk[0][0], chunk[-1][0]
+        sent_note = (f"; lines before {first} were sent and answered ({summary.events:,} events)"
+                     if summary.events else "; nothing was sent before it")
+        try:
+            resp = api.call("POST", "/v1/events", content=body, headers={"content-type": "application/json"},
+                            what=f"batch of lines {first}-{last}", retries=api.retries)
+        except CliError as err:
+            err.message += _line_of(err.message, chunk) + sent_note
+            raise
+        results = resp.json()["results"]
+        if len(results) != len(chunk):
+            raise CliError(f"batch of lines {first}-{last}: {len(results)} results for {len(chunk)} events"
+                           + sent_note, EXIT_UNEXPECTED)
+        summary.outcomes.update(r["outcome"] for r in results)
+        summary.events += len(chunk)
+        summary.batches += 1
+        bar.update(summary.events)
+    bar.update(summary.events, final=True)
+    summary.retried = api.retried - retried_before
+    summary.seconds = clock() - t0
+    return summary
+
+
+def _line_of(message: str, chunk: list[tuple[int, bytes]]) -> str:
+    """``events[3].value`` in a refusal → the file line of that event."""
+    m = re.search(r"events\[(\d+)\]", message)
+    if m and int(m.group(1)) < len(chunk):
+        return f" (file line {chunk[int(m.group(1))][0]})"
+    return ""
+
+
+def cmd_submit(api: Api, args, out: IO[str]) -> int:
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    summary = submit_file(api, args.file, args.batch_size, sys.stderr if show else None)
+    if args.json:
+        _dump(summary.to_json(), out)
+    else:
+        for line in summary.lines():
+            print(line, file=out)
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------- export
+
+
+def export_board(api: Api, board: str, fmt: str, out: IO[bytes]) -> tuple[int, int]:
+    """Stream the export into ``out``; returns (rows, version)."""
+    what = f"export of {board}"
+    try:
+        with api.http.stream("GET", f"/v1/boards/{_p(board)}/export", params={"format": fmt}) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise _refusal(resp, what)
+            version = int(resp.headers.get("X-Board-Version", "-1"))
+            newlines = 0
+            for chunk in resp.iter_bytes():
+                out.write(chunk)
+                newlines += chunk.count(b"\n")
+    except httpx.TransportError as exc:
+        raise CliError(f"{what}: the transfer failed ({type(exc).__name__}: {exc}); the output is incomplete",
+                       EXIT_UNREACHABLE) from None
+    return newlines - (1 if fmt == "csv" else 0), version
+
+
+class _TextSink:
+    """Bytes into a text stream that has no ``buffer`` (tests' StringIO)."""
+
+    def __init__(self, out: IO[str]):
+        import codecs
+
+        self.out = out
+        self.decoder = codecs.getincrementaldecoder("utf-8")()  # a chunk may end inside a character
+
+    def write(self, data: bytes) -> int:
+        return self.out.write(self.decoder.decode(data))
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def cmd_export(api: Api, args, out: IO[str]) -> int:
+    if args.output in (None, "-"):
+        sink = getattr(out, "buffer", None) or _TextSink(out)
+        rows, version = export_board(api, args.board, args.format, sink)
+        sink.flush()
+    else:
+        tmp = f"{args.output}.partial"
+        try:
+            with open(tmp, "wb") as fh:
+                rows, version = export_board(api, args.board, args.format, fh)
+            os.replace(tmp, args.output)
+        except OSError as exc:
+            raise CliError(f"-o {args.output}: cannot write ({exc.strerror or exc})", EXIT_UNEXPECTED) from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    print(f"flowrank: exported {rows:,} rows of {args.board} at version {version}"
+          + ("" if args.output in (None, "-") else f" to {args.output}"), file=sys.stderr)
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------- parser
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return v
+
+
+def _batch(text: str) -> int:
+    v = _positive(text)
+    if v > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BATCH} events per batch")
+    return v
+
+
+def _int64(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def register(sub) -> None:
+    """Add the admin subcommands to ``flowrank``'s subparsers (gateway.cli)."""
+    conn = argparse.ArgumentParser(add_help=False)
+    g = conn.add_argument_group("server")
+    g.add_argument("--url", default=None, help="the server (default: $FLOWRANK_URL)")
+    g.add_argument("--key", default=None, help="an API key (default: $FLOWRANK_KEY)")
+    g.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+
+    boards = sub.add_parser("boards", help="create, list, show boards or change their state")
+    bsub = boards.add_subparsers(dest="boards_command", required=True)
+    c = bsub.add_parser("create", parents=[conn], help="create a board (admin)")
+    c.add_argument("board")
+    c.add_argument("--policy", required=True, choices=POLICIES)
+    c.add_argument("--shards", type=_positive, default=None)
+    c.add_argument("--max-plausible-time-ms", type=_positive, default=None)
+    c.add_argument("--review-above", type=_int64, default=None)
+    c.set_defaults(admin=cmd_boards_create)
+    c = bsub.add_parser("list", parents=[conn], help="list the boards")
+    c.add_argument("--json", action="store_true", help="print the JSON answer")
+    c.set_defaults(admin=cmd_boards_list)
+    c = bsub.add_parser("show", parents=[conn], help="one board (JSON)")
+    c.add_argument("board")
+    c.set_defaults(admin=cmd_boards_show)
+    c = bsub.add_parser("state", parents=[conn], help="move a board forward: FROZEN, FINALIZED, ARCHIVED (admin)")
+    c.add_argument("board")
+    c.add_argument("state", type=str.upper, choices=STATES)
+    c.set_defaults(admin=cmd_boards_state)
+
+    c = sub.add_parser("submit", parents=[conn], help="send a JSON Lines file of score events")
+    c.add_argument("file", help="one docs/api.md §7 event object per line")
+    c.add_argument("--batch-size", type=_batch, default=MAX_BATCH, help=f"events per request (1-{MAX_BATCH})")
+    c.add_argument("--retries", type=int, default=8, help="times a batch is sent again on 429/5xx/no answer")
+    c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    c.add_argument("--json", action="store_true", help="print the summary as JSON")
+    c.set_defaults(admin=cmd_submit)
+
+    c = sub.add_parser("top", parents=[conn], help="the top of a board")
+    c.add_argument("board")
+    c.add_argument("--limit", type=_positive, default=10, help="entries (1-1000, default 10)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(admin=cmd_top)
+
+    c = sub.add_parser("player", parents=[conn], help="one player's rank and row")
+    c.add_argument("board")
+    c.add_argument("player")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(admin=cmd_player)
+
+    c = sub.add_parser("export", parents=[conn], help="every ranked row at one version (admin, moderator)")
+    c.add_argument("board")
+    c.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    c.add_argument("-o", "--output", default=None, help="write to FILE (default: stdout)")
+    c.set_defaults(admin=cmd_export)
+
+
+def run(args: argparse.Namespace, env: dict | None = None, out: IO[str] | None = None,
+        transport: httpx.BaseTransport | None = None) -> int:
+    """Run a parsed admin command; every failure is one ``flowrank: error:`` line."""
+    env = os.environ if env is None else env
+    out = sys.stdout if out is None else out
+    try:
+        url = args.url or env.get("FLOWRANK_URL")
+        key = args.key or env.get("FLOWRANK_KEY")
+        if not url:
+            raise CliError("no server: give --url or set FLOWRANK_URL (e.g. http://127.0.0.1:8000)", EXIT_USAGE)
+        if not key:
+            raise CliError("no key: give --key or set FLOWRANK_KEY (flowrank serve prints where keys.json is)",
+                           EXIT_USAGE)
+        if not url.startswith(("http://", "https://")):
+            raise CliError(f"--url {url!r}: must start with http:// or https://", EXIT_USAGE)
+        api = Api(url, key, timeout=args.timeout, retries=getattr(args, "retries", 8), transport=transport)
+        try:
+            return args.admin(api, args, out)
+        finally:
+            api.close()
+    except CliError as err:
+        print(f"flowrank: error: {' '.join(err.message.split())}", file=sys.stderr, flush=True)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("flowrank: error: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK  # `flowrank export … | head`: the reader left
+    except Exception as exc:  # noqa: BLE001  one line, not a traceback
+        print(f"flowrank: error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_UNEXPECTED

@@ -1,0 +1,298 @@
+"""The admin commands of ``flowrank`` (gateway.admin_cli) against a real server on
+loopback: boards, submit (whole-file validation, batches, retries with the same
+event ids, exact outcome counts), top, player, export; one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.timefmt import format_timestamp
+from gateway import admin_cli
+from gateway.cli import build_parser, main
+from tests.gateway.conftest import ROLE_KEYS, thread_server
+
+BOARD = "cli-test:solo:S1:global"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with thread_server(n_shards=3) as url:
+        yield url
+
+
+@pytest.fixture
+def env(server, monkeypatch):
+    monkeypatch.setenv("FLOWRANK_URL", server)
+    monkeypatch.setenv("FLOWRANK_KEY", ROLE_KEYS["admin"])
+    return server
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _events(board: str, n: int, seed: int = 7) -> list[dict]:
+    """n best_score events on ``board`` over n // 3 players: improvements,
+    non-improvements, ties broken by achieved_at, and exact repeats."""
+    import random
+
+    rnd = random.Random(seed)
+    players = max(1, n // 3)
+    out: list[dict] = []
+    while len(out) < n:
+        if out and rnd.random() < 0.05:
+            out.append(dict(out[rnd.randrange(len(out))]))  # the same event again: DUPLICATE_IGNORED
+            continue
+        out.append({"event_id": f"{board}-e{len(out)}", "board_id": board, "player_id": f"p{rnd.randrange(players)}",
+                    "value": rnd.randrange(200), "achieved_at": 1_793_527_500_000 + rnd.randrange(10_000)})
+    return out
+
+
+def _expected(events: list[dict]) -> tuple[Counter, list[tuple[str, int, int]]]:
+    """Outcomes (in file order) and the final ranking of a best_score board: the oracle."""
+    seen: set[str] = set()
+    rows: dict[str, tuple[int, int]] = {}
+    outcomes: Counter = Counter()
+    for e in events:
+        if e["event_id"] in seen:
+            outcomes["DUPLICATE_IGNORED"] += 1
+            continue
+        seen.add(e["event_id"])
+        pid, new = e["player_id"], (e["value"], e["achieved_at"])
+        old = rows.get(pid)
+        if old is None:
+            outcomes["APPLIED_FIRST_SCORE"] += 1
+            rows[pid] = new
+        elif (-new[0], new[1]) < (-old[0], old[1]):
+            outcomes["APPLIED_NEW_BEST"] += 1
+            rows[pid] = new
+        else:
+            outcomes["REJECTED_NOT_AN_IMPROVEMENT"] += 1
+    ranking = sorted(((p, v, t) for p, (v, t) in rows.items()), key=lambda r: (-r[1], r[2], r[0]))
+    return outcomes, ranking
+
+
+def _write_jsonl(path: Path, events: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def _create(capsys, board: str, shards: int = 3) -> None:
+    code, out, err = _run(capsys, "boards", "create", board, "--policy", "best_score", "--shards", str(shards))
+    assert code == 0, err
+    assert json.loads(out)["board_id"] == board
+
+
+def test_boards_create_list_show_state(env, capsys):
+    _create(capsys, "cli-a:solo:S1:global")
+    code, out, err = _run(capsys, "boards", "list")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["board_id", "policy", "state", "version", "size", "shards"]
+    assert any(r.split()[:3] == ["cli-a:solo:S1:global", "best_score", "OPEN"] for r in rows)
+    code, out, _ = _run(capsys, "boards", "list", "--json")
+    assert "cli-a:solo:S1:global" in {b["board_id"] for b in json.loads(out)}
+    code, out, _ = _run(capsys, "boards", "show", "cli-a:solo:S1:global")
+    assert code == 0 and json.loads(out)["shards"] == 3
+    code, out, _ = _run(capsys, "boards", "state", "cli-a:solo:S1:global", "frozen")
+    assert code == 0 and json.loads(out)["state"] == "FROZEN"
+
+    code, out, err = _run(capsys, "boards", "create", "cli-a:solo:S1:global", "--policy", "best_score")
+    assert code == admin_cli.EXIT_REFUSED and out == ""
+    assert err.count("\n") == 1 and err.startswith("flowrank: error: create cli-a:solo:S1:global: HTTP 409 BOARD_EXISTS")
+    code, _, err = _run(capsys, "boards", "state", "cli-a:solo:S1:global", "OPEN")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 409 INVALID_TRANSITION" in err
+    code, _, err = _run(capsys, "boards", "show", "no:such:board:x")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 BOARD_NOT_FOUND" in err
+
+
+def test_errors_are_one_line_with_an_exit_code(env, capsys, monkeypatch):
+    code, _, err = _run(capsys, "boards", "list", "--key", ROLE_KEYS["reader"])
+    assert code == 0, err
+    code, _, err = _run(capsys, "boards", "create", "cli-b:solo:S1:global", "--policy", "best_score",
+                        "--key", ROLE_KEYS["reader"])
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 403 FORBIDDEN" in err and err.count("\n") == 1
+    code, _, err = _run(capsys, "boards", "list", "--key", "wrong")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 401 UNAUTHENTICATED" in err
+    monkeypatch.delenv("FLOWRANK_KEY")
+    code, _, err = _run(capsys, "boards", "list")
+    assert code == admin_cli.EXIT_USAGE and err.startswith("flowrank: error: no key")
+    monkeypatch.delenv("FLOWRANK_URL")
+    code, _, err = _run(capsys, "boards", "list", "--key", "k")
+    assert code == admin_cli.EXIT_USAGE and err.startswith("flowrank: error: no server")
+    code, _, err = _run(capsys, "top", "x:y:z:w", "--url", "http://127.0.0.1:1", "--key", "k")
+    assert code == admin_cli.EXIT_UNREACHABLE and "cannot reach http://127.0.0.1:1" in err
+    with pytest.raises(SystemExit) as ei:
+        main(["submit", "f.jsonl", "--batch-size", "501"])
+    assert ei.value.code == 2
+    assert "at most 500 events per batch" in capsys.readouterr().err
+
+
+def test_submit_then_export_round_trip_counts_every_outcome_exactly(env, capsys, tmp_path):
+    board = "cli-rt:solo:S1:global"
+    _create(capsys, board)
+    events = _events(board, 3_000)
+    events.append({"event_id": "x-1", "board_id": "cli-none:solo:S1:global", "player_id": "p0", "value": 1,
+                   "achieved_at": "2026-11-01T10:00:00Z"})  # no such board
+    expected, ranking = _expected(events[:-1])
+    expected["REJECTED_UNKNOWN_SEASON"] += 1
+    path = _write_jsonl(tmp_path / "events.jsonl", events)
+    with open(path, "a") as fh:
+        fh.write("\n   \n")  # blank lines are skipped
+
+    code, out, err = _run(capsys, "submit", str(path), "--json", "--progress")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["events"] == len(events) and summary["batches"] == 7  # 3,001 events in batches of 500
+    assert summary["outcomes"] == dict(expected) and summary["retried"] == 0
+    assert "3,001/3,001 events" in err and "100.0%" in err  # the bar, on stderr
+
+    code, out, err = _run(capsys, "submit", str(path))  # again: every event is a duplicate now
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("submitted 3,001 events in 7 batches")
+    assert "DUPLICATE_IGNORED" in out and f"{3_000:>12,}" in out
+
+    board_info = json.loads(_run(capsys, "boards", "show", board)[1])
+    for fmt in ("csv", "jsonl"):
+        target = tmp_path / f"board.{fmt}"
+        code, out, err = _run(capsys, "export", board, "--format", fmt, "-o", str(target))
+        assert code == 0, err
+        assert err.strip() == (f"flowrank: exported {len(ranking):,} rows of {board} "
+                               f"at version {board_info['version']} to {target}")
+        assert not (tmp_path / f"board.{fmt}.partial").exists()
+        if fmt == "csv":
+            rows = [(r["player_id"], int(r["value"]), r["achieved_at"], int(r["rank"]))
+                    for r in csv.DictReader(io.StringIO(target.read_text(), newline=""))]
+        else:
+            rows = [(r["player_id"], r["value"], r["achieved_at"], r["rank"])
+                    for r in map(json.loads, target.read_text().splitlines())]
+        assert rows == [(p, v, format_timestamp(t), i) for i, (p, v, t) in enumerate(ranking, 1)]
+
+    code, out, err = _run(capsys, "export", board, "--format", "jsonl")  # to stdout
+    assert code == 0 and len(out.splitlines()) == len(ranking)
+    code, _, err = _run(capsys, "export", board, "--key", ROLE_KEYS["reader"], "-o", str(tmp_path / "no.csv"))
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 403 FORBIDDEN" in err
+    assert not (tmp_path / "no.csv").exists()
+
+
+def test_a_bad_line_is_named_and_nothing_is_sent(env, capsys, tmp_path):
+    board = "cli-bad:solo:S1:global"
+    _create(capsys, board)
+    events = _events(board, 1_200)
+    lines = [json.dumps(e) for e in events]
+    lines[1_100] = lines[1_100].replace('"value": ', '"value": 1.5, "x": ')  # a float value, after 2 batches' worth
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    code, out, err = _run(capsys, "submit", str(tmp_path / "bad.jsonl"))
+    assert code == admin_cli.EXIT_INPUT and out == ""
+    assert err.startswith(f"flowrank: error: {tmp_path / 'bad.jsonl'}:1101: invalid event (event.value)")
+    assert err.rstrip().endswith("Nothing was sent.") and err.count("\n") == 1
+
+    (tmp_path / "notjson.jsonl").write_text(json.dumps(events[0]) + "\n{oops\n")
+    code, _, err = _run(capsys, "submit", str(tmp_path / "notjson.jsonl"))
+    assert code == admin_cli.EXIT_INPUT and ":2: not a JSON object" in err and "nothing was sent" in err
+    code, _, err = _run(capsys, "submit", str(tmp_path / "missing.jsonl"))
+    assert code == admin_cli.EXIT_INPUT and "cannot read the events file" in err
+
+    assert json.loads(_run(capsys, "boards", "show", board)[1])["version"] == 0  # nothing reached the board
+
+
+def test_top_and_player(env, capsys, tmp_path):
+    board = "cli-read:solo:S1:global"
+    _create(capsys, board)
+    events = [{"event_id": f"r{i}", "board_id": board, "player_id": f"p-{i}", "value": 100 - i,
+               "achieved_at": "2026-11-01T10:00:00Z"} for i in range(5)]
+    assert _run(capsys, "submit", str(_write_jsonl(tmp_path / "e.jsonl", events)))[0] == 0
+    code, out, err = _run(capsys, "top", board, "--limit", "3")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{board} at version 5"
+    assert lines[2].split() == ["1", "p-0", "100", "2026-11-01T10:00:00.000Z"] and len(lines) == 5
+    code, out, _ = _run(capsys, "top", board, "--json")
+    assert [e["player_id"] for e in json.loads(out)["entries"]] == [f"p-{i}" for i in range(5)]
+    code, out, _ = _run(capsys, "player", board, "p-3")
+    assert code == 0 and "rank         4" in out and "status       ACTIVE" in out
+    code, out, _ = _run(capsys, "player", board, "p-3", "--json")
+    assert json.loads(out)["rank"] == 4
+    code, _, err = _run(capsys, "player", board, "nobody")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 PLAYER_NOT_FOUND" in err
+
+
+def test_the_console_entry_point_reads_the_environment(server, tmp_path):
+    env = {**os.environ, "FLOWRANK_URL": server, "FLOWRANK_KEY": ROLE_KEYS["reader"], "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "gateway", "boards", "list", "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert isinstance(json.loads(r.stdout), list)
+    r = subprocess.run([sys.executable, "-m", "gateway", "boards", "show", "no:such:board:x"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == admin_cli.EXIT_REFUSED and r.stderr.startswith("flowrank: error: board no:such:board:x")
+    assert "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------- retries (no server)
+
+
+def test_submit_retries_resend_the_same_batch_and_count_the_answers(tmp_path, capsys):
+    events = _events("g:m:s:x", 1_200)
+    path = _write_jsonl(tmp_path / "e.jsonl", events)
+    bodies: list[bytes] = []
+    calls = Counter()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        batch = json.loads(request.content)["events"]
+        calls[batch[0]["event_id"]] += 1
+        bodies.append(request.content)
+        n = calls[batch[0]["event_id"]]
+        if batch[0] is not None and batch[0]["event_id"] == events[500]["event_id"]:  # the second batch
+            if n == 1:
+                return httpx.Response(503, headers={"Retry-After": "0"},
+                                      json={"error": {"code": "OVERLOADED", "message": "busy", "field": None}})
+            if n == 2:
+                raise httpx.ReadError("connection reset")
+            if n == 3:
+                return httpx.Response(500, text="oops")
+        outcome = "DUPLICATE_IGNORED" if n > 1 else "APPLIED"
+        return httpx.Response(200, json={"results": [{"event_id": e["event_id"], "outcome": outcome, "version": 0}
+                                                     for e in batch]})
+
+    args = build_parser().parse_args(["submit", str(path), "--json", "--url", "http://x", "--key", "k"])
+    out = io.StringIO()
+    assert admin_cli.run(args, env={}, out=out, transport=httpx.MockTransport(handler)) == 0
+    summary = json.loads(out.getvalue())
+    assert summary == {**summary, "events": 1_200, "batches": 3, "retried": 3,
+                       "outcomes": {"APPLIED": 700, "DUPLICATE_IGNORED": 500}}
+    second = [b for b in bodies if json.loads(b)["events"][0]["event_id"] == events[500]["event_id"]]
+    assert len(second) == 4 and len(set(second)) == 1  # the identical body: the same event ids
+    assert [json.loads(line) for line in path.read_text().splitlines()[500:1000]] == json.loads(second[0])["events"]
+
+
+def test_submit_that_gives_up_says_what_was_sent(tmp_path, capsys):
+    events = _events("g:m:s:x", 1_200)
+    path = _write_jsonl(tmp_path / "e.jsonl", events)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        batch = json.loads(request.content)["events"]
+        if batch[0]["event_id"] == events[1000]["event_id"]:
+            return httpx.Response(422, json={"error": {"code": "VALIDATION_FAILED", "message": "events[7].value: no.",
+                                                       "field": "events[7].value"}})
+        return httpx.Response(200, json={"results": [{"event_id": e["event_id"], "outcome": "APPLIED", "version": 0}
+                                                     for e in batch]})
+
+    args = build_parser().parse_args(["submit", str(path), "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, transport=httpx.MockTransport(handler)) == admin_cli.EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "batch of lines 1001-1200: HTTP 422 VALIDATION_FAILED" in err
+    assert "(file line 1008)" in err and "lines before 1001 were sent and answered (1,000 events)" in err
