@@ -7,6 +7,7 @@
     python -m benchmarks http [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
     python -m benchmarks core [--players N] [--events N] [--repeat R] [--batch B] [--json OUT]
     python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
+    python -m benchmarks export [--rows 20000,100000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -386,6 +387,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="engine core: one Board in process vs dict + SortedList, memory, replay (benchmarks/core_bench.py)")
     sub.add_parser("capacity", add_help=False,
                    help="how many ranked players one board holds in an RSS budget, ranks checked (benchmarks/capacity.py)")
+    sub.add_parser("export", add_help=False,
+                   help="export rows/s and server RSS, and the CLI submit/export round trip (benchmarks/export_bench.py)")
     return p
 
 
@@ -495,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
         from .capacity import main as capacity_main
 
         return capacity_main(argv[1:])
+    if argv[0] == "export":
+        from .export_bench import main as export_main
+
+        return export_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 
