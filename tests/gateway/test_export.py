@@ -170,3 +170,17 @@ def test_format_timestamps_equals_format_timestamp():
     values += list(range(1_700_000_000_000, 1_700_000_000_000 + 86_400_000 * 400, 86_400_000 + 1))
     assert format_timestamps(values) == [format_timestamp(v) for v in values]
     assert format_timestamps([]) == []
+
+
+def test_csv_rows_write_what_the_csv_module_writes():
+    from engine.model import RankedEntry
+    from gateway.routes.export import csv_rows
+
+    plain = [RankedEntry(i + 1, f"p-{i}", 100 - i, 1_793_527_500_000 + i) for i in range(20)]
+    odd = plain[:3] + [RankedEntry(4, "a,b", 1, 0), RankedEntry(5, 'q"x', 2, 5), RankedEntry(6, "ü ✓ ", 3, -7),
+                       RankedEntry(7, " lead", -4, 9)]
+    for page in (plain, odd, []):
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\r\n").writerows(
+            (e.rank, e.player_id, e.value, format_timestamp(e.achieved_at), "") for e in page)
+        assert csv_rows(page).decode("utf-8") == out.getvalue()
