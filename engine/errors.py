@@ -101,3 +101,11 @@ class LogCorruption(FlowRankError):
     """
 
     code = "LOG_CORRUPTION"
+
+
+class UnsupportedFormat(FlowRankError):
+    """A log segment, snapshot or record is in a format newer than this
+    version reads (written by a newer FlowRank). Raised on open; the service
+    refuses to start rather than misread it (engine.formats)."""
+
+    code = "UNSUPPORTED_FORMAT"

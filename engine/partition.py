@@ -40,6 +40,7 @@ from engine import records as R
 from engine.checksum import row_digest
 from engine.columns import ScoreColumns, int64_column as _i64
 from engine.errors import EventNotFound
+from engine.formats import PARTITION_STATE_FORMAT, state_format
 from engine.journal import (
     ALREADY_INVALIDATED,
     AUDIT_NAMES,
@@ -503,6 +504,7 @@ class Partition:
         """Plain msgpack-able state: arrays as bytes."""
         n = len(self.players)
         return {
+            "format": PARTITION_STATE_FORMAT,
             "players": self.players.to_state(),
             "rows": {name: getattr(self, name)[:n].tobytes() for name in ("val", "ach", "sub", "rv", "st")},
             "journal": self.journal.to_state(),
@@ -511,6 +513,7 @@ class Partition:
 
     @classmethod
     def from_state(cls, policy: Policy, max_plausible_time_ms: int, state: dict) -> "Partition":
+        state_format(state, PARTITION_STATE_FORMAT, "partition state")
         p = cls(policy, max_plausible_time_ms)
         p.players = PlayerTable.from_state(state["players"])
         n = len(p.players)

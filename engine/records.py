@@ -1,33 +1,61 @@
 """What goes into the event log, as compact msgpack-able lists.
 
-Every record is a list whose first item names its kind. Score events are
-logged as received together with the admission verdict the router decided
-in log order (0 = go on to apply, else the outcome code), so every
-partition can replay its share of the log on its own and reach the same
-outcomes, whatever the current dedup settings. Nothing here reads a clock.
+Every record is a list whose first item is its kind letter; :data:`KINDS` is
+the table of kinds and their field layouts, :data:`CODE` the table of outcome
+codes. Both are on-disk formats (docs/storage.md, "Record vocabulary"):
+append-only, pinned by tests/engine/test_records.py, and numbered together as
+:data:`engine.formats.LOG_FORMAT`. A letter or a code never changes meaning;
+a new layout is a new letter (as ``C`` followed ``S``).
 
-* ``["B", board_id, policy, shards, max_plausible_time_ms, review_above]`` board created
-* ``["T", board_id, state]`` season state change (its offset is the freeze position)
-* ``["C", board_id, partition, event_ids, player_ids, values, achieved, submitted, verdicts]``
-  score events of one board partition from one sequencing cycle, as columns:
-  lists of str and little-endian int64 / uint8 arrays as bytes (one frame,
-  one offset; an event is ``(offset, row)``)
-* ``["S", board_id, event_id, player_id, value, achieved_at, submitted_at, verdict]`` one score
-  event (logs written before the columnar record; still replayed)
-* ``["I", board_id, event_id, correction_id, reason, moderator]`` invalidation
-* ``["D", board_id, event_id, decision, reason, moderator, player_id]`` quarantine decision
+Score events are logged as received together with the admission verdict the
+router decided in log order (0 = go on to apply, else the outcome code), so
+every partition can replay its share of the log on its own and reach the same
+outcomes, whatever the current dedup settings. Nothing here reads a clock.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
 from engine.columns import ScoreColumns
+from engine.errors import UnsupportedFormat
+from engine.formats import LOG_FORMAT
 from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
 
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
+
+
+class RecordKind(NamedTuple):
+    """One kind of log record: its name and the fields after the kind letter."""
+
+    name: str
+    fields: tuple[str, ...]
+    doc: str
+
+
+#: Record kinds as logged: append-only (a letter never changes meaning or layout).
+KINDS: dict[str, RecordKind] = {
+    BOARD: RecordKind("board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above"),
+                      "board created; policy is the Policy value, review_above None or an int"),
+    STATE: RecordKind("state", ("board_id", "state"),
+                      "season state change to a BoardState value; its offset is the freeze position"),
+    SCORES: RecordKind("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
+                                  "submitted", "verdicts"),
+                       "score events of one board partition from one sequencing cycle, as columns: lists of "
+                       "str, little-endian int64 arrays as bytes, verdicts uint8 bytes (0 = apply, else a "
+                       "CODE); one frame, one offset; an event is (offset, row)"),
+    SCORE: RecordKind("score", ("board_id", "event_id", "player_id", "value", "achieved_at", "submitted_at",
+                                "verdict"),
+                      "one score event (logs written before the columnar record; still replayed, no "
+                      "longer written)"),
+    INVALIDATE: RecordKind("invalidation", ("board_id", "event_id", "correction_id", "reason", "moderator"),
+                           "a moderator's invalidation of an applied event"),
+    DECIDE: RecordKind("decision", ("board_id", "event_id", "decision", "reason", "moderator", "player_id",
+                                    "value", "achieved_at", "submitted_at"),
+                       "quarantine decision (\"apply\" | \"reject\") on a held event, with the held event"),
+}
 
 # Outcome codes as logged: append-only (a code never changes meaning). 0 means "apply".
 CODE = {
@@ -44,6 +72,16 @@ APPLY = 0
 
 def outcome_of(code: int) -> Outcome:
     return _BY_CODE[code]
+
+
+def check_kind(offset: int, rec: list) -> None:
+    """Refuse a record whose kind is not in :data:`KINDS` (a newer writer's
+    vocabulary, or damage) rather than skip it silently."""
+    if not isinstance(rec, list) or not rec or rec[0] not in KINDS:
+        kind = rec[0] if isinstance(rec, list) and rec else rec
+        raise UnsupportedFormat(
+            f"log record at offset {offset} has kind {kind!r}, not in log record format {LOG_FORMAT} "
+            f"(kinds {''.join(KINDS)}); it was written by a newer FlowRank or is damaged")
 
 
 def board_record(spec: BoardSpec) -> list:

@@ -4,14 +4,17 @@ Each shard and the router rebuild themselves the same way: load the newest
 snapshot whose checksum verifies (the store falls back to older ones, or to
 none), then fold every later log record through the same apply path the
 live system used. The rebuilt object is returned only when complete; the
-caller swaps it in. Nothing here reads a clock or a setting that could make
-two replays of the same log differ.
+caller swaps it in. A snapshot or record in a newer format than this
+version reads raises :class:`engine.errors.UnsupportedFormat`. Nothing here
+reads a clock or a setting that could make two replays of the same log differ.
 """
 
 from __future__ import annotations
 
 import logging
 
+from engine import records as R
+from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.recovery")
@@ -24,6 +27,7 @@ def recover_shard(index: int, n_actors: int, event_log, store) -> ShardCore:
     core = None
     if snap is not None:
         offset, state = snap
+        state_format(state, SHARD_STATE_FORMAT, f"snapshot {name}")  # a newer one refuses, whatever its shards
         if state.get("n_actors") == n_actors and state.get("index") == index:
             core = ShardCore.from_state(state)
         else:
@@ -44,5 +48,6 @@ def recover_router(router, event_log, store) -> None:
     if snap is not None:
         router.load_state(snap[1])
     for offset, rec in event_log.read_from(router.log_offset + 1):
+        R.check_kind(offset, rec)  # an unknown kind refuses to start instead of being skipped
         router.fold(offset, rec)
     log.info("router recovered to log offset %d with %d boards", router.log_offset, len(router.boards))

@@ -48,6 +48,7 @@ from engine.errors import (
     ValidationFailed,
     ViewExpired,
 )
+from engine.formats import ROUTER_STATE_FORMAT, state_format
 from engine.model import (
     DEFAULT_DEDUP_RETENTION,
     DEFAULT_DELTA_RETENTION,
@@ -340,6 +341,7 @@ class Router:
 
     def to_state(self) -> dict:
         return {
+            "format": ROUTER_STATE_FORMAT,
             "log_offset": self.log_offset,
             "boards": [
                 [R.board_record(c.spec), c.admission.to_state(), c.corrections] for c in self.boards.values()
@@ -347,6 +349,7 @@ class Router:
         }
 
     def load_state(self, state: dict) -> None:
+        state_format(state, ROUTER_STATE_FORMAT, "router snapshot")
         self.log_offset = state["log_offset"]
         for rec, adm, corrections in state["boards"]:
             spec = R.spec_of(rec)

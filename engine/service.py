@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import FlowRankError, Overloaded
+from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.recovery import recover_router, recover_shard
@@ -118,7 +119,7 @@ class LocalService(RouterClient):
             root.mkdir(parents=True, exist_ok=True)
             lock_fd = _lock(root / "LOCK")
             event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", segment_bytes=cfg.segment_bytes,
-                                              fault_hook=cfg.fault_hook)
+                                              fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
             store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
         cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store) for i in range(cfg.n_shards)]
         transport = InProcessShards(cores)

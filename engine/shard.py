@@ -24,6 +24,7 @@ import numpy as np
 
 from engine import records as R
 from engine.columns import ScoreColumns
+from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.model import BoardSpec, Outcome, ScoreEvent
 from engine.partition import KIND_DECISION, Applied, Partition
 from engine.placement import actor_of, part_of
@@ -301,6 +302,7 @@ class ShardCore:
 
     def to_state(self) -> dict:
         return {
+            "format": SHARD_STATE_FORMAT,
             "index": self.index,
             "n_actors": self.n_actors,
             "applied_offset": self.applied_offset,
@@ -311,6 +313,7 @@ class ShardCore:
 
     @classmethod
     def from_state(cls, state: dict) -> "ShardCore":
+        state_format(state, SHARD_STATE_FORMAT, f"shard-{state.get('index')} snapshot")
         core = cls(state["index"], state["n_actors"])
         core.applied_offset = state["applied_offset"]
         for rec in state["specs"]:

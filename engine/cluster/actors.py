@@ -23,6 +23,7 @@ import msgpack
 import ray
 
 from engine import gc_tuning
+from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.shard import ShardCore
 
@@ -45,7 +46,7 @@ class LogServer:
     def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20):
         root = Path(data_dir)
         root.mkdir(parents=True, exist_ok=True)
-        self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes)
+        self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT)
         self.store = FileSnapshotStore(root / "snapshots")
 
     def append(self, packed_records: bytes) -> int:
@@ -103,6 +104,7 @@ class ShardActor:
         core = None
         if snap is not None:
             state = unpack(snap[1])
+            state_format(state, SHARD_STATE_FORMAT, f"snapshot {self.name}")  # newer: refuse, whatever its shards
             if state.get("n_actors") == n_actors:
                 core = ShardCore.from_state(state)
         if core is None:

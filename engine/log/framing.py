@@ -2,10 +2,13 @@
 
 A segment file is a 16-byte header followed by records::
 
-    segment header: magic b"FRLG" | version u16 LE | reserved u16 LE | first_offset u64 LE
+    segment header: magic b"FRLG" | version u16 LE | record_format u16 LE | first_offset u64 LE
     record:         length u32 LE | crc32(payload) u32 LE | payload (``length`` bytes of msgpack)
 
-Offsets are not stored per record: a record's offset is the segment's
+``version`` is the framing (this module); ``record_format`` is the number
+of the payload vocabulary the segment's records were written in, opaque here
+(the engine writes :data:`engine.formats.LOG_FORMAT`; 0 in segments written
+before it was numbered). Offsets are not stored per record: a record's offset is the segment's
 ``first_offset`` plus its position in the segment. ``length`` is never 0
 (msgpack encodes every value in at least one byte), which makes a run of zero
 bytes (a typical torn, pre-allocated or hole-filled tail) an invalid frame.
@@ -22,6 +25,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgpack
 
@@ -102,16 +106,23 @@ def encode_batch(records: Sequence[object]) -> tuple[bytes, list[int]]:
     return b"".join(parts), starts
 
 
-def encode_segment_header(first_offset: int) -> bytes:
-    return SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, first_offset)
+class SegmentHeader(NamedTuple):
+    version: int  # framing version (SEGMENT_VERSION)
+    record_format: int  # payload format of the segment's records (opaque to the log)
+    first_offset: int
 
 
-def decode_segment_header(buf: bytes) -> int | None:
-    """Return the header's ``first_offset``, or None if magic/version are wrong."""
-    magic, version, _reserved, first = SEGMENT_HEADER.unpack_from(buf, 0)
-    if magic != SEGMENT_MAGIC or version != SEGMENT_VERSION:
+def encode_segment_header(first_offset: int, record_format: int = 0) -> bytes:
+    return SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, record_format, first_offset)
+
+
+def decode_segment_header(buf: bytes) -> SegmentHeader | None:
+    """The header's fields, or None if the magic is wrong. The caller checks
+    ``version`` (a newer framing is not corruption: it is refused as such)."""
+    magic, version, record_format, first = SEGMENT_HEADER.unpack_from(buf, 0)
+    if magic != SEGMENT_MAGIC:
         return None
-    return first
+    return SegmentHeader(version, record_format, first)
 
 
 @dataclass(slots=True)

@@ -29,6 +29,14 @@ Torn tail vs corruption (the conservative rule):
 * Segments must chain: each segment's first offset equals the previous
   segment's first offset plus its record count, and matches its header.
 
+Formats: each segment header carries the framing version and the
+``record_format`` its records were written in (a number opaque here; the
+default is this version's :data:`engine.formats.LOG_FORMAT`). A segment with
+a newer framing version, or a newer ``record_format`` than the log was opened
+with, raises :class:`engine.errors.UnsupportedFormat`. Records of one segment
+are all in its header's format: a log opened with another ``record_format``
+than its active segment's starts a new segment before its first write.
+
 Disk faults: if a write or fsync fails, every batch of the group fails with
 :class:`engine.errors.StorageUnavailable`, the active segment is truncated
 back to its last durable size (retried before the next write if the
@@ -47,9 +55,11 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
-from engine.errors import LogCorruption, StorageUnavailable
+from engine.errors import LogCorruption, StorageUnavailable, UnsupportedFormat
+from engine.formats import LOG_FORMAT
 from engine.log.framing import (
     SEGMENT_HEADER_SIZE,
+    SEGMENT_VERSION,
     decode_segment_header,
     encode_batch,
     encode_segment_header,
@@ -82,11 +92,12 @@ class _Segment:
     """One segment's durable state. ``records``/``size`` only grow after an
     fsync; index lists are append-only (readers bisect them under the lock)."""
 
-    __slots__ = ("first_offset", "path", "records", "size", "index_k", "index_pos")
+    __slots__ = ("first_offset", "path", "records", "size", "index_k", "index_pos", "record_format")
 
     def __init__(self, first_offset: int, path: str, records: int, size: int,
-                 index_k: list[int], index_pos: list[int]):
+                 index_k: list[int], index_pos: list[int], record_format: int = 0):
         self.first_offset = first_offset
+        self.record_format = record_format
         self.path = path
         self.records = records
         self.size = size
@@ -110,8 +121,9 @@ class SegmentedFileLog:
     """File-backed :class:`engine.log.EventLog`. Create with :meth:`open`."""
 
     def __init__(self, directory: str, segments: list[_Segment], *, segment_bytes: int,
-                 fsync: bool, fault_hook: FaultHook | None, index_interval: int):
+                 fsync: bool, fault_hook: FaultHook | None, index_interval: int, record_format: int = 0):
         self._dir = directory
+        self._record_format = record_format
         self._segments = segments
         self._firsts = [s.first_offset for s in segments]
         self._segment_bytes = segment_bytes
@@ -119,6 +131,8 @@ class SegmentedFileLog:
         self._hook = fault_hook
         self._interval = index_interval
         last = segments[-1]
+        # a non-empty active segment of another record format is closed before the first write
+        self._roll_first = last.records > 0 and last.record_format != record_format
         self._durable = last.first_offset + last.records
         self._assigned = self._durable
         self._lock = threading.Lock()  # guards segments/_firsts/_durable/_assigned
@@ -138,7 +152,8 @@ class SegmentedFileLog:
 
     @classmethod
     def open(cls, directory: str, *, segment_bytes: int = 64 * 2**20, fsync: bool = True,
-             fault_hook: FaultHook | None = None, index_interval: int = 1024) -> "SegmentedFileLog":
+             fault_hook: FaultHook | None = None, index_interval: int = 1024,
+             record_format: int = LOG_FORMAT) -> "SegmentedFileLog":
         """Open (creating if needed) the log in ``directory``.
 
         Verifies every record of every segment (``O(total bytes)``), repairs a
@@ -147,6 +162,9 @@ class SegmentedFileLog:
         ``fsync=False`` skips fsyncs (benchmarks/tests only: not durable).
         ``fault_hook(op, path)`` is the fault-injection seam, called before
         ``"create"``, ``"write"``, ``"fsync"``, ``"truncate"``, ``"dirsync"``.
+        ``record_format`` (default: this version's ``engine.formats.LOG_FORMAT``)
+        is written into new segment headers; a segment whose header names a
+        newer one raises :class:`UnsupportedFormat`.
         """
         if segment_bytes < 1 or index_interval < 1:
             raise ValueError("segment_bytes and index_interval must be >= 1")
@@ -161,7 +179,7 @@ class SegmentedFileLog:
         segments: list[_Segment] = []
         if not names:
             path = os.path.join(directory, segment_file_name(0))
-            _create_segment_file(path, 0, fsync, None)
+            os.close(_create_segment_file(path, 0, fsync, None, record_format))
             fsync_directory(directory)
             names = [(0, path)]
         for i, (first, path) in enumerate(names):
@@ -173,9 +191,19 @@ class SegmentedFileLog:
                     raise LogCorruption(
                         f"log segment {path} starts at offset {first} but the previous segment "
                         f"{prev.path} ends at offset {expected} (byte offset 0): records missing")
-            segments.append(_scan_segment(path, first, last, index_interval, fsync))
+            seg = _scan_segment(path, first, last, index_interval, fsync, record_format)
+            if seg.record_format > record_format:
+                raise UnsupportedFormat(
+                    f"log segment {path}: records in format {seg.record_format}, newer than format "
+                    f"{record_format} that this FlowRank version reads; it was written by a newer FlowRank "
+                    "(run that version or newer on this data directory), or the header is damaged")
+            segments.append(seg)
+        last_seg = segments[-1]
+        if last_seg.records == 0 and last_seg.record_format != record_format:  # empty: rewrite its header
+            os.close(_create_segment_file(last_seg.path, last_seg.first_offset, fsync, None, record_format))
+            last_seg.record_format = record_format
         return cls(directory, segments, segment_bytes=segment_bytes, fsync=fsync,
-                   fault_hook=fault_hook, index_interval=index_interval)
+                   fault_hook=fault_hook, index_interval=index_interval, record_format=record_format)
 
     # --------------------------------------------------------------- queries
 
@@ -197,6 +225,11 @@ class SegmentedFileLog:
         """Oldest retained offset. ``O(1)``."""
         with self._lock:
             return self._segments[0].first_offset
+
+    def record_formats(self) -> list[tuple[int, int]]:
+        """``(first_offset, record_format)`` per segment, oldest first."""
+        with self._lock:
+            return [(s.first_offset, s.record_format) for s in self._segments]
 
     def segments(self) -> list[tuple[int, str, int]]:
         """``(first_offset, path, durable bytes)`` per segment, oldest first."""
@@ -260,9 +293,10 @@ class SegmentedFileLog:
             if self._dirty:
                 stage = "truncate"
                 self._truncate_active()
-            if seg.size >= self._segment_bytes and seg.records > 0:
+            if (seg.size >= self._segment_bytes or self._roll_first) and seg.records > 0:
                 stage = "segment roll"
                 seg = self._roll()
+                self._roll_first = False
             data = b"".join(r.blob for r in group) if len(group) > 1 else group[0].blob
             count = sum(r.count for r in group)
             with self._lock:
@@ -339,7 +373,7 @@ class SegmentedFileLog:
             first = self._durable
         path = os.path.join(self._dir, segment_file_name(first))
         self._call_hook("create", path)
-        fd = _create_segment_file(path, first, self._fsync, self._hook)
+        fd = _create_segment_file(path, first, self._fsync, self._hook, self._record_format)
         try:
             if self._fsync:
                 self._call_hook("dirsync", self._dir)
@@ -348,7 +382,7 @@ class SegmentedFileLog:
             os.close(fd)
             _unlink_quietly(path)
             raise
-        seg = _Segment(first, path, 0, SEGMENT_HEADER_SIZE, [0], [SEGMENT_HEADER_SIZE])
+        seg = _Segment(first, path, 0, SEGMENT_HEADER_SIZE, [0], [SEGMENT_HEADER_SIZE], self._record_format)
         old_fd, self._fd = self._fd, fd
         with self._lock:
             self._segments.append(seg)
@@ -477,14 +511,15 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def _create_segment_file(path: str, first_offset: int, fsync: bool, hook: FaultHook | None) -> int:
+def _create_segment_file(path: str, first_offset: int, fsync: bool, hook: FaultHook | None,
+                         record_format: int = 0) -> int:
     """Create (or reset a leftover of a failed roll) a segment with its header,
     fsync'd. Returns a write fd. The caller fsyncs the directory."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         if hook is not None:
             hook("write", path)
-        _pwrite_all(fd, encode_segment_header(first_offset), 0)
+        _pwrite_all(fd, encode_segment_header(first_offset, record_format), 0)
         if fsync:
             if hook is not None:
                 hook("fsync", path)
@@ -531,12 +566,14 @@ def _read_frames(f, path: str, buf: bytes, buf_base: int, pos: int, limit_pos: i
     return values, buf, buf_base, pos
 
 
-def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool) -> _Segment:
-    """Verify one segment file and build its sparse index (see module doc)."""
+def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool,
+                  record_format: int = 0) -> _Segment:
+    """Verify one segment file and build its sparse index (see module doc).
+    ``record_format``: what a torn (empty) last segment's header is rewritten with."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < SEGMENT_HEADER_SIZE:
-        expected = encode_segment_header(first)
+        expected = encode_segment_header(first, record_format)
         if last and expected.startswith(data):
             # crash while creating the segment: rewrite its header
             logger.warning("log segment %s: torn segment header (%d bytes) at byte offset 0; rewriting it",
@@ -547,11 +584,18 @@ def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool)
                 f.flush()
                 if fsync:
                     os.fsync(f.fileno())
-            return _Segment(first, path, 0, SEGMENT_HEADER_SIZE, [0], [SEGMENT_HEADER_SIZE])
+            return _Segment(first, path, 0, SEGMENT_HEADER_SIZE, [0], [SEGMENT_HEADER_SIZE], record_format)
         raise LogCorruption(f"log segment {path}: short segment header at byte offset 0")
-    header_first = decode_segment_header(data)
-    if header_first is None:
-        raise LogCorruption(f"log segment {path}: bad segment magic/version at byte offset 0")
+    header = decode_segment_header(data)
+    if header is None:
+        raise LogCorruption(f"log segment {path}: bad segment magic at byte offset 0")
+    if header.version > SEGMENT_VERSION:
+        raise UnsupportedFormat(f"log segment {path}: segment framing version {header.version}, newer than "
+                                f"version {SEGMENT_VERSION} that this FlowRank version reads; it was written by "
+                                "a newer FlowRank (run that version or newer on this data directory), or the header is damaged")
+    if header.version != SEGMENT_VERSION:
+        raise LogCorruption(f"log segment {path}: bad segment version {header.version} at byte offset 0")
+    header_first = header.first_offset
     if header_first != first:
         raise LogCorruption(f"log segment {path}: header says first offset {header_first}, "
                             f"file name says {first} (byte offset 0)")
@@ -574,4 +618,4 @@ def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool)
     starts = result.starts
     index_k = list(range(0, len(starts), interval)) or [0]
     index_pos = [starts[k] for k in index_k] if starts else [SEGMENT_HEADER_SIZE]
-    return _Segment(first, path, len(starts), end, index_k, index_pos)
+    return _Segment(first, path, len(starts), end, index_k, index_pos, header.record_format)

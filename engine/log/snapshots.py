@@ -5,6 +5,11 @@ File name: ``{name}.{offset:020d}.snap`` (sorts by offset). Envelope::
     magic b"FRSN" | version u16 | reserved u16 | offset u64 | payload_len u64 |
     xxh3_128(header-without-digest + payload) 16 bytes | msgpack payload
 
+``version`` is the envelope's (framing); a newer one raises
+:class:`engine.errors.UnsupportedFormat` from :meth:`FileSnapshotStore.load_latest`
+instead of being skipped as damage. What the payload means is versioned by
+its owner (``"format"`` in the router and shard state dicts, engine.formats).
+
 Writing is atomic: a temp file ``.{name}.{offset:020d}.snap.tmp.<pid>`` in
 the same directory is written, flushed and fsync'd, then ``os.replace``'d
 onto the final name, then the directory is fsync'd. A crash leaves either
@@ -23,7 +28,7 @@ import struct
 import msgpack
 import xxhash
 
-from engine.errors import StorageUnavailable
+from engine.errors import StorageUnavailable, UnsupportedFormat
 from engine.log.framing import gc_paused, pack_payload, unpack_payload
 from engine.log.memory import check_snapshot_name
 from engine.log.port import FaultHook
@@ -54,11 +59,12 @@ def encode_snapshot(offset: int, payload: object) -> bytes:
 
 
 def decode_snapshot(data: bytes) -> tuple[int, object]:
-    """Verify and decode an envelope; raises :class:`SnapshotInvalid`."""
+    """Verify and decode an envelope; raises :class:`SnapshotInvalid` (damage)
+    or, for an intact envelope of a newer version, :class:`UnsupportedFormat`."""
     if len(data) < SNAP_HEADER_SIZE + DIGEST_SIZE:
         raise SnapshotInvalid(f"truncated header ({len(data)} bytes)")
     magic, version, _res, offset, length = SNAP_HEADER.unpack_from(data, 0)
-    if magic != SNAP_MAGIC or version != SNAP_VERSION:
+    if magic != SNAP_MAGIC or version < 1:
         raise SnapshotInvalid("bad magic/version")
     start = SNAP_HEADER_SIZE + DIGEST_SIZE
     if len(data) != start + length:
@@ -67,7 +73,11 @@ def decode_snapshot(data: bytes) -> tuple[int, object]:
     digest = xxhash.xxh3_128(view[:SNAP_HEADER_SIZE])
     digest.update(view[start:])
     if digest.digest() != data[SNAP_HEADER_SIZE:start]:
-        raise SnapshotInvalid("checksum mismatch")
+        raise SnapshotInvalid(f"checksum mismatch (envelope version {version})")
+    if version > SNAP_VERSION:  # intact, not damage: a newer FlowRank wrote it (never skipped for an older one)
+        raise UnsupportedFormat(f"snapshot envelope version {version}, newer than version {SNAP_VERSION} that "
+                                "this FlowRank version reads; it was written by a newer FlowRank: run that "
+                                "version (or newer) on this data directory")
     try:
         with gc_paused():
             payload = unpack_payload(view[start:])
@@ -186,5 +196,7 @@ class FileSnapshotStore:
             except (OSError, SnapshotInvalid) as exc:
                 logger.warning("skipping bad snapshot %s: %s", path, exc)
                 continue
+            except UnsupportedFormat as exc:
+                raise UnsupportedFormat(f"{path}: {exc}") from None
             return offset, payload
         return None

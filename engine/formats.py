@@ -1,0 +1,57 @@
+"""Format versions of what FlowRank writes to disk, and the refusal of newer ones.
+
+Two layers, each with its own numbers (docs/storage.md, "Format versions"):
+
+* **Envelopes** (framing): the segment header's ``version``
+  (:data:`engine.log.framing.SEGMENT_VERSION`) and the snapshot envelope's
+  ``version`` (:data:`engine.log.snapshots.SNAP_VERSION`). They say how to cut
+  bytes into checksummed msgpack values, nothing about what the values mean.
+* **Payloads** (meaning): the numbers below. :data:`LOG_FORMAT` is the log
+  record vocabulary (the kinds in :data:`engine.records.KINDS` and the codes in
+  :data:`engine.records.CODE`); every segment header carries the number its
+  records were written in. The ``*_STATE_FORMAT`` numbers are the ``"format"``
+  key of the snapshot state dicts (router, shard, partition).
+
+A reader accepts every format up to the one it knows (a missing number or a
+segment header's 0 means format 1, what was written before formats were
+numbered) and refuses a newer one with :class:`UnsupportedFormat` instead of
+guessing. Bump a number whenever a reader of the previous number would
+misread what the new code writes, and add a golden fixture for the new format
+(tests/fixtures/): the old fixtures must keep replaying.
+"""
+
+from __future__ import annotations
+
+from engine.errors import UnsupportedFormat
+
+#: Log record vocabulary: kinds and field layouts (records.KINDS), outcome codes
+#: (records.CODE). 1: B T S C I D records, codes 1-14.
+LOG_FORMAT = 1
+#: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
+ROUTER_STATE_FORMAT = 1
+#: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters.
+SHARD_STATE_FORMAT = 1
+#: ``Partition.to_state``: players, row columns, journal (codes: records.CODE + journal audit codes).
+PARTITION_STATE_FORMAT = 1
+
+
+def state_format(state: dict, known: int, what: str) -> int:
+    """The ``"format"`` of a snapshot state dict (1 when absent), refusing one
+    newer than ``known``. ``what`` names the state in the error.
+
+    >>> state_format({"format": 1}, 1, "router snapshot")
+    1
+    >>> state_format({}, 1, "router snapshot")
+    1
+    """
+    found = state.get("format", 1) if isinstance(state, dict) else 1
+    refuse_newer(found, known, what)
+    return found
+
+
+def refuse_newer(found: int, known: int, what: str) -> None:
+    """Raise :class:`UnsupportedFormat` if ``found`` is newer than ``known``."""
+    if not isinstance(found, int) or found > known:
+        raise UnsupportedFormat(
+            f"{what} is in format {found!r}, newer than format {known} that this FlowRank version reads; "
+            "it was written by a newer FlowRank: run that version (or newer) on this data directory")

@@ -1,0 +1,171 @@
+"""The on-disk tables, pinned: every number and letter FlowRank writes into the
+log or a snapshot, with its meaning. Reordering the ``Outcome`` enum,
+renaming a record kind, changing a field layout or renumbering a journal code
+fails here. These tables are append-only (docs/storage.md, "Record
+vocabulary"): to add an entry, add it here too and bump the format number it
+belongs to (engine.formats), never change an existing line.
+
+Also: snapshot states carry their format and a newer one is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import formats, journal, partition
+from engine import records as R
+from engine.columns import ScoreColumns
+from engine.errors import UnsupportedFormat
+from engine.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
+from engine.partition import Partition
+from engine.placement import part_of
+from engine.router import Router
+from engine.shard import ShardCore
+
+#: Outcome codes in log records (verdicts, "S" verdict) and in snapshot journals.
+OUTCOME_CODES = {
+    1: "APPLIED_FIRST_SCORE",
+    2: "APPLIED_NEW_BEST",
+    3: "REJECTED_NOT_AN_IMPROVEMENT",
+    4: "APPLIED",
+    5: "APPLIED_NEW_BEST_TIME",
+    6: "REJECTED_NOT_FASTER",
+    7: "REJECTED_INVALID_TIMING",
+    8: "DUPLICATE_IGNORED",
+    9: "REJECTED_EVENT_ID_CONFLICT",
+    10: "HELD_FOR_CORRECTION",
+    11: "HELD_FOR_REVIEW",
+    12: "REJECTED_UNKNOWN_SEASON",
+    13: "DEAD_LETTERED",
+    14: "REJECTED_TOTAL_OUT_OF_RANGE",
+}
+
+#: Record kinds: letter -> (name, fields after the letter).
+RECORD_KINDS = {
+    "B": ("board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above")),
+    "T": ("state", ("board_id", "state")),
+    "C": ("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved", "submitted",
+                     "verdicts")),
+    "S": ("score", ("board_id", "event_id", "player_id", "value", "achieved_at", "submitted_at", "verdict")),
+    "I": ("invalidation", ("board_id", "event_id", "correction_id", "reason", "moderator")),
+    "D": ("decision", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
+                       "achieved_at", "submitted_at")),
+}
+
+#: Journal-only audit codes (snapshot journals; above the Outcome codes).
+AUDIT_CODES = {101: "INVALIDATED", 102: "ALREADY_INVALIDATED", 103: "REJECTED"}
+#: Journal row kinds and partition row states (snapshot journals and row columns).
+JOURNAL_KINDS = {0: "score", 1: "invalidation", 2: "decision"}
+ROW_STATES = {0: "none", 1: "active", 2: "invalid"}
+#: Strings on disk: policies (B records), board states (T records, router
+#: snapshots), decisions (D records), outcome names (held events in router snapshots).
+POLICIES = {"best_score", "cumulative", "fastest_time"}
+BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
+DECISIONS = {"apply", "reject"}
+#: The format numbers these tables belong to (bump with a new golden fixture).
+FORMATS = {"LOG_FORMAT": 1, "ROUTER_STATE_FORMAT": 1, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 1}
+
+
+def test_outcome_codes_are_pinned():
+    assert {code: o.value for o, code in R.CODE.items()} == OUTCOME_CODES
+    assert {R.outcome_of(c).value for c in OUTCOME_CODES} == set(OUTCOME_CODES.values())
+    assert R.APPLY == 0 and 0 not in OUTCOME_CODES
+    assert all(o.value == o.name for o in Outcome)  # names double as the outcome strings on disk
+
+
+def test_record_kinds_are_pinned():
+    assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
+    assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE) == ("B", "T", "C", "S", "I", "D")
+
+
+def test_record_builders_match_the_kinds_table():
+    spec = BoardSpec("b", Policy.BEST_SCORE, 3, 1000, 7)
+    ev = ScoreEvent("b", "e1", "p1", 5, 10, 11)
+    built = [
+        R.board_record(spec),
+        R.score_record(ev, None),
+        R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8)),
+    ]
+    for rec in built:
+        assert len(rec) == 1 + len(R.KINDS[rec[0]].fields), rec[0]
+    assert R.spec_of(built[0]) == spec
+    assert R.event_of(built[1]) == ev and R.verdict_of(built[1]) is None
+    cols, verdicts = R.columns_of(built[2])
+    assert list(cols.events()) == [ev] and verdicts.tolist() == [0]
+
+
+def test_journal_and_partition_codes_are_pinned():
+    assert journal.AUDIT_NAMES == AUDIT_CODES
+    assert (journal.INVALIDATED, journal.ALREADY_INVALIDATED, journal.REJECTED) == (101, 102, 103)
+    assert min(AUDIT_CODES) > max(OUTCOME_CODES)
+    assert dict(enumerate(journal.KIND_NAMES)) == JOURNAL_KINDS
+    assert (journal.KIND_SCORE, journal.KIND_INVALIDATION, journal.KIND_DECISION) == (0, 1, 2)
+    assert (partition.ST_NONE, partition.ST_ACTIVE, partition.ST_INVALID) == (0, 1, 2)
+
+
+def test_strings_on_disk_are_pinned():
+    assert {p.value for p in Policy} == POLICIES
+    assert {s.value for s in BoardState} == BOARD_STATES
+    assert set(DECISIONS) == {"apply", "reject"}
+
+
+def test_format_numbers_are_pinned():
+    """Bumping one is a deliberate act: update this table, docs/storage.md and
+    add a golden fixture (tests/fixtures/make_golden.py)."""
+    assert {name: getattr(formats, name) for name in FORMATS} == FORMATS
+
+
+def test_check_kind_refuses_unknown_kinds():
+    for kind in RECORD_KINDS:
+        R.check_kind(0, [kind])
+    for bad in (["X", "b"], [], "B", None):
+        with pytest.raises(UnsupportedFormat):
+            R.check_kind(7, bad)
+
+
+# ----------------------------------------------------------- state formats
+
+
+def _shard() -> ShardCore:
+    core = ShardCore(0, 1)
+    spec = BoardSpec("b", Policy.CUMULATIVE, 2)
+    events = [ScoreEvent("b", f"e{i}", f"p{i % 5}", i, i, i) for i in range(20)]
+    recs = [R.board_record(spec)]
+    for p in range(2):
+        mine = [e for e in events if part_of(e.player_id, 2) == p]
+        recs.append(R.scores_record(ScoreColumns.from_events(mine), p, np.zeros(len(mine), np.uint8)))
+    core.replay(enumerate(recs))
+    return core
+
+
+def test_states_carry_their_format_and_load_without_it():
+    core = _shard()
+    state = core.to_state()
+    assert state["format"] == formats.SHARD_STATE_FORMAT
+    assert all(p[2]["format"] == formats.PARTITION_STATE_FORMAT for p in state["parts"])
+    state.pop("format")
+    for p in state["parts"]:
+        p[2].pop("format")
+    assert ShardCore.from_state(state).checksum_of_state() == core.checksum_of_state()
+
+
+def test_newer_state_formats_are_refused():
+    state = _shard().to_state()
+    state["format"] = formats.SHARD_STATE_FORMAT + 1
+    with pytest.raises(UnsupportedFormat, match="newer than format"):
+        ShardCore.from_state(state)
+    pstate = _shard().to_state()["parts"][0][2]
+    pstate["format"] = formats.PARTITION_STATE_FORMAT + 1
+    with pytest.raises(UnsupportedFormat):
+        Partition.from_state(Policy.CUMULATIVE, 1000, pstate)
+    router = Router(_OneShard(), None)
+    rstate = router.to_state()
+    assert rstate["format"] == formats.ROUTER_STATE_FORMAT
+    rstate["format"] += 1
+    with pytest.raises(UnsupportedFormat):
+        Router(_OneShard(), None).load_state(rstate)
+
+
+class _OneShard:
+    n = 1
