@@ -1,0 +1,176 @@
+"""Golden fixtures: data directories written by earlier FlowRank versions
+(tests/fixtures/golden_*/, made by tests/fixtures/make_golden.py) must keep
+replaying to the results pinned next to them: the same checksum, version,
+ranked rows, quarantine and histories of every board, and the same admission
+(a redelivery stays a duplicate, a reused id a conflict). Each is opened from
+a copy three ways: newest snapshots + log tail, the log alone (snapshots
+deleted), and with another shard count (shard snapshots ignored, router
+snapshot used). A format change adds a fixture; it never edits one
+(docs/storage.md, "Golden fixtures").
+
+Also: a data directory that holds a format newer than this version reads
+refuses to open (``UnsupportedFormat``) instead of being misread.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from engine import formats
+from engine import records as R
+from engine.errors import UnsupportedFormat
+from engine.log import SegmentedFileLog
+from engine.log.framing import encode_batch
+from engine.log.snapshots import decode_snapshot, encode_snapshot
+from engine.model import ScoreEvent
+from tests.fixtures.make_golden import observe, open_data, stop_without_snapshot
+from tests.service.helpers import run
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+GOLDEN = sorted((p for p in FIXTURES.glob("golden_*") if (p / "expected.json").is_file()),
+                key=lambda p: (len(p.name), p.name))  # golden_v2 before golden_v10: the last is the newest
+
+
+def test_there_is_a_fixture_for_todays_formats():
+    from tests.fixtures.make_golden import formats_now
+
+    written = [json.loads((p / "expected.json").read_text())["formats"] for p in GOLDEN]
+    assert formats_now() in written, (
+        "the on-disk formats changed (engine.formats, SEGMENT_VERSION, SNAP_VERSION): add a golden fixture "
+        "for them with `python -m tests.fixtures.make_golden tests/fixtures/golden_vN` (docs/storage.md)")
+
+
+def _copy(fixture: Path, tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    shutil.copytree(fixture / "data", data)
+    return data
+
+
+@pytest.mark.parametrize("mode", ["snapshot+tail", "log only", "other shard count"])
+@pytest.mark.parametrize("fixture", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
+    expected = json.loads((fixture / "expected.json").read_text())
+    data = _copy(fixture, tmp_path)
+    n_shards = expected["n_shards"]
+    if mode == "log only":
+        shutil.rmtree(data / "snapshots")
+    elif mode == "other shard count":
+        n_shards += 1
+
+    async def go():
+        svc = await open_data(data, n_shards)
+        try:
+            assert await observe(svc, expected["players"]) == expected["boards"]
+            probes = [ScoreEvent(*p["event"]) for p in expected["probes"]]
+            results = [(await svc.submit([ev]))[0].outcome.value for ev in probes]  # one at a time: as pinned
+            assert results == [p["outcome"] for p in expected["probes"]]
+        finally:
+            await stop_without_snapshot(svc)
+
+    run(go())
+
+
+@pytest.mark.parametrize("fixture", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
+    """The fixture really holds a snapshot part way, a log tail after it,
+    several segments and every record kind the current code writes."""
+    expected = json.loads((fixture / "expected.json").read_text())
+    data = _copy(fixture, tmp_path)
+    snaps = sorted((data / "snapshots").glob("router.*.snap"))
+    assert snaps, "no router snapshot"
+    snap_offset = int(snaps[-1].name.split(".")[1])
+    with SegmentedFileLog.open(data / "log", record_format=expected["formats"]["log_format"]) as log:
+        assert len(log.segments()) > 1
+        assert 0 < snap_offset < log.end_offset(), "the snapshot must leave a log tail"
+        kinds = [rec[0] for _, rec in log.read_from(0)]
+    assert {R.BOARD, R.STATE, R.SCORES, R.INVALIDATE, R.DECIDE} <= set(kinds)
+    assert R.STATE in kinds[snap_offset:] and R.DECIDE in kinds[snap_offset:]
+
+
+# ------------------------------------------------------- newer formats refuse
+
+
+def _newest_fixture(tmp_path: Path) -> Path:
+    return _copy(GOLDEN[-1], tmp_path)
+
+
+def _open_refuses(data: Path, match: str) -> None:
+    async def go():
+        with pytest.raises(UnsupportedFormat, match=match):
+            svc = await open_data(data)
+            await stop_without_snapshot(svc)
+
+    run(go())
+
+
+def _rewrite_snapshot(path: Path, change) -> None:
+    offset, state = decode_snapshot(path.read_bytes())
+    change(state)
+    path.write_bytes(encode_snapshot(offset, state))
+
+
+def test_a_segment_of_a_newer_record_format_refuses_to_open(tmp_path):
+    data = _newest_fixture(tmp_path)
+    seg = sorted((data / "log").glob("*.log"))[1]
+    raw = bytearray(seg.read_bytes())
+    struct.pack_into("<H", raw, 6, formats.LOG_FORMAT + 1)  # the header's record_format
+    seg.write_bytes(bytes(raw))
+    _open_refuses(data, f"records in format {formats.LOG_FORMAT + 1}")
+
+
+@pytest.mark.parametrize("name, where", [("router", "router snapshot"), ("shard-1", "snapshot shard-1"),
+                                         ("shard-2/partition", "partition state")])
+def test_a_snapshot_state_of_a_newer_format_refuses_to_open(tmp_path, name, where):
+    data = _newest_fixture(tmp_path)
+    owner = name.split("/")[0]
+    path = sorted((data / "snapshots").glob(f"{owner}.*.snap"))[-1]
+    known = {"router": formats.ROUTER_STATE_FORMAT, "shard-1": formats.SHARD_STATE_FORMAT,
+             "shard-2/partition": formats.PARTITION_STATE_FORMAT}[name]
+
+    def newer(state):
+        if name.endswith("/partition"):
+            state["parts"][0][2]["format"] = known + 1
+        else:
+            state["format"] = known + 1
+
+    _rewrite_snapshot(path, newer)
+    _open_refuses(data, f"{where} is in format {known + 1}")
+
+
+def test_a_snapshot_without_a_format_key_reads_as_format_1(tmp_path):
+    """States written before the key existed are the first format."""
+    fixture = GOLDEN[-1]
+    expected = json.loads((fixture / "expected.json").read_text())
+    data = _copy(fixture, tmp_path)
+
+    def strip(state):
+        state.pop("format", None)
+        for part in state.get("parts", []):
+            part[2].pop("format", None)
+
+    for path in (data / "snapshots").glob("*.snap"):
+        _rewrite_snapshot(path, strip)
+
+    async def go():
+        svc = await open_data(data, expected["n_shards"])
+        try:
+            assert await observe(svc, expected["players"]) == expected["boards"]
+        finally:
+            await stop_without_snapshot(svc)
+
+    run(go())
+
+
+def test_an_unknown_record_kind_in_the_tail_refuses_to_open(tmp_path):
+    data = _newest_fixture(tmp_path)
+    last = sorted((data / "log").glob("*.log"))[-1]
+    blob, _ = encode_batch([["X", "golden:best:1", "something new"]])
+    with open(last, "ab") as f:
+        f.write(blob)
+    _open_refuses(data, "has kind 'X', not in log record format")
+
