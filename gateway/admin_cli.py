@@ -26,6 +26,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -99,6 +100,7 @@ class Api:
                                  headers={"Authorization": f"Bearer {key}"})
         self.retries, self.backoff_s, self.max_backoff_s, self.sleep = retries, backoff_s, max_backoff_s, sleep
         self.retried = 0  # requests sent again, over this client's life
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.http.close()
@@ -122,7 +124,8 @@ class Api:
                 wait = float(ra) if ra.isdigit() else 0.0
             self.sleep(max(wait, min(self.max_backoff_s, self.backoff_s * 2 ** attempt)))
             attempt += 1
-            self.retried += 1
+            with self._lock:
+                self.retried += 1
 
     def json(self, method: str, path: str, *, what: str, **kw) -> Any:
         """A call's JSON answer; only a GET is retried (a repeated board creation
@@ -277,40 +280,88 @@ class Progress:
 
 
 def submit_file(api: Api, path: str, batch_size: int = MAX_BATCH, progress: IO[str] | None = None,
-                clock: Callable[[], float] = time.monotonic) -> SubmitSummary:
-    """Validate all of ``path``, then send it in batches of ``batch_size`` in file
-    order; the summary counts every answer's outcomes. A bar is drawn on
-    ``progress`` when given. Raises CliError (nothing sent when the file is bad;
-    otherwise the message says which lines were sent and answered)."""
+                clock: Callable[[], float] = time.monotonic, concurrency: int = 1) -> SubmitSummary:
+    """Validate all of ``path``, then send it in batches of ``batch_size``, at most
+    ``concurrency`` requests in flight (1: one after the other, in file order);
+    the summary counts every answer's outcomes. A bar is drawn on ``progress``
+    when given. Raises CliError: nothing was sent when the file is bad;
+    otherwise the message names the batch refused and which lines were sent
+    and answered.
+
+    With ``concurrency`` > 1 the server may apply batches in another order than
+    the file's, so an outcome can differ (an improvement arriving before the
+    score it improves on is a first score, the other one a non-improvement);
+    the board ends the same whatever the order (docs/api.md §6-7)."""
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     lines = read_events(path)
     summary = SubmitSummary()
     t0 = clock()
     bar = Progress(len(lines), progress or sys.stderr, progress is not None, clock)
     retried_before = api.retried
-    for start in range(0, len(lines), batch_size):
-        chunk = lines[start:start + batch_size]
+    chunks = [lines[i:i + batch_size] for i in range(0, len(lines), batch_size)]
+
+    def send(chunk: list[tuple[int, bytes]]) -> list:
         body = b'{"events":[' + b",".join(raw for _, raw in chunk) + b"]}"
         first, last = chunk[0][0], chunk[-1][0]
-        sent_note = (f"; lines before {first} were sent and answered ({summary.events:,} events)"
-                     if summary.events else "; nothing was sent before it")
         try:
             resp = api.call("POST", "/v1/events", content=body, headers={"content-type": "application/json"},
                             what=f"batch of lines {first}-{last}", retries=api.retries)
         except CliError as err:
-            err.message += _line_of(err.message, chunk) + sent_note
+            err.message += _line_of(err.message, chunk)
             raise
         results = resp.json()["results"]
         if len(results) != len(chunk):
-            raise CliError(f"batch of lines {first}-{last}: {len(results)} results for {len(chunk)} events"
-                           + sent_note, EXIT_UNEXPECTED)
+            raise CliError(f"batch of lines {first}-{last}: {len(results)} results for {len(chunk)} events",
+                           EXIT_UNEXPECTED)
+        return results
+
+    def count(chunk, results) -> None:
         summary.outcomes.update(r["outcome"] for r in results)
         summary.events += len(chunk)
         summary.batches += 1
         bar.update(summary.events)
+
+    pending: deque[tuple[list, Future]] = deque()
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(send, chunk)))
+            while len(pending) >= max(1, concurrency) or (pending and pending[0][1].done()):
+                chunk0, fut = pending.popleft()
+                try:
+                    count(chunk0, fut.result())
+                except CliError as err:
+                    raise _gave_up(err, chunk0, summary, pending) from None
+        while pending:
+            chunk0, fut = pending.popleft()
+            try:
+                count(chunk0, fut.result())
+            except CliError as err:
+                raise _gave_up(err, chunk0, summary, pending) from None
     bar.update(summary.events, final=True)
     summary.retried = api.retried - retried_before
     summary.seconds = clock() - t0
     return summary
+
+
+def _gave_up(err: CliError, chunk: list, summary: SubmitSummary, pending) -> CliError:
+    """The error of the first batch (in file order) that failed, saying what was
+    sent and answered: every line before it, and any later batch in flight
+    that was answered (their outcomes are not in a summary)."""
+    before = (f"lines before {chunk[0][0]} were sent and answered ({summary.events:,} events)"
+              if summary.events else "nothing before it was sent")
+    later = []
+    while pending:
+        c, fut = pending.popleft()
+        try:
+            fut.result()
+            later.append(f"{c[0][0]}-{c[-1][0]}")
+        except CliError:
+            pass
+    note = f"; {before}" + (f"; lines {', '.join(later)} were sent and answered too" if later else "")
+    err.message += note
+    return err
 
 
 def _line_of(message: str, chunk: list[tuple[int, bytes]]) -> str:
@@ -323,7 +374,8 @@ def _line_of(message: str, chunk: list[tuple[int, bytes]]) -> str:
 
 def cmd_submit(api: Api, args, out: IO[str]) -> int:
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    summary = submit_file(api, args.file, args.batch_size, sys.stderr if show else None)
+    summary = submit_file(api, args.file, args.batch_size, sys.stderr if show else None,
+                          concurrency=args.concurrency)
     if args.json:
         _dump(summary.to_json(), out)
     else:
@@ -450,6 +502,8 @@ def register(sub) -> None:
     c.add_argument("file", help="one docs/api.md §7 event object per line")
     c.add_argument("--batch-size", type=_batch, default=MAX_BATCH, help=f"events per request (1-{MAX_BATCH})")
     c.add_argument("--retries", type=int, default=8, help="times a batch is sent again on 429/5xx/no answer")
+    c.add_argument("--concurrency", type=_positive, default=1,
+                   help="batches in flight (default 1: one after the other, in file order)")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")

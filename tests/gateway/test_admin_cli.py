@@ -188,6 +188,25 @@ def test_submit_then_export_round_trip_counts_every_outcome_exactly(env, capsys,
     assert not (tmp_path / "no.csv").exists()
 
 
+def test_submit_with_batches_in_flight_ends_in_the_same_board(env, capsys, tmp_path):
+    board = "cli-conc:solo:S1:global"
+    _create(capsys, board)
+    events = _events(board, 4_000, seed=11)
+    expected, ranking = _expected(events)
+    code, out, err = _run(capsys, "submit", str(_write_jsonl(tmp_path / "e.jsonl", events)), "--json",
+                          "--concurrency", "4", "--batch-size", "250")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["events"] == 4_000 and got["batches"] == 16 and sum(got["outcomes"].values()) == 4_000
+    # order-independent counts: one first score per player, the same duplicates
+    assert got["outcomes"]["APPLIED_FIRST_SCORE"] == expected["APPLIED_FIRST_SCORE"] == len(ranking)
+    assert got["outcomes"]["DUPLICATE_IGNORED"] == expected["DUPLICATE_IGNORED"]
+    code, out, err = _run(capsys, "export", board, "--format", "jsonl")
+    assert code == 0, err
+    rows = [(r["player_id"], r["value"], r["achieved_at"]) for r in map(json.loads, out.splitlines())]
+    assert rows == [(p, v, format_timestamp(t)) for p, v, t in ranking]
+
+
 def test_a_bad_line_is_named_and_nothing_is_sent(env, capsys, tmp_path):
     board = "cli-bad:solo:S1:global"
     _create(capsys, board)
