@@ -89,11 +89,12 @@ class EngineClient(Protocol):
         version (ViewExpired once it is gone). ``deltas_only``: never read a
         snapshot; answer an empty one when the deltas are gone."""
 
-    def export(self, board_id: str, page_rows: int = 10_000) -> AsyncIterator[Page]:
+    def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Page]:
         """Every ranked row at one pinned version, best first, in pages of at most
         ``page_rows`` (docs/api.md §13). The first page comes even for an empty
-        board (its version names the cut); every page has that version. Raises
-        BoardNotFound when the first page is awaited."""
+        board (its version names the cut); every page has that version. With
+        ``ties`` entries carry ``tied_rank``. Raises BoardNotFound when the first
+        page is awaited."""
 
     async def quarantine(self, board_id: str) -> list[HeldEvent]: ...
 

@@ -1011,7 +1011,7 @@ class Router:
             self._trim_views(self.cfg.max_snapshot_rows)
         return version, view
 
-    async def export(self, board_id: str, page_rows: int = 10_000) -> AsyncIterator[Page]:
+    async def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Page]:
         """Every ranked row of the board at one version, best first, as pages of
         at most ``page_rows`` entries (docs/api.md §13, export).
 
@@ -1020,16 +1020,17 @@ class Router:
         this iterator holds the view until it ends, so the cache evicting it
         midway changes nothing and writes made meanwhile never show. The first
         page is yielded even when the board is empty, so a caller learns the
-        version before any row. Raises BoardNotFound on the first step.
+        version before any row. ``ties``: entries carry ``tied_rank`` (§13).
+        Raises BoardNotFound on the first step.
         Materialising is O(n log k) for n rows on k shards, each page O(page_rows).
         """
         if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
             raise ValidationFailed("page_rows must be a positive integer.", "page_rows")
         ctl = self._ctl(board_id)
         version, view = await self._snapshot_view(ctl, None, keep=0)
-        yield Page(version, tuple(view[:page_rows]))
+        yield Page(version, _page_of(view, 0, page_rows, ties))
         for start in range(page_rows, len(view), page_rows):
-            yield Page(version, tuple(view[start:start + page_rows]))
+            yield Page(version, _page_of(view, start, page_rows, ties))
 
     def _trim_views(self, max_rows: int) -> None:
         """Evict least recently used views until they hold at most ``max_rows``

@@ -77,8 +77,8 @@ class RouterClient:
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False, ties: bool = False):
         return await self.router.changes(board_id, since_version, limit, cursor, deltas_only, ties)
 
-    def export(self, board_id: str, page_rows: int = 10_000):
-        return self.router.export(board_id, page_rows)
+    def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False):
+        return self.router.export(board_id, page_rows, ties)
 
     async def quarantine(self, board_id: str):
         return await self.router.quarantine(board_id)

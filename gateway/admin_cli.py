@@ -387,11 +387,12 @@ def cmd_submit(api: Api, args, out: IO[str]) -> int:
 # ----------------------------------------------------------------- export
 
 
-def export_board(api: Api, board: str, fmt: str, out: IO[bytes]) -> tuple[int, int]:
+def export_board(api: Api, board: str, fmt: str, out: IO[bytes], ties: bool = False) -> tuple[int, int]:
     """Stream the export into ``out``; returns (rows, version)."""
     what = f"export of {board}"
+    params = {"format": fmt, **({"ties": "competition"} if ties else {})}
     try:
-        with api.http.stream("GET", f"/v1/boards/{_p(board)}/export", params={"format": fmt}) as resp:
+        with api.http.stream("GET", f"/v1/boards/{_p(board)}/export", params=params) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 raise _refusal(resp, what)
@@ -425,13 +426,13 @@ class _TextSink:
 def cmd_export(api: Api, args, out: IO[str]) -> int:
     if args.output in (None, "-"):
         sink = getattr(out, "buffer", None) or _TextSink(out)
-        rows, version = export_board(api, args.board, args.format, sink)
+        rows, version = export_board(api, args.board, args.format, sink, args.ties)
         sink.flush()
     else:
         tmp = f"{args.output}.partial"
         try:
             with open(tmp, "wb") as fh:
-                rows, version = export_board(api, args.board, args.format, fh)
+                rows, version = export_board(api, args.board, args.format, fh, args.ties)
             os.replace(tmp, args.output)
         except OSError as exc:
             raise CliError(f"-o {args.output}: cannot write ({exc.strerror or exc})", EXIT_UNEXPECTED) from None
@@ -525,6 +526,7 @@ def register(sub) -> None:
     c.add_argument("board")
     c.add_argument("--format", choices=("csv", "jsonl"), default="csv")
     c.add_argument("-o", "--output", default=None, help="write to FILE (default: stdout)")
+    c.add_argument("--ties", action="store_true", help="add tied_rank, the competition rank (1, 1, 3)")
     c.set_defaults(admin=cmd_export)
 
 

@@ -10,6 +10,8 @@ are one page whatever the board's size. ``X-Board-Version`` names the version.
   ``metadata`` is compact JSON, empty while rows carry none.
 * JSON Lines: one object per row with the same fields; ``metadata`` is left
   out when there is none, as in every other read (docs/api.md §13).
+* ``?ties=competition`` adds each row's ``tied_rank`` (§13): a last CSV column
+  ``tied_rank``, a ``tied_rank`` field after ``rank`` in JSON Lines.
 
 The first page is read before the response starts, so an unknown board is a
 plain 404 error body. A failure after that (the engine failing mid-stream) can
@@ -21,7 +23,7 @@ export that looks whole.
 from __future__ import annotations
 
 import re
-from typing import AsyncIterator, Iterable, Literal
+from typing import AsyncIterator, Literal, Sequence
 
 import orjson
 from fastapi import Query, Request
@@ -32,7 +34,7 @@ from engine.timefmt import format_timestamps
 
 from gateway.auth import Permission
 from gateway.guard import access
-from gateway.routes.common import BoardIdPath, guarded_router, gw
+from gateway.routes.common import BoardIdPath, Ties, guarded_router, gw
 from gateway.schemas import error_responses
 
 router = guarded_router("export")
@@ -49,36 +51,43 @@ def _csv_field(text: str) -> str:
     return '"' + text.replace('"', '""') + '"' if _CSV_SPECIAL.search(text) else text
 
 
-def csv_rows(entries: Iterable[RankedEntry]) -> bytes:
+def csv_rows(entries: Sequence[RankedEntry], ties: bool = False) -> bytes:
     """CSV lines of ``entries`` (no header), as :mod:`csv` writes them with
-    minimal quoting and CRLF ends. O(rows); one regex scan decides whether any
-    player id of the page needs quoting (ranks, values and timestamps never do)."""
-    entries = list(entries)
+    minimal quoting and CRLF ends; with ``ties`` a last ``tied_rank`` column.
+    O(rows); one regex scan decides whether any player id of the page needs
+    quoting (ranks, values and timestamps never do)."""
     stamps = format_timestamps([e.achieved_at for e in entries])
-    if _CSV_SPECIAL.search("".join(e.player_id for e in entries)) is None:
-        text = "".join([f"{e.rank},{e.player_id},{e.value},{ts},\r\n" for e, ts in zip(entries, stamps)])
+    ids = [e.player_id for e in entries]
+    if _CSV_SPECIAL.search("".join(ids)) is not None:
+        ids = [_csv_field(i) for i in ids]
+    if ties:
+        lines = [f"{e.rank},{pid},{e.value},{ts},,{e.tied_rank}\r\n" for e, pid, ts in zip(entries, ids, stamps)]
     else:
-        text = "".join([f"{e.rank},{_csv_field(e.player_id)},{e.value},{ts},\r\n" for e, ts in zip(entries, stamps)])
-    return text.encode("utf-8")
+        lines = [f"{e.rank},{pid},{e.value},{ts},\r\n" for e, pid, ts in zip(entries, ids, stamps)]
+    return "".join(lines).encode("utf-8")
 
 
-def jsonl_rows(entries: Iterable[RankedEntry]) -> bytes:
-    """JSON Lines of ``entries``, one object per row. O(rows)."""
-    entries = list(entries)
+def jsonl_rows(entries: Sequence[RankedEntry], ties: bool = False) -> bytes:
+    """JSON Lines of ``entries``, one object per row (``tied_rank`` after
+    ``rank`` with ``ties``, as in every read). O(rows)."""
     stamps = format_timestamps([e.achieved_at for e in entries])
     dumps = orjson.dumps
+    if ties:
+        return b"".join(
+            dumps({"rank": e.rank, "tied_rank": e.tied_rank, "player_id": e.player_id, "value": e.value,
+                   "achieved_at": ts}) + b"\n" for e, ts in zip(entries, stamps))
     return b"".join(
         dumps({"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": ts}) + b"\n"
         for e, ts in zip(entries, stamps))
 
 
-async def _body(first: Page, rest: AsyncIterator[Page], fmt: str) -> AsyncIterator[bytes]:
+async def _body(first: Page, rest: AsyncIterator[Page], fmt: str, ties: bool) -> AsyncIterator[bytes]:
     render = csv_rows if fmt == "csv" else jsonl_rows
     try:
-        head = (CSV_HEADER + "\r\n").encode() if fmt == "csv" else b""
-        yield head + render(first.entries)
+        head = (CSV_HEADER + (",tied_rank" if ties else "") + "\r\n").encode() if fmt == "csv" else b""
+        yield head + render(first.entries, ties)
         async for page in rest:
-            yield render(page.entries)
+            yield render(page.entries, ties)
     finally:
         await rest.aclose()  # type: ignore[attr-defined]  # an async generator: release the pinned view now
 
@@ -102,8 +111,9 @@ async def export(
     board_id: BoardIdPath,
     request: Request,
     fmt: Literal["csv", "jsonl"] = Query("csv", alias="format", description="`csv` (default) or `jsonl`."),
+    ties: Ties = None,
 ):
-    pages = gw(request).engine.export(board_id, PAGE_ROWS)
+    pages = gw(request).engine.export(board_id, PAGE_ROWS, ties=ties is not None)
     try:
         first = await pages.__anext__()
     except BaseException:
@@ -111,7 +121,7 @@ async def export(
         raise
     name = f"{board_id.replace(':', '_')}-v{first.version}.{fmt}"
     return StreamingResponse(
-        _body(first, pages, fmt),
+        _body(first, pages, fmt, ties is not None),
         media_type=MEDIA[fmt],
         headers={"X-Board-Version": str(first.version), "Cache-Control": "no-store",
                  "Content-Disposition": f'attachment; filename="{name}"'},

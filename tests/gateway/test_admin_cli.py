@@ -183,6 +183,8 @@ def test_submit_then_export_round_trip_counts_every_outcome_exactly(env, capsys,
 
     code, out, err = _run(capsys, "export", board, "--format", "jsonl")  # to stdout
     assert code == 0 and len(out.splitlines()) == len(ranking)
+    code, out, err = _run(capsys, "export", board, "--format", "jsonl", "--ties")
+    assert code == 0 and all("tied_rank" in json.loads(line) for line in out.splitlines())
     code, _, err = _run(capsys, "export", board, "--key", ROLE_KEYS["reader"], "-o", str(tmp_path / "no.csv"))
     assert code == admin_cli.EXIT_REFUSED and "HTTP 403 FORBIDDEN" in err
     assert not (tmp_path / "no.csv").exists()

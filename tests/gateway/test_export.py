@@ -98,6 +98,30 @@ async def test_csv_and_jsonl_equal_the_top_pages_at_the_version_header(h3):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
 
 
+async def test_ties_competition_adds_tied_rank_as_the_top_pages_have_it(h3):
+    await _load(h3.client, _players(PLAYERS))  # values mod 500: runs of ~24 equal values, across page edges
+    r = await h3.client.get(f"/v1/boards/{BOARD}/top", params={"limit": 1000, "ties": "competition"},
+                            headers=H("reader"))
+    body = r.json()
+    top, cursor = list(body["entries"]), body["next_cursor"]
+    while cursor:
+        page = (await h3.client.get(f"/v1/boards/{BOARD}/top", params={"limit": 1000, "cursor": cursor,
+                                                                         "ties": "competition"},
+                                    headers=H("reader"))).json()
+        top += page["entries"]
+        cursor = page["next_cursor"]
+    assert any(e["tied_rank"] != e["rank"] for e in top[4_999:5_001])  # a tie across the first page edge
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", params={"format": "jsonl", "ties": "competition"},
+                            headers=H("admin"))
+    assert [json.loads(line) for line in r.text.splitlines()] == top
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", params={"ties": "competition"}, headers=H("admin"))
+    assert r.text.startswith("rank,player_id,value,achieved_at,metadata,tied_rank\r\n")
+    rows = list(csv.DictReader(io.StringIO(r.text, newline="")))
+    assert [int(row["tied_rank"]) for row in rows] == [e["tied_rank"] for e in top]
+    r = await h3.client.get(f"/v1/boards/{BOARD}/export", params={"ties": "dense"}, headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "ties"
+
+
 async def test_an_empty_board_exports_the_header_only(h3):
     await _load(h3.client, [])
     r = await h3.client.get(f"/v1/boards/{BOARD}/export", headers=H("admin"))
