@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -15,21 +16,25 @@ from fastapi.openapi.utils import get_openapi
 from engine.client import EngineClient
 
 from gateway import handlers, hot
-from gateway.auth import KeyStore, load_keystore
+from gateway.auth import Credentials, KeyStore, load_keystore
+from gateway.cors import Cors
 from gateway.friends import FriendsProvider, build_friends
 from gateway.limits import RateLimiter
 from gateway.live import LiveHub
 from gateway.metrics import Metrics, MetricsMiddleware
-from gateway.routes import boards, events, export, live, moderation, ops, reads
+from gateway.routes import boards, events, export, live, moderation, ops, reads, tokens, ui
 from gateway.schemas import EventBatchIn
 from gateway.settings import Settings
+from gateway.tokens import TokenSigner, load_secret
 from gateway.viewcache import ViewCache
 
 DESCRIPTION = """FlowRank's public HTTP API (see docs/api.md and docs/http.md).
 
-Every request except `/healthz`, `/readyz` and `/metrics` carries
-`Authorization: Bearer <key>`. Every non-2xx answer is
-`{"error": {"code", "message", "field"}}`.
+Every `/v1` request carries `Authorization: Bearer <key>`; the GET routes
+open to a reader also take a read-only token from `POST /v1/tokens`, as
+`Authorization: Bearer <token>` or `?access_token=<token>` (docs/api.md §12).
+`/healthz`, `/readyz`, `/metrics` and the `/ui` pages need no credential.
+Every non-2xx answer is `{"error": {"code", "message", "field"}}`.
 """
 
 
@@ -40,6 +45,7 @@ class Gateway:
     settings: Settings
     engine: EngineClient
     keys: KeyStore
+    credentials: Credentials  # keys and tokens: what gateway.guard and gateway.hot authenticate with
     limiter: RateLimiter
     friends: FriendsProvider
     hub: LiveHub
@@ -62,8 +68,15 @@ class FlowRankApp(FastAPI):
     """
 
     hot_routes: hot.HotRoutes | None = None
+    cors: Cors | None = None  # --cors-origin: wraps every /v1 request, lean or not
 
     async def __call__(self, scope, receive, send) -> None:
+        if self.cors is not None and scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            await self.cors(scope, receive, send, self._dispatch)
+            return
+        await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope, receive, send) -> None:
         if scope["type"] == "http" and self.hot_routes is not None and not scope.get("root_path"):
             found = hot.match(scope["method"], scope["path"])
             if found is not None:
@@ -82,14 +95,15 @@ def create_app(
     keys: KeyStore | None = None,
     friends: FriendsProvider | None = None,
     clock=None,
+    wall_clock=None,
+    token_secret: bytes | None = None,
 ) -> FastAPI:
-    """Build the app. ``keys``/``friends``/``clock`` override what ``settings`` would build (tests).
+    """Build the app. ``keys``/``friends``/``clock`` override what ``settings`` would build (tests);
+    ``wall_clock`` (epoch seconds) dates tokens, ``token_secret`` replaces the data directory's.
 
     The app does not close ``engine_client``: whoever built it does (the CLI
     does so after the server drained).
     """
-    import time
-
     clock = clock or time.monotonic
     if keys is None:
         keys, _ = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
@@ -115,6 +129,8 @@ def create_app(
         settings=settings,
         engine=engine_client,
         keys=keys,
+        credentials=Credentials(keys, TokenSigner(token_secret or load_secret(settings.data_dir)),
+                                wall_clock or time.time),
         limiter=RateLimiter(
             read=(settings.read_rate_per_s, settings.read_burst),
             write=(settings.write_rate_per_s, settings.write_burst),
@@ -144,13 +160,16 @@ def create_app(
     )
     app.state.gateway = gateway
     handlers.install(app)
-    for module in (boards, events, reads, live, moderation, export):
+    for module in (boards, events, reads, live, moderation, export, tokens):
         app.include_router(module.router)
+    app.include_router(ui.router)
     app.include_router(ops.router)
     app.include_router(ops.public)
     app.add_middleware(MetricsMiddleware, metrics_getter=lambda: gateway.metrics)
     if settings.lean_routes:
         app.hot_routes = hot.HotRoutes(gateway, app.fastapi_call)
+    if settings.cors_origins:
+        app.cors = Cors(settings.cors_origins)
     _document_manual_bodies(app)
     return app
 
@@ -171,12 +190,15 @@ def _document_manual_bodies(app: FastAPI) -> None:
             comps.setdefault(name, sub)
         comps["EventBatchIn"] = doc
         comps = schema["components"]
-        comps.setdefault("securitySchemes", {})["HTTPBearer"] = {
-            "type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>` (docs/api.md §2)."}
-        for path, ops in schema.get("paths", {}).items():
-            if path.startswith("/v1/"):  # /healthz, /readyz, /metrics need no key
-                for op in ops.values():
-                    op["security"] = [{"HTTPBearer": []}]
+        schemes = comps.setdefault("securitySchemes", {})
+        schemes["HTTPBearer"] = {
+            "type": "http", "scheme": "bearer",
+            "description": "`Authorization: Bearer <key>` (docs/api.md §2), or a token from `POST /v1/tokens` "
+                           "on the GET routes open to a reader (§12)."}
+        schemes["AccessToken"] = {
+            "type": "apiKey", "in": "query", "name": "access_token",
+            "description": "A token from `POST /v1/tokens` (never a key: 401), on the GET routes open to a "
+                           "reader, for the token's boards (docs/api.md §12)."}
         app.openapi_schema = schema
         return schema
 

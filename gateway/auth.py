@@ -15,11 +15,15 @@ import hmac
 import json
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
+from urllib.parse import parse_qsl
 
 from engine.errors import Forbidden, Unauthenticated
+
+from gateway.tokens import PREFIX as TOKEN_PREFIX, TokenSigner, looks_like_token
 
 
 class Role(str, enum.Enum):
@@ -48,12 +52,20 @@ GRANTS: dict[Role, frozenset[Permission]] = {
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated credential. ``name`` is safe to log; the key is not kept."""
+    """An authenticated credential. ``name`` is safe to log; the key is not kept.
+
+    A token (docs/api.md §12) authenticates as the principal of the key that
+    minted it, with ``via_token`` set, the ``reader`` role and its boards in
+    ``board_ids`` (None: every board); sharing the name, it shares that key's
+    rate-limit bucket.
+    """
 
     name: str
     role: Role
     rate_per_s: float | None = None
     burst: float | None = None
+    via_token: bool = False
+    board_ids: frozenset[str] | None = None
 
     def may(self, permission: Permission) -> bool:
         return permission in GRANTS[self.role]
@@ -146,10 +158,107 @@ class KeyStore:
             raise Unauthenticated("Unknown or revoked key.")
         return found.principal
 
+    def named(self, name: str) -> Principal | None:
+        """The principal of the unrevoked key called ``name``, or None. O(number of keys)."""
+        for entry in self._entries:
+            if entry.principal.name == name:
+                return None if entry.revoked else entry.principal
+        return None
+
     @staticmethod
     def authorize(principal: Principal, permission: Permission) -> None:
         if not principal.may(permission):
             raise Forbidden(f"The {principal.role.value} role may not do this ({permission.value} needed).")
+
+
+def token_accepted(permission: Permission | None, method: str) -> bool:
+    """Whether a token (docs/api.md §12) may call a route: the GET routes open to a reader."""
+    return permission is not None and permission in GRANTS[Role.READER] and method in ("GET", "HEAD")
+
+
+def _access_token(query_string: bytes) -> str | None:
+    """``?access_token=`` of a raw query string, or None when absent. O(len(query))."""
+    if b"access_token" not in query_string:  # the common request: one bytes search
+        return None
+    found = [v for k, v in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True) if k == "access_token"]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise Unauthenticated("Give ?access_token= once.")
+    return found[0]
+
+
+class Credentials:
+    """The one door from a request's credential to a :class:`Principal` and a verdict.
+
+    A credential is a key (``Authorization: Bearer <key>``, §2) or a token
+    from ``POST /v1/tokens`` (§12), in that header or in ``?access_token=``.
+    :mod:`gateway.guard` (FastAPI routes) and :mod:`gateway.hot` (the lean
+    dispatcher) both call :meth:`authenticate` then :meth:`authorize`. A
+    request with neither ``access_token`` in its query nor a token-shaped
+    bearer costs one bytes search more than the key check alone.
+    """
+
+    def __init__(self, keys: KeyStore, signer: TokenSigner, wall_clock: Callable[[], float] = time.time):
+        self.keys = keys
+        self.signer = signer
+        self._clock = wall_clock
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def authenticate(self, authorization: str | None, query_string: bytes = b"") -> Principal:
+        """The principal of the request, or 401. ``?access_token=`` only ever takes a
+        token (a key there is 401: long-lived keys never go in URLs), and not
+        together with an ``Authorization`` header."""
+        in_url = _access_token(query_string) if query_string else None
+        if in_url is not None:
+            if authorization:
+                raise Unauthenticated("Send one credential: an Authorization header or ?access_token=, not both.")
+            if not looks_like_token(in_url):
+                raise Unauthenticated("?access_token= takes a token from POST /v1/tokens, never a key "
+                                      "(keys do not go in URLs).")
+            return self._token(in_url)
+        if authorization and TOKEN_PREFIX in authorization:  # a plain key skips the parsing below
+            scheme, _, bearer = authorization.strip().partition(" ")
+            if scheme.lower() == "bearer" and looks_like_token(bearer.strip()):
+                try:
+                    return self._token(bearer.strip())
+                except Unauthenticated:
+                    try:  # a configured key may begin like a token: then it is that key
+                        return self.keys.authenticate(authorization)
+                    except Unauthenticated:
+                        pass
+                    raise
+        return self.keys.authenticate(authorization)
+
+    def _token(self, token: str) -> Principal:
+        claims = self.signer.verify(token, self.now_ms())
+        minter = self.keys.named(claims.key_name)
+        if minter is None:
+            raise Unauthenticated("The key that minted this token is revoked or no longer configured.")
+        boards = None if claims.board_ids is None else frozenset(claims.board_ids)
+        return Principal(minter.name, Role.READER, minter.rate_per_s, minter.burst, via_token=True, board_ids=boards)
+
+    @staticmethod
+    def authorize(principal: Principal, permission: Permission, method: str, board_id: str | None) -> None:
+        """403 unless the role grants ``permission``; a token also only reads
+        (GET), and only its own boards."""
+        if not principal.may(permission):
+            raise Forbidden(f"The {principal.role.value} role may not do this ({permission.value} needed).")
+        if principal.via_token:
+            if not token_accepted(permission, method):
+                raise Forbidden("A token only reads: it is accepted on the GET routes open to a reader.")
+            if board_id is not None and principal.board_ids is not None and board_id not in principal.board_ids:
+                raise Forbidden("This token is not valid for this board.")
+
+    def mint(self, principal: Principal, board_ids: tuple[str, ...] | None, ttl_s: int) -> tuple[str, int]:
+        """A token for ``board_ids`` (None: every board) living ``ttl_s`` seconds,
+        and its expiry in epoch ms. A token cannot mint tokens."""
+        if principal.via_token:
+            raise Forbidden("A token cannot mint tokens; use a key.")
+        expires_ms = self.now_ms() + int(ttl_s) * 1000
+        return self.signer.mint(principal.name, board_ids, expires_ms), expires_ms
 
 
 def ensure_keys_file(data_dir: str | os.PathLike) -> tuple[Path, bool]:

@@ -24,6 +24,7 @@ import threading
 from typing import NoReturn, Sequence
 
 from gateway import admin_cli, startup_errors
+from gateway.cors import parse_origin
 from gateway.settings import Settings
 
 
@@ -45,6 +46,13 @@ def _port(text: str) -> int:
     if not 0 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
     return v
+
+
+def _origin(text: str) -> str:
+    try:
+        return parse_origin(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
     s.add_argument("--ray-dashboard", action="store_true",
                    help="start Ray's dashboard with the embedded Ray (default: no dashboard)")
+    s.add_argument("--cors-origin", dest="cors_origins", action="append", type=_origin, default=[],
+                   metavar="ORIGIN", help="allow this browser origin ('*': any) on /v1 routes; repeatable")
     # extras (not in docs/api.md §1)
     s.add_argument("--engine", choices=("ray", "local"), default="ray",
                    help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
@@ -105,6 +115,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         dedup_retention=args.dedup_retention,
         ray_address=args.ray_address,
         ray_dashboard=args.ray_dashboard,
+        cors_origins=tuple(args.cors_origins),
         engine=args.engine,
         n_shard_actors=args.shard_actors,
         snapshot_every_events=args.snapshot_every_events,

@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 
 from engine.errors import BatchTooLarge, ValidationFailed
 
-from gateway.auth import Permission, Principal
+from gateway.auth import Permission, Principal, token_accepted
 
 PRE_AUTH = "flowrank.principal"  # scope key: gateway.hot authenticated and charged this request already
 
@@ -62,6 +62,15 @@ async def _read_limited(request: Request, limit: int) -> bytes:
 
 
 class GuardedRoute(APIRoute):
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any):
+        super().__init__(path, endpoint, **kwargs)
+        acc: Access | None = getattr(endpoint, "__flowrank_access__", None)
+        if acc is not None and acc.permission is not None:  # /openapi.json: what credentials this route takes
+            security: list[dict] = [{"HTTPBearer": []}]
+            if "GET" in self.methods and token_accepted(acc.permission, "GET"):
+                security.append({"AccessToken": []})
+            self.openapi_extra = {**(self.openapi_extra or {}), "security": security}
+
     def get_route_handler(self) -> Callable[[Request], Any]:
         inner = super().get_route_handler()
         acc: Access | None = getattr(self.endpoint, "__flowrank_access__", None)
@@ -73,8 +82,10 @@ class GuardedRoute(APIRoute):
             if acc.permission is not None:
                 principal = request.scope.get(PRE_AUTH)  # set by gateway.hot when it hands a request over
                 if principal is None:
-                    principal = gw.keys.authenticate(request.headers.get("authorization"))
-                    gw.keys.authorize(principal, acc.permission)
+                    creds = gw.credentials
+                    principal = creds.authenticate(request.headers.get("authorization"),
+                                               request.scope.get("query_string", b""))
+                    creds.authorize(principal, acc.permission, request.method, request.path_params.get("board_id"))
                     gw.limiter.check(principal, acc.kind)
                 request.state.principal = principal
             if request.method in ("POST", "PUT", "PATCH"):

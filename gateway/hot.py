@@ -395,8 +395,9 @@ class HotRoutes:
                     if k == b"authorization":
                         principal = v.decode("latin-1")
                         break
-                principal = g.keys.authenticate(principal)
-                g.keys.authorize(principal, permission)
+                creds = g.credentials
+                principal = creds.authenticate(principal, scope.get("query_string", b""))
+                creds.authorize(principal, permission, scope["method"], parts[3] if len(parts) > 4 else None)
                 g.limiter.check(principal, bucket)
                 if has_body:
                     body = await _read_body(scope, receive, g.settings.max_body_bytes)

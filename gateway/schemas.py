@@ -82,8 +82,9 @@ class ErrorBody(BaseModel):
 
 _ERROR_TEXT = {
     400: "Bad request.",
-    401: "`UNAUTHENTICATED`: missing, malformed, unknown or revoked key.",
-    403: "`FORBIDDEN`: the key's role may not call this route.",
+    401: "`UNAUTHENTICATED`: missing, malformed, unknown or revoked key; expired or forged token; a key in "
+         "`?access_token=`.",
+    403: "`FORBIDDEN`: the key's role may not call this route (a token: not a reader's GET, or not its board).",
     404: "`BOARD_NOT_FOUND`, `PLAYER_NOT_FOUND`, `PLAYER_NOT_RANKED`, `EVENT_NOT_FOUND` or an unknown route.",
     409: "`BOARD_EXISTS`, `INVALID_TRANSITION` or `ALREADY_DECIDED`.",
     410: "`VIEW_EXPIRED`: the pinned page version is gone; fetch page 1 again.",
@@ -306,6 +307,26 @@ class HistoryOut(_Out):
 class ChecksumOut(_Out):
     version: Version
     checksum: str
+
+
+# ---- browser tokens (docs/api.md §12) -----------------------------------------------
+
+
+class TokenIn(BaseModel):
+    board_ids: list[BoardId] | None = Field(
+        min_length=1, max_length=1000,
+        description="The boards the token may read (1-1,000 ids), or null for every board. Required.")
+    ttl_s: Annotated[int, Strict(), Field(ge=1, le=86_400)] = Field(
+        900, description="Lifetime in seconds (1-86,400).")
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"board_ids": ["arena-clash:solo:S7:global"], "ttl_s": 900}]})
+
+
+class TokenOut(_Out):
+    token: str = Field(description="Send as `Authorization: Bearer <token>` or `?access_token=<token>`.")
+    expires_at: Timestamp
+    board_ids: list[str] | None = Field(description="The boards it reads; null: every board.")
 
 
 class Health(_Out):

@@ -35,6 +35,8 @@ class Settings:
     snapshot_every_seconds: float = 300.0
     prune_log: bool = False  # delete log segments wholly before every snapshot (default: keep for audit)
     ray_dashboard: bool = False  # embedded Ray only: start Ray's dashboard (default: lean, no dashboard)
+    # --cors-origin (docs/api.md §12): origins ("*" allowed) that get CORS headers on /v1 routes; () = none
+    cors_origins: tuple[str, ...] = ()
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

@@ -9,7 +9,7 @@ from engine.model import BoardSpec, DEFAULT_MAX_PLAUSIBLE_TIME_MS
 
 from gateway import render
 from gateway.auth import Permission
-from gateway.guard import access
+from gateway.guard import access, principal_of
 from gateway.routes.common import BoardIdPath, guarded_router, gw
 from gateway.schemas import BoardCreate, BoardList, BoardOut, StateIn, error_responses
 
@@ -36,6 +36,9 @@ async def create_board(body: BoardCreate, request: Request):
 @access(Permission.READ)
 async def list_boards(request: Request):
     boards = await gw(request).engine.list_boards()
+    scope = principal_of(request).board_ids  # a token for some boards lists only those (docs/api.md §12)
+    if scope is not None:
+        boards = [b for b in boards if b.board_id in scope]
     return JSONResponse({"boards": [render.board(b) for b in boards]})
 
 
