@@ -106,8 +106,8 @@ async def run(args) -> list[tuple[str, list[float]]]:
         n = args.requests * 10
 
         def guard():
-            p = g.keys.authenticate(f"Bearer {KEY}")
-            g.keys.authorize(p, Permission.READ)
+            p = g.credentials.authenticate(f"Bearer {KEY}", b"limit=100")  # as gateway.hot calls it
+            g.credentials.authorize(p, Permission.READ, "GET", BOARD)
             g.limiter.check(p, "read")
 
         async def noop(scope, receive, send):

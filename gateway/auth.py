@@ -171,6 +171,9 @@ class KeyStore:
             raise Forbidden(f"The {principal.role.value} role may not do this ({permission.value} needed).")
 
 
+SEEN_TOKENS = 4096  # verified tokens remembered by Credentials
+
+
 def token_accepted(permission: Permission | None, method: str) -> bool:
     """Whether a token (docs/api.md §12) may call a route: the GET routes open to a reader."""
     return permission is not None and permission in GRANTS[Role.READER] and method in ("GET", "HEAD")
@@ -203,6 +206,7 @@ class Credentials:
         self.keys = keys
         self.signer = signer
         self._clock = wall_clock
+        self._seen: dict[str, tuple[Principal, int]] = {}  # verified token -> (principal, expires_ms)
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -211,7 +215,7 @@ class Credentials:
         """The principal of the request, or 401. ``?access_token=`` only ever takes a
         token (a key there is 401: long-lived keys never go in URLs), and not
         together with an ``Authorization`` header."""
-        in_url = _access_token(query_string) if query_string else None
+        in_url = _access_token(query_string) if query_string and b"access_token" in query_string else None
         if in_url is not None:
             if authorization:
                 raise Unauthenticated("Send one credential: an Authorization header or ?access_token=, not both.")
@@ -233,12 +237,23 @@ class Credentials:
         return self.keys.authenticate(authorization)
 
     def _token(self, token: str) -> Principal:
-        claims = self.signer.verify(token, self.now_ms())
+        """O(1) for a token seen before (the keys never change while the process runs),
+        else a signature check (~10 µs) and a key lookup; the expiry is checked every time."""
+        now = self.now_ms()
+        hit = self._seen.get(token)
+        if hit is not None and now < hit[1]:
+            return hit[0]
+        claims = self.signer.verify(token, now)
         minter = self.keys.named(claims.key_name)
         if minter is None:
             raise Unauthenticated("The key that minted this token is revoked or no longer configured.")
         boards = None if claims.board_ids is None else frozenset(claims.board_ids)
-        return Principal(minter.name, Role.READER, minter.rate_per_s, minter.burst, via_token=True, board_ids=boards)
+        principal = Principal(minter.name, Role.READER, minter.rate_per_s, minter.burst, via_token=True,
+                              board_ids=boards)
+        if len(self._seen) >= SEEN_TOKENS:
+            self._seen.clear()  # bounded memory; the busy tokens come straight back
+        self._seen[token] = (principal, claims.expires_ms)
+        return principal
 
     @staticmethod
     def authorize(principal: Principal, permission: Permission, method: str, board_id: str | None) -> None:
