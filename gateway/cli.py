@@ -115,7 +115,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         dedup_retention=args.dedup_retention,
         ray_address=args.ray_address,
         ray_dashboard=args.ray_dashboard,
-        cors_origins=tuple(args.cors_origins),
+        cors_origins=tuple(args.cors_origins or ()),
         engine=args.engine,
         n_shard_actors=args.shard_actors,
         snapshot_every_events=args.snapshot_every_events,
@@ -137,10 +137,12 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
     from gateway.app import create_app  # noqa: PLC0415
     from gateway.auth import load_keystore  # noqa: PLC0415
     from gateway.runtime import build_engine  # noqa: PLC0415
+    from gateway.tokens import load_secret  # noqa: PLC0415
 
     with startup_errors.starting(settings):  # every refusal: one line, its exit code
         startup_errors.preflight(settings)
         keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
+        token_secret = load_secret(settings.data_dir)  # docs/api.md §12: <data-dir>/token_secret
         sock = startup_errors.bind(settings.host, settings.port)  # before the engine: fail fast
         try:
             engine = await build_engine(settings)
@@ -149,7 +151,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
             raise
     gc_tuning.tune()  # recovered state is long-lived: stop re-scanning it (engine/gc_tuning.py)
     try:
-        app = create_app(settings, engine, keys=keys)
+        app = create_app(settings, engine, keys=keys, token_secret=token_secret)
         hub = app.state.gateway.hub
 
         class Server(uvicorn.Server):

@@ -110,15 +110,27 @@ def load_secret(data_dir: str | os.PathLike | None) -> bytes:
     directory = Path(data_dir)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / SECRET_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(secrets.token_hex(32) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    if not path.exists():
+        # whole or absent, never half-written: write a private temp file, then link it into place
+        # (a link fails if the name exists, so of two racing starts one secret wins, whole)
+        tmp = directory / f".{SECRET_FILE}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(secrets.token_hex(32) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        finally:
+            tmp.unlink(missing_ok=True)
     text = path.read_text("ascii").strip()
     try:
         secret = bytes.fromhex(text)

@@ -13,6 +13,7 @@ import pytest
 
 from engine.errors import Unauthenticated
 from gateway.app import create_app
+from gateway.cli import main as cli_main
 from gateway.tokens import SECRET_FILE, TokenSigner, load_secret
 from tests.gateway.conftest import BOARD, KEYS, SEED_EVENTS, H, open_engine, settings, thread_server
 
@@ -323,6 +324,20 @@ def test_damaged_secret_file_is_named(tmp_path):
     (tmp_path / SECRET_FILE).write_text("not hex\n")
     with pytest.raises(ValueError, match=SECRET_FILE):
         load_secret(tmp_path)
+
+
+def test_damaged_secret_refuses_to_start_in_one_line(tmp_path, capsys):
+    (tmp_path / SECRET_FILE).write_text("not hex\n")
+    code = cli_main(["serve", "--data-dir", str(tmp_path), "--engine", "local", "--port", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1, err
+    assert err[0].startswith("flowrank: error:") and SECRET_FILE in err[0] and "Traceback" not in err[0]
+
+
+def test_secret_file_is_created_whole_once(tmp_path):
+    first = load_secret(tmp_path / "d")
+    assert load_secret(tmp_path / "d") == first
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [SECRET_FILE]  # no temp file left
 
 
 def test_signer_round_trip_and_expiry():
