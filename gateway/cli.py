@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
     s.add_argument("--ray-dashboard", action="store_true",
                    help="start Ray's dashboard with the embedded Ray (default: no dashboard)")
-    s.add_argument("--cors-origin", dest="cors_origins", action="append", type=_origin, default=[],
+    s.add_argument("--cors-origin", dest="cors_origins", action="append", type=_origin, default=None,
                    metavar="ORIGIN", help="allow this browser origin ('*': any) on /v1 routes; repeatable")
     # extras (not in docs/api.md §1)
     s.add_argument("--engine", choices=("ray", "local"), default="ray",

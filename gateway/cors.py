@@ -25,7 +25,7 @@ from typing import Iterable
 
 ALLOW_METHODS = b"GET, POST, OPTIONS"
 ALLOW_HEADERS = b"authorization, content-type, last-event-id"
-EXPOSE_HEADERS = b"retry-after"
+EXPOSE_HEADERS = b"retry-after, x-board-version"  # 429/503 waits; the pinned version of an export (§13)
 MAX_AGE = b"600"
 
 _ORIGIN = re.compile(r"^https?://[^/?#\s]+$")

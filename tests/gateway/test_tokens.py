@@ -173,6 +173,7 @@ async def test_token_only_reads(tapp):
         ("GET", f"/v1/boards/{BOARD}/quarantine", None),
         ("GET", f"/v1/boards/{BOARD}/players/p-ava/history", None),
         ("GET", f"/v1/boards/{BOARD}/checksum", None),
+        ("GET", f"/v1/boards/{BOARD}/export", None),
     ]
     for method, path, body in refused:
         for url, headers in ((path, bearer(token)), (in_url(path, token), {})):

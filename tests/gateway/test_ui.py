@@ -77,6 +77,7 @@ def test_openapi_documents_tokens_and_the_page():
     assert ("/v1/boards", "get") in token_ok
     for path, method in [("/v1/boards/{board_id}/ranked-subset", "post"), ("/v1/events", "post"),
                          ("/v1/boards/{board_id}/quarantine", "get"), ("/v1/boards/{board_id}/checksum", "get"),
+                         ("/v1/boards/{board_id}/export", "get"),
                          ("/v1/boards/{board_id}/players/{player_id}/history", "get")]:
         assert (path, method) not in token_ok, path
     page = spec["paths"]["/ui/boards/{board_id}"]["get"]
