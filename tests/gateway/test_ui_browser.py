@@ -12,7 +12,10 @@ apt (``.ci/run``). A missing browser is a failure, not a skip.
 The test checks that the snapshot appears, that an event POSTed through the
 API shows up as a delta within 1 s of its acknowledgement, the board's state
 and version, the player search, and that the page loaded nothing from any
-other host. It saves a screenshot in its tmp directory and prints the path.
+other host. Then it opens the page as FlowRank serves it (same origin, under
+its Content-Security-Policy: no refusal may be logged) and with a forged
+token (the page says the token was refused). It saves a screenshot in its
+tmp directory and prints the path.
 """
 
 from __future__ import annotations
@@ -195,6 +198,23 @@ def test_live_board_in_chromium_from_another_origin(server, tmp_path):
                 page.screenshot(path=str(shot), full_page=True)
                 print(f"screenshot: {shot}")
                 assert shot.stat().st_size > 0
+
+                # the page as FlowRank serves it (same origin, under its Content-Security-Policy) works too,
+                # and says so when the token is refused
+                same = browser.new_page()
+                same.on("pageerror", lambda e: problems.append(str(e)))
+                same.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)  # CSP refusals
+                same.on("request", lambda req: requested.append(req.url))
+                same.goto(f"{api}/ui/boards/{BOARD}#" + urlencode({"token": token}))
+                # (functions, not expression strings: the page's CSP forbids the eval of an expression)
+                same.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 6 && "
+                                       "document.getElementById('live-status').textContent === 'connected'",
+                                       timeout=10_000)
+                assert same.inner_text("#version") == "6"
+                bad = browser.new_page()
+                bad.goto(f"{api}/ui/boards/{BOARD}#token=fr1.forged.token")
+                bad.wait_for_function("() => document.getElementById('message').textContent.includes('token')",
+                                      timeout=10_000)
             finally:
                 browser.close()
 
