@@ -71,13 +71,21 @@ class FlowRankApp(FastAPI):
     cors: Cors | None = None  # --cors-origin: wraps every /v1 request, lean or not
 
     async def __call__(self, scope, receive, send) -> None:
-        if self.cors is not None and scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            await self.cors(scope, receive, send, self._dispatch)
-            return
-        await self._dispatch(scope, receive, send)
+        if scope["type"] == "http":
+            if self.cors is not None and scope["path"].startswith("/v1/"):
+                await self.cors(scope, receive, send, self._dispatch)
+                return
+            # _dispatch inlined: without --cors-origin a request pays one attribute test, no extra call
+            if self.hot_routes is not None and not scope.get("root_path"):
+                found = hot.match(scope["method"], scope["path"])
+                if found is not None:
+                    await self.hot_routes(scope, receive, send, *found)
+                    return
+        await super().__call__(scope, receive, send)
 
     async def _dispatch(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and self.hot_routes is not None and not scope.get("root_path"):
+        """The lean dispatcher, else FastAPI (what :class:`gateway.cors.Cors` wraps)."""
+        if self.hot_routes is not None and not scope.get("root_path"):
             found = hot.match(scope["method"], scope["path"])
             if found is not None:
                 await self.hot_routes(scope, receive, send, *found)
