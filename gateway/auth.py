@@ -66,6 +66,7 @@ class Principal:
     burst: float | None = None
     via_token: bool = False
     board_ids: frozenset[str] | None = None
+    expires_ms: int | None = None  # a token's expiry (epoch ms): a live stream ends there
 
     def may(self, permission: Permission) -> bool:
         return permission in GRANTS[self.role]
@@ -249,7 +250,7 @@ class Credentials:
             raise Unauthenticated("The key that minted this token is revoked or no longer configured.")
         boards = None if claims.board_ids is None else frozenset(claims.board_ids)
         principal = Principal(minter.name, Role.READER, minter.rate_per_s, minter.burst, via_token=True,
-                              board_ids=boards)
+                              board_ids=boards, expires_ms=claims.expires_ms)
         if len(self._seen) >= SEEN_TOKENS:
             self._seen.clear()  # bounded memory; the busy tokens come straight back
         self._seen[token] = (principal, claims.expires_ms)

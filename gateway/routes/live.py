@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from typing import Annotated, AsyncIterator, Callable
 
 from fastapi import Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -11,7 +12,7 @@ from engine.errors import ValidationFailed
 
 from gateway import render
 from gateway.auth import Permission
-from gateway.guard import access
+from gateway.guard import access, principal_of
 from gateway.routes.common import BoardIdPath, Ties, guarded_router, gw
 from gateway.schemas import ChangesOut, error_responses
 from gateway.validation import decode_cursor, encode_cursor
@@ -57,6 +58,23 @@ def _last_event_id(raw: str | None) -> int | None:
     return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
 
 
+async def _until(stream: AsyncIterator[str], expires_ms: int, now_ms: Callable[[], int]) -> AsyncIterator[str]:
+    """``stream`` until the wall clock reaches ``expires_ms``; closes ``stream`` either way."""
+    it = stream.__aiter__()
+    try:
+        while True:
+            left_s = (expires_ms - now_ms()) / 1000.0
+            if left_s <= 0:
+                return
+            try:
+                msg = await asyncio.wait_for(it.__anext__(), left_s)
+            except (StopAsyncIteration, asyncio.TimeoutError):
+                return
+            yield msg
+    finally:
+        await it.aclose()  # type: ignore[attr-defined]
+
+
 @router.get("/v1/boards/{board_id}/live", response_class=StreamingResponse,
             responses={**error_responses(404), **_SSE_DOC}, summary="Server-Sent Events of the top-N window")
 @access(Permission.READ)
@@ -74,8 +92,12 @@ async def live(
     if resume is None:
         resume = since_version
     sub = await hub.subscribe(board_id, top, resume)
+    stream = hub.stream(sub)
+    expires_ms = principal_of(request).expires_ms
+    if expires_ms is not None:  # a token's stream ends when the token does (a reconnect is then 401)
+        stream = _until(stream, expires_ms, gw(request).credentials.now_ms)
     return StreamingResponse(
-        hub.stream(sub),
+        stream,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

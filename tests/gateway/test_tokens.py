@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from urllib.parse import urlencode
 
@@ -372,3 +373,19 @@ def test_live_stream_with_access_token():
                 assert '"player_id":"p-ava"' in lines[-1]
             r = c.get(f"/v1/boards/{BOARD}/live", params={"access_token": "reader-key"})
             assert r.status_code == 401
+
+
+def test_a_tokens_live_stream_ends_when_the_token_does():
+    """A stream opened with a token that expires is closed at ``expires_at`` (heartbeats every 0.5 s here)."""
+    with thread_server() as url:
+        with httpx.Client(base_url=url, timeout=10) as c:
+            assert c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score"},
+                          headers=H("admin")).status_code == 201
+            token = c.post("/v1/tokens", json={"board_ids": [BOARD], "ttl_s": 1}, headers=H("reader")).json()["token"]
+            started = time.monotonic()
+            with c.stream("GET", in_url(f"/v1/boards/{BOARD}/live", token)) as r:
+                assert r.status_code == 200
+                lines = list(r.iter_lines())  # returns once the server ends the stream
+            assert lines[0] == "event: snapshot"
+            assert time.monotonic() - started < 3.0
+            assert c.get(in_url(f"/v1/boards/{BOARD}/live", token)).status_code == 401
