@@ -8,9 +8,10 @@ route may run its command.
 
 * Errors are one line on stderr, ``flowrank: error: …``, and an exit code per
   kind (:data:`EXIT_CODES`), as ``flowrank serve`` reports its refusals.
-* ``submit`` reads the whole file first and sends nothing if any line is not a
-  valid event (the line number and field are named); then it sends batches of
-  at most 500 events in file order, each a body made of the file's own lines.
+* ``submit`` checks the whole file first and sends nothing if any line is not a
+  valid event (the line number and field are named); then it reads it again
+  and sends batches of at most 500 events in file order, each a body made of
+  the file's own lines (memory: a few batches, whatever the file's size).
   A batch answered 429, 5xx or lost on the way is sent again, identical, so
   its event ids are the same and a retry can only add ``DUPLICATE_IGNORED``.
   The summary counts the outcomes of the answers, exactly.
@@ -30,7 +31,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Callable, Iterator, Sequence
 from urllib.parse import quote
 
 import httpx
@@ -227,20 +228,30 @@ class SubmitSummary:
                 "seconds": round(self.seconds, 3), "outcomes": dict(sorted(self.outcomes.items()))}
 
 
-def read_events(path: str) -> list[tuple[int, bytes]]:
-    """Every event line of a JSON Lines file as ``(line number, raw bytes)``,
-    each checked by the server's own rules (gateway.validation). Blank lines
-    are skipped. Raises CliError (EXIT_INPUT) naming the first bad line."""
+def _event_lines(fh: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    for number, raw in enumerate(fh, 1):
+        raw = raw.strip()
+        if raw:  # blank lines are skipped
+            yield number, raw
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int]:
+    return st.st_size, st.st_mtime_ns
+
+
+def check_events(path: str) -> tuple[int, tuple[int, int]]:
+    """Check every event line of a JSON Lines file by the server's own rules
+    (gateway.validation), keeping none of them: O(1) memory. Returns the number
+    of events and the file's (size, mtime) when checked. Raises CliError
+    (EXIT_INPUT) naming the first bad line."""
     try:
         fh = open(path, "rb")
     except OSError as exc:
         raise CliError(f"{path}: cannot read the events file ({exc.strerror or exc})", EXIT_INPUT) from None
-    lines: list[tuple[int, bytes]] = []
+    n = 0
     with fh:
-        for number, raw in enumerate(fh, 1):
-            raw = raw.strip()
-            if not raw:
-                continue
+        stamp = _stamp(os.fstat(fh.fileno()))
+        for number, raw in _event_lines(fh):
             where = f"{path}:{number}"
             try:
                 obj = json.loads(raw)
@@ -251,8 +262,24 @@ def read_events(path: str) -> list[tuple[int, bytes]]:
             except ValidationFailed as exc:
                 fld = f" ({exc.field})" if exc.field else ""
                 raise CliError(f"{where}: invalid event{fld}: {exc.message} Nothing was sent.", EXIT_INPUT) from None
-            lines.append((number, raw))
-    return lines
+            n += 1
+    return n, stamp
+
+
+def _batches(path: str, batch_size: int, stamp: tuple[int, int]) -> Iterator[list[tuple[int, bytes]]]:
+    """The checked file again, ``batch_size`` lines at a time; refuses (before
+    anything is sent) if the file changed since :func:`check_events`."""
+    with open(path, "rb") as fh:
+        if _stamp(os.fstat(fh.fileno())) != stamp:
+            raise CliError(f"{path}: the file changed after it was checked; nothing was sent", EXIT_INPUT)
+        chunk: list[tuple[int, bytes]] = []
+        for item in _event_lines(fh):
+            chunk.append(item)
+            if len(chunk) == batch_size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
 
 class Progress:
@@ -295,12 +322,12 @@ def submit_file(api: Api, path: str, batch_size: int = MAX_BATCH, progress: IO[s
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    lines = read_events(path)
+    total, stamp = check_events(path)
     summary = SubmitSummary()
     t0 = clock()
-    bar = Progress(len(lines), progress or sys.stderr, progress is not None, clock)
+    bar = Progress(total, progress or sys.stderr, progress is not None, clock)
     retried_before = api.retried
-    chunks = [lines[i:i + batch_size] for i in range(0, len(lines), batch_size)]
+    chunks = _batches(path, batch_size, stamp)  # read lazily: at most `concurrency` batches held
 
     def send(chunk: list[tuple[int, bytes]]) -> list:
         body = b'{"events":[' + b",".join(raw for _, raw in chunk) + b"]}"

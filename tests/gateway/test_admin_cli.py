@@ -317,3 +317,18 @@ def test_submit_that_gives_up_says_what_was_sent(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "batch of lines 1001-1200: HTTP 422 VALIDATION_FAILED" in err
     assert "(file line 1008)" in err and "lines before 1001 were sent and answered (1,000 events)" in err
+
+
+def test_a_file_changed_between_check_and_send_sends_nothing(tmp_path, capsys, monkeypatch):
+    path = _write_jsonl(tmp_path / "e.jsonl", _events("g:m:s:x", 10))
+    real = admin_cli.check_events
+    monkeypatch.setattr(admin_cli, "check_events", lambda p: (real(p)[0], (0, 0)))  # as if it changed since
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(500)
+
+    args = build_parser().parse_args(["submit", str(path), "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, transport=httpx.MockTransport(handler)) == admin_cli.EXIT_INPUT
+    assert "the file changed after it was checked; nothing was sent" in capsys.readouterr().err and sent == []
