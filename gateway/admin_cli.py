@@ -338,7 +338,11 @@ def submit_file(api: Api, path: str, batch_size: int = MAX_BATCH, progress: IO[s
         except CliError as err:
             err.message += _line_of(err.message, chunk)
             raise
-        results = resp.json()["results"]
+        try:
+            results = resp.json()["results"]
+        except (ValueError, KeyError, TypeError):
+            raise CliError(f"batch of lines {first}-{last}: HTTP {resp.status_code} with a body that is not "
+                           "the documented results", EXIT_UNEXPECTED) from None
         if len(results) != len(chunk):
             raise CliError(f"batch of lines {first}-{last}: {len(results)} results for {len(chunk)} events",
                            EXIT_UNEXPECTED)
@@ -387,6 +391,9 @@ def _gave_up(err: CliError, chunk: list, summary: SubmitSummary, pending) -> Cli
         except CliError:
             pass
     note = f"; {before}" + (f"; lines {', '.join(later)} were sent and answered too" if later else "")
+    if err.exit_code == EXIT_UNREACHABLE:
+        note += ("; that batch may have been applied without its answer arriving: sending the file again is "
+                 "safe (the same event ids answer DUPLICATE_IGNORED)")
     err.message += note
     return err
 

@@ -332,3 +332,21 @@ def test_a_file_changed_between_check_and_send_sends_nothing(tmp_path, capsys, m
     args = build_parser().parse_args(["submit", str(path), "--url", "http://x", "--key", "k"])
     assert admin_cli.run(args, env={}, transport=httpx.MockTransport(handler)) == admin_cli.EXIT_INPUT
     assert "the file changed after it was checked; nothing was sent" in capsys.readouterr().err and sent == []
+
+
+def test_a_batch_without_an_answer_says_a_resend_is_safe(tmp_path, capsys):
+    events = _events("g:m:s:x", 700)
+    path = _write_jsonl(tmp_path / "e.jsonl", events)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        batch = json.loads(request.content)["events"]
+        if batch[0]["event_id"] == events[500]["event_id"]:
+            raise httpx.ReadTimeout("no answer")
+        return httpx.Response(200, json={"results": [{"event_id": e["event_id"], "outcome": "APPLIED", "version": 0}
+                                                     for e in batch]})
+
+    args = build_parser().parse_args(["submit", str(path), "--url", "http://x", "--key", "k", "--retries", "1"])
+    assert admin_cli.run(args, env={}, transport=httpx.MockTransport(handler)) == admin_cli.EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "batch of lines 501-700: cannot reach http://x" in err
+    assert "lines before 501 were sent and answered (500 events)" in err and "sending the file again is safe" in err
