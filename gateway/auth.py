@@ -38,7 +38,7 @@ class Permission(str, enum.Enum):
 
     READ = "read"  # every GET except quarantine and history (+ ranked-subset)
     SUBMIT = "submit"  # POST /v1/events
-    MODERATE = "moderate"  # quarantine list/decisions, history, invalidations
+    MODERATE = "moderate"  # quarantine list/decisions, history, invalidations, export
     ADMIN = "admin"  # board creation, state changes, checksum
 
 
