@@ -48,6 +48,7 @@ from engine.model import (
     RowStatus,
     ScoreEvent,
 )
+from engine.journal import Journal
 from engine.partition import KIND_DECISION, Partition, Row
 from engine.ranking import entries_of, merge_window, rank_locally
 
@@ -58,10 +59,12 @@ class Board:
         spec: BoardSpec,
         dedup_retention: int = DEFAULT_DEDUP_RETENTION,
         delta_retention: int = DEFAULT_DELTA_RETENTION,
+        journal: Journal | None = None,
     ):
+        """``journal``: where the partition journals its events (default: in memory)."""
         self.spec = spec
         self.admission = Admission(spec, dedup_retention)
-        self.partition = Partition(spec.policy, spec.max_plausible_time_ms)
+        self.partition = Partition(spec.policy, spec.max_plausible_time_ms, journal)
         self.ring = ChangeRing(delta_retention)
         self._corrections = 0
 

@@ -32,7 +32,8 @@ ROUTER_STATE_FORMAT = 1
 #: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters.
 SHARD_STATE_FORMAT = 1
 #: ``Partition.to_state``: players, row columns, journal (codes: records.CODE + journal audit codes).
-PARTITION_STATE_FORMAT = 1
+#: 2: the journal moved to disk (engine.journal: a bounded tail, store sizes, runs, player heads).
+PARTITION_STATE_FORMAT = 2
 
 
 def state_format(state: dict, known: int, what: str) -> int:

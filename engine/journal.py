@@ -1,19 +1,48 @@
-"""A partition's event journal as columns: every event it saw, in order.
+"""A partition's event journal: every event it saw, on disk, with a bounded tail in memory.
 
-One row per event that reached the partition (applied, guard-rejected,
-decided before apply, invalidation and decision records): the player's
-index, kind, value, timestamps, outcome code and the event id's bytes in
-one arena. ``owner`` is an open-addressing table (int64 slots, at most
-half full) from an event id to the journal row of the event the
-comparator saw, which answers invalidations and redeliveries older than
-the board's dedup window. About ``40 + len(event id)`` bytes per event,
-against ~320 for the per-event Python tuples and dicts it replaces.
+One journal row per event that reached the partition (applied, guard-rejected,
+decided before apply, invalidation and decision records): the player's index,
+kind, value, timestamps, outcome code, the event id and ``prev``, the row of
+the same player's previous event. It answers three questions, none of which
+may cost memory per event (issue 10 item 4):
 
-It still grows with events; issue 10 item 4 moves it to an on-disk index
-of the log.
+* **the events of one player** (invalidation recompute, the history route):
+  the partition keeps each player's newest row (``heads``, 8 bytes per
+  player) and the rows chain backwards through ``prev``; O(that player's
+  events), one 48-byte read each from disk;
+* **the row of an event id** (invalidation, ``owns_event``) and
+* **was this id applied here before** (redeliveries older than the board's
+  dedup window): an index from the 64-bit hash of an id to the row of the
+  event that owned it (the one the comparator saw), verified on the id bytes.
+
+Layout. The newest rows (at most ``tail_rows``, plus one batch) are columns
+in memory, with an open-addressing table over the ids they own, exactly as a
+batch kernel wants them. Between batches a full tail is *flushed*: its rows
+go to the store's ``rows`` file (fixed 48-byte records, :data:`ROW`), their
+ids to the ``ids`` file, and the (hash, row) pairs of the ids it owns become
+one sorted *run*. Runs merge by size (each run at least twice the size of
+the next one), so a board keeps O(log(events / tail_rows)) of them, and a
+batch looks all of its ids up in each run with one ``searchsorted``.
+
+Memory: the tail (bounded), the heads (per player), the ids of invalidated
+events (per invalidation). What grows with events is on disk, where the store
+puts it: ``FileStore`` (:mod:`engine.log.journal_files`: files in a
+directory, fsync'd at each snapshot, never rewritten in place, so truncating
+them to a snapshot's sizes restores them) or :class:`MemoryStore` (the same
+bytes in memory, for tests and the in-memory service). This module does no
+I/O of its own: the store is handed in.
+
+A snapshot (:meth:`Journal.to_state`) holds the tail, the sizes of the
+files, the runs, and the store's identity; :meth:`Journal.from_state` truncates
+the files to those sizes and raises :class:`JournalLost` when they are not
+there (another machine, a wiped directory): the shard then rebuilds the whole
+partition from the log.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numba
 import numpy as np
@@ -26,10 +55,32 @@ KIND_NAMES = ("score", "invalidation", "decision")
 INVALIDATED, ALREADY_INVALIDATED, REJECTED = 101, 102, 103
 AUDIT_NAMES = {INVALIDATED: "INVALIDATED", ALREADY_INVALIDATED: "ALREADY_INVALIDATED", REJECTED: "REJECTED"}
 
+TAIL_ROWS = 1 << 18  # rows kept in memory before a flush (about 17 MB at 12-byte ids)
+OWNED = 0x80  # on disk: bit of ``kind`` set on a row that owns its event id
+ROW = np.dtype([("pid", "<i4"), ("kind", "u1"), ("out", "u1"), ("elen", "<u2"), ("val", "<i8"),
+                ("ach", "<i8"), ("sub", "<i8"), ("prev", "<i8"), ("eoff", "<i8")])
+assert ROW.itemsize == 48
+
+
+@dataclass(frozen=True)
+class JournalPlace:
+    """Where a shard keeps its partitions' journals: ``root`` (one
+    subdirectory per partition; None: in memory) and the tail size."""
+
+    root: str | None = None
+    tail_rows: int = TAIL_ROWS
+
+
+class JournalLost(Exception):
+    """The journal files a snapshot names are gone or shorter than it says."""
+
+
+# ----------------------------------------------------------------- kernels
+
 
 @numba.njit(cache=True)
 def owner_find(slots, j_eoffs, j_earena, buf, s0, s1):
-    """Journal row of the owned event whose id is ``buf[s0:s1]``, or -1."""
+    """Tail row of the owned event whose id is ``buf[s0:s1]``, or -1."""
     mask = len(slots) - 1
     pos = np.int64(hash_bytes(buf, s0, s1) & np.uint64(mask))
     while True:
@@ -57,35 +108,161 @@ def _rehash_owned(slots, j_eoffs, j_earena, owned_rows):
         owner_add(slots, j_eoffs, j_earena, r)
 
 
-class Journal:
-    """Columns of a partition's events; see the module docstring."""
+@numba.njit(cache=True)
+def hash_ids(buf, offs, sel):
+    """64-bit hashes of the ids ``sel`` of a buffer (as the owner table hashes them)."""
+    out = np.empty(len(sel), np.uint64)
+    for k in range(len(sel)):
+        i = sel[k]
+        out[k] = hash_bytes(buf, offs[i], offs[i + 1])
+    return out
 
-    def __init__(self) -> None:
-        cap = 64
+
+@numba.njit(cache=True)
+def chain_prev(pid, heads, base, prev):
+    """``prev`` of rows ``base..base+len(pid)`` and the heads after them."""
+    for k in range(len(pid)):
+        p = pid[k]
+        prev[k] = heads[p]
+        heads[p] = base + k
+
+
+# ------------------------------------------------------------------ stores
+
+
+class MemoryBlob:
+    """An append-only byte file, in memory."""
+
+    def __init__(self, data: bytes = b"") -> None:
+        self.data = bytearray(data)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def append(self, b: bytes) -> None:
+        self.data += b
+
+    def read(self, off: int, n: int) -> bytes:
+        return bytes(self.data[off:off + n])
+
+    def sync(self) -> None:
+        pass
+
+
+class Run:
+    """Sorted (hash, row) pairs of the ids one or more flushed tails own."""
+
+    def __init__(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> None:
+        self.seq, self.hashes, self.rows = seq, hashes, rows
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+
+class MemoryStore:
+    """Journal files in memory: what :class:`FileStore` writes, as bytes."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        state = state or {}
+        self.rows = MemoryBlob(state.get("rows", b""))
+        self.ids = MemoryBlob(state.get("ids", b""))
+        self._runs: dict[int, tuple[bytes, bytes]] = {int(s): (h, r) for s, h, r in state.get("runs", [])}
+
+    def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run:
+        self._runs[seq] = (hashes.astype("<u8").tobytes(), rows.astype("<i8").tobytes())
+        return self.load_run(seq, len(hashes))
+
+    def load_run(self, seq: int, n: int) -> Run:
+        h, r = self._runs[seq]
+        return Run(seq, np.frombuffer(h, "<u8"), np.frombuffer(r, "<i8"))
+
+    def delete_run(self, seq: int) -> None:
+        self._runs.pop(seq, None)
+
+    def to_state(self, runs: list[Run]) -> dict:
+        return {"memory": True, "rows": bytes(self.rows.data), "ids": bytes(self.ids.data),
+                "runs": [[r.seq, *self._runs[r.seq]] for r in runs]}
+
+    def close(self) -> None:
+        pass
+
+
+class Store(Protocol):
+    """Where a journal's rows, ids and runs live (MemoryStore here; the
+    file-backed one is engine.log.journal_files.FileStore)."""
+
+    rows: Any
+    ids: Any
+
+    def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run: ...
+    def load_run(self, seq: int, n: int) -> Run: ...
+    def delete_run(self, seq: int) -> None: ...
+    def to_state(self, runs: list[Run]) -> dict: ...
+    def close(self) -> None: ...
+
+
+class StorePlace(Protocol):
+    """Where one partition's journal store lives: a fresh (empty) store, or
+    the store a snapshot left (from the ``"store"`` part of its state; raises
+    JournalLost when it is not there as the snapshot left it)."""
+
+    def fresh(self) -> Store: ...
+    def reopen(self, state: dict) -> Store: ...
+
+
+# ----------------------------------------------------------------- journal
+
+
+class Journal:
+    """See the module docstring. Row numbers are global: rows ``< base`` are
+    in the store, rows ``base .. base + n`` are the tail (local index ``r - base``)."""
+
+    def __init__(self, store: Store | None = None, tail_rows: int = TAIL_ROWS) -> None:
+        self.store: Store = MemoryStore() if store is None else store
+        self.tail_rows = tail_rows
+        self.base = 0
         self.n = 0
         self.owned = 0
+        cap = 64
         self.pid = np.zeros(cap, np.int32)
         self.kind = np.zeros(cap, np.uint8)
         self.out = np.zeros(cap, np.uint8)
-        self.inv = np.zeros(cap, np.uint8)  # 1: this event was invalidated
         self.val = np.zeros(cap, np.int64)
         self.ach = np.zeros(cap, np.int64)
         self.sub = np.zeros(cap, np.int64)
+        self.prev = np.zeros(cap, np.int64)
         self.eoffs = np.zeros(cap + 1, np.int64)
         self.earena = np.zeros(1024, np.uint8)
         self.slots = np.full(128, -1, np.int64)
+        self.heads = np.full(64, -1, np.int64)  # per player: newest row, -1 none
+        self.invalid: set[int] = set()  # rows of invalidated events
+        self.runs: list[Run] = []
+        self.next_seq = 0
 
     def __len__(self) -> int:
-        return self.n
+        return self.base + self.n
+
+    # ------------------------------------------------------------ writing
+
+    def ensure_players(self, n: int) -> None:
+        if n > len(self.heads):
+            size = len(self.heads)
+            while n > size:
+                size += size // 4 + 64
+            self.heads = np.concatenate([self.heads, np.full(size - len(self.heads), -1, np.int64)])
 
     def reserve(self, k: int, nbytes: int) -> None:
-        """Room for ``k`` more rows (all possibly owned) with ``nbytes`` of ids."""
+        """Room for ``k`` more tail rows (all possibly owned) with ``nbytes``
+        of ids; flushes a full tail first (between batches only)."""
+        if self.n and self.n + k > self.tail_rows:
+            self.flush()
         n = self.n
         if n + k > len(self.pid):
             size = len(self.pid)
             while n + k > size:
                 size *= 2
-            for name in ("pid", "kind", "out", "inv", "val", "ach", "sub"):
+            for name in ("pid", "kind", "out", "val", "ach", "sub", "prev"):
                 setattr(self, name, _resized(getattr(self, name), size))
             self.eoffs = _resized(self.eoffs, size + 1)
         if self.eoffs[n] + nbytes > len(self.earena):
@@ -97,48 +274,237 @@ class Journal:
             size = len(self.slots)
             while 2 * (self.owned + k) > size:
                 size *= 2
-            rows = self.owned_rows()
+            rows = self.owned_tail_rows()
             self.slots = np.empty(size, np.int64)
             _rehash_owned(self.slots, self.eoffs, self.earena, rows)
 
-    def owned_rows(self) -> np.ndarray:
+    def append_one(self, p: int, eid: str, kind: int, v: int, a: int, s: int, code: int) -> int:
+        """Journal one row (an audit record); returns its row number."""
+        raw = eid.encode("utf-8", "surrogatepass")
+        self.reserve(1, len(raw))
+        n = self.n
+        self.pid[n], self.kind[n], self.val[n], self.ach[n], self.sub[n], self.out[n] = p, kind, v, a, s, code
+        self.prev[n] = self.heads[p]
+        self.heads[p] = self.base + n
+        e0 = int(self.eoffs[n])
+        self.earena[e0:e0 + len(raw)] = np.frombuffer(raw, np.uint8)
+        self.eoffs[n + 1] = e0 + len(raw)
+        self.n = n + 1
+        return self.base + n
+
+    def owned_tail_rows(self) -> np.ndarray:
         return self.slots[self.slots >= 0]
 
-    def find(self, buf: np.ndarray, boffs: np.ndarray) -> int:
-        return int(owner_find(self.slots, self.eoffs, self.earena, buf, boffs[0], boffs[1]))
+    def flush(self) -> None:
+        """Move the tail to the store: rows, ids and one run of its owned ids."""
+        n = self.n
+        if n == 0:
+            return
+        owned = np.sort(self.owned_tail_rows())
+        rec = np.zeros(n, ROW)
+        rec["pid"], rec["out"] = self.pid[:n], self.out[:n]
+        kind = self.kind[:n].copy()
+        kind[owned] |= OWNED
+        rec["kind"] = kind
+        rec["val"], rec["ach"], rec["sub"], rec["prev"] = self.val[:n], self.ach[:n], self.sub[:n], self.prev[:n]
+        rec["elen"] = np.diff(self.eoffs[: n + 1])
+        rec["eoff"] = self.store.ids.size + self.eoffs[:n]
+        self.store.ids.append(self.earena[: self.eoffs[n]].tobytes())
+        self.store.rows.append(rec.tobytes())
+        hashes = hash_ids(self.earena, self.eoffs, owned)
+        order = np.argsort(hashes, kind="stable")
+        self.runs.append(self.store.write_run(self.next_seq, hashes[order], self.base + owned[order]))
+        self.next_seq += 1
+        self.base += n
+        self.n = 0
+        self.owned = 0
+        self.eoffs[0] = 0
+        self.slots = np.full(128, -1, np.int64)
+        self._merge_runs()
+
+    def _merge_runs(self) -> None:
+        """Keep each run at least twice the size of the next (newer) one."""
+        while len(self.runs) >= 2 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+            b, a = self.runs.pop(), self.runs.pop()
+            h = np.concatenate([np.asarray(a.hashes), np.asarray(b.hashes)])
+            r = np.concatenate([np.asarray(a.rows), np.asarray(b.rows)])
+            order = np.argsort(h, kind="stable")
+            self.runs.append(self.store.write_run(self.next_seq, h[order], r[order]))
+            self.next_seq += 1
+            self.store.delete_run(a.seq)
+            self.store.delete_run(b.seq)
+
+    # ------------------------------------------------------------ reading
+
+    def record(self, r: int) -> tuple[int, int, int, int, int, int, int]:
+        """``(pid, kind, out, val, ach, sub, prev)`` of row ``r``."""
+        if r >= self.base:
+            t = r - self.base
+            return (int(self.pid[t]), int(self.kind[t]), int(self.out[t]), int(self.val[t]), int(self.ach[t]),
+                    int(self.sub[t]), int(self.prev[t]))
+        x = np.frombuffer(self.store.rows.read(r * ROW.itemsize, ROW.itemsize), ROW)[0]
+        return (int(x["pid"]), int(x["kind"]) & ~OWNED, int(x["out"]), int(x["val"]), int(x["ach"]),
+                int(x["sub"]), int(x["prev"]))
+
+    def id_bytes(self, r: int) -> bytes:
+        if r >= self.base:
+            t = r - self.base
+            return self.earena[self.eoffs[t]:self.eoffs[t + 1]].tobytes()
+        x = np.frombuffer(self.store.rows.read(r * ROW.itemsize, ROW.itemsize), ROW)[0]
+        return self.store.ids.read(int(x["eoff"]), int(x["elen"]))
 
     def event_id(self, r: int) -> str:
-        return decode_id(self.earena[self.eoffs[r]:self.eoffs[r + 1]].tobytes())
+        return decode_id(self.id_bytes(r))
 
-    def rows_of(self, player: int) -> np.ndarray:
-        """Journal rows of one player, in order. O(events) vectorised."""
-        return np.flatnonzero(self.pid[: self.n] == player)
+    def rows_of(self, player: int) -> list[int]:
+        """Rows of one player, oldest first. O(their events)."""
+        out = []
+        r = int(self.heads[player]) if player < len(self.heads) else -1
+        while r >= 0:
+            out.append(r)
+            r = self.record(r)[6]
+        out.reverse()
+        return out
+
+    def find_stored(self, buf: np.ndarray, offs: np.ndarray, sel: np.ndarray) -> np.ndarray:
+        """For ids ``sel`` of a buffer: the stored (flushed) row that owns
+        each, or -1. One ``searchsorted`` per run; hash matches are verified
+        on the id bytes."""
+        found = np.full(len(sel), -1, np.int64)
+        if not self.runs or not len(sel):
+            return found
+        hashes = hash_ids(buf, offs, sel)
+        for run in self.runs:
+            if not len(run):
+                continue
+            pos = np.searchsorted(run.hashes, hashes)
+            near = np.minimum(pos, len(run) - 1)
+            for k in np.flatnonzero(np.asarray(run.hashes[near]) == hashes).tolist():
+                want = buf[offs[sel[k]]:offs[sel[k] + 1]].tobytes()
+                j = int(pos[k])
+                while j < len(run) and run.hashes[j] == hashes[k]:
+                    r = int(run.rows[j])
+                    if self.id_bytes(r) == want:
+                        found[k] = r
+                        break
+                    j += 1
+        return found
+
+    def find(self, event_id: str) -> int:
+        """Row of the owned event with this id, or -1."""
+        raw = event_id.encode("utf-8", "surrogatepass")
+        buf = np.frombuffer(raw, np.uint8)
+        t = int(owner_find(self.slots, self.eoffs, self.earena, buf, 0, len(raw))) if self.owned else -1
+        if t >= 0:
+            return self.base + t
+        return int(self.find_stored(buf, np.array([0, len(raw)], np.int64), np.zeros(1, np.int64))[0])
 
     def nbytes(self) -> int:
+        """Bytes in memory (the tail, the heads, the invalidated rows)."""
         n = self.n
-        return 36 * n + 8 * (n + 1) + int(self.eoffs[n]) + self.slots.nbytes
+        return 45 * n + 8 * (n + 1) + int(self.eoffs[n]) + self.slots.nbytes + self.heads.nbytes + 40 * len(self.invalid)
+
+    # ----------------------------------------------------------- snapshots
 
     def to_state(self) -> dict:
         n = self.n
-        cols = {name: getattr(self, name)[:n].tobytes() for name in ("pid", "kind", "out", "inv", "val", "ach", "sub")}
-        cols["eoffs"] = self.eoffs[: n + 1].tobytes()
-        cols["earena"] = self.earena[: self.eoffs[n]].tobytes()
-        cols["owner"] = self.slots.tobytes()  # positions depend only on the id bytes and the size
-        cols["owned"] = self.owned
-        return cols
+        cols = {name: getattr(self, name)[:n].tobytes() for name in ("pid", "kind", "out", "val", "ach", "sub", "prev")}
+        return {
+            "format": 2,
+            "tail": cols,
+            "eoffs": self.eoffs[: n + 1].tobytes(),
+            "earena": self.earena[: self.eoffs[n]].tobytes(),
+            "owner": self.slots.tobytes(),
+            "owned": self.owned,
+            "heads": self.heads.tobytes(),
+            "invalid": sorted(self.invalid),
+            "base": self.base,
+            "runs": [[r.seq, len(r)] for r in self.runs],
+            "next_seq": self.next_seq,
+            "store": self.store.to_state(self.runs),
+        }
 
     @classmethod
-    def from_state(cls, state: dict) -> "Journal":
-        j = cls()
+    def from_state(cls, state: dict, place: StorePlace | None = None, tail_rows: int = TAIL_ROWS) -> "Journal":
+        """A journal as a snapshot left it. ``place``: where its store is (None:
+        in memory; a snapshot of a memory store carries its bytes). Raises
+        JournalLost."""
+        if "format" not in state:
+            return cls._from_columns(state, place, tail_rows)
+        st = state["store"]
+        if st.get("memory"):
+            store: Store = MemoryStore(st)
+        elif place is None:
+            raise JournalLost("a snapshot of an on-disk journal, and no place to find it")
+        else:
+            store = place.reopen(st)
+        j = cls(store, tail_rows)
+        tail = state["tail"]
         eoffs = np.frombuffer(state["eoffs"], np.int64)
         n = len(eoffs) - 1
-        j.reserve(n, len(state["earena"]))
-        for name, dtype in (("pid", np.int32), ("kind", np.uint8), ("out", np.uint8), ("inv", np.uint8),
-                            ("val", np.int64), ("ach", np.int64), ("sub", np.int64)):
-            getattr(j, name)[:n] = np.frombuffer(state[name], dtype)
-        j.eoffs[: n + 1] = eoffs
-        j.earena[: eoffs[n]] = np.frombuffer(state["earena"], np.uint8)
+        j._load_tail(tail, eoffs, state["earena"])
+        j.slots = np.frombuffer(state["owner"], np.int64).copy()
+        j.owned = state["owned"]
+        j.heads = np.frombuffer(state["heads"], np.int64).copy()
+        j.invalid = set(state["invalid"])
+        j.base = state["base"]
         j.n = n
+        j.next_seq = state["next_seq"]
+        try:
+            j.runs = [store.load_run(seq, size) for seq, size in state["runs"]]
+        except JournalLost:  # merged away after this snapshot: runs are derived, rebuild them
+            j.runs = j._rebuild_runs()
+        return j
+
+    def _rebuild_runs(self, chunk: int = 1 << 20) -> list[Run]:
+        """One run of every stored row that owns its id, read back from the
+        rows and ids files in chunks. O(stored rows)."""
+        hashes, rows = [], []
+        for start in range(0, self.base, chunk):
+            k = min(chunk, self.base - start)
+            rec = np.frombuffer(self.store.rows.read(start * ROW.itemsize, k * ROW.itemsize), ROW)
+            if len(rec) != k:
+                raise JournalLost(f"the journal rows end before row {start + k}")
+            sel = np.flatnonzero(rec["kind"] & OWNED)
+            if not len(sel):
+                continue
+            e0 = int(rec["eoff"][0])
+            buf = np.frombuffer(self.store.ids.read(e0, int(rec["eoff"][-1] + rec["elen"][-1]) - e0), np.uint8)
+            starts = rec["eoff"][sel] - e0
+            bounds = np.stack([starts, starts + rec["elen"][sel]], 1).ravel()  # [s0, e0, s1, e1, ...]
+            hashes.append(hash_ids(buf, bounds, np.arange(0, 2 * len(sel), 2)))
+            rows.append(start + sel.astype(np.int64))
+        h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        order = np.argsort(h, kind="stable")
+        run = self.store.write_run(self.next_seq, h[order], r[order])
+        self.next_seq += 1
+        return [run]
+
+    def _load_tail(self, tail: dict, eoffs: np.ndarray, earena: bytes) -> None:
+        n = len(eoffs) - 1
+        self.reserve(n, len(earena))
+        for name, dtype in (("pid", np.int32), ("kind", np.uint8), ("out", np.uint8), ("val", np.int64),
+                            ("ach", np.int64), ("sub", np.int64), ("prev", np.int64)):
+            if name in tail:
+                getattr(self, name)[:n] = np.frombuffer(tail[name], dtype)
+        self.eoffs[: n + 1] = eoffs
+        self.earena[: eoffs[n]] = np.frombuffer(earena, np.uint8)
+
+    @classmethod
+    def _from_columns(cls, state: dict, place: StorePlace | None, tail_rows: int) -> "Journal":
+        """A snapshot from before the journal moved to disk: every row was a
+        column in memory. They become the tail (flushed by the next batch);
+        the player chains and invalidated rows are derived from the columns."""
+        j = cls(None if place is None else place.fresh(), tail_rows)
+        eoffs = np.frombuffer(state["eoffs"], np.int64)
+        n = len(eoffs) - 1
+        j._load_tail(state, eoffs, state["earena"])
+        j.n = n
+        pid = j.pid[:n]
+        j.ensure_players(int(pid.max()) + 1 if n else 0)
+        chain_prev(pid, j.heads, 0, j.prev)
+        j.invalid = set(np.flatnonzero(np.frombuffer(state["inv"], np.uint8)).tolist())
         if "owner" in state:
             j.slots = np.frombuffer(state["owner"], np.int64).copy()
             j.owned = state["owned"]
@@ -152,6 +518,9 @@ class Journal:
             size *= 2
         self.slots = np.empty(size, np.int64)
         _rehash_owned(self.slots, self.eoffs, self.earena, rows)
+
+    def close(self) -> None:
+        self.store.close()
 
 
 def _resized(a: np.ndarray, size: int) -> np.ndarray:

@@ -16,7 +16,8 @@ State (no Python object per player or per event):
   version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED);
 * ``index``: :class:`~engine.rank_index.RankIndex` of the ACTIVE rows' keys;
 * ``journal``: :class:`~engine.journal.Journal`, every event seen, for
-  invalidation recompute, redeliveries past the dedup window and history.
+  invalidation recompute, redeliveries past the dedup window and history:
+  on disk but for a bounded tail, plus each player's newest journal row.
 
 A batch is one numba kernel call over the batch's columns: outcomes are
 decided event by event in order (exactly as one-at-a-time application
@@ -50,7 +51,9 @@ from engine.journal import (
     KIND_NAMES,
     KIND_SCORE,
     REJECTED,
+    TAIL_ROWS,
     Journal,
+    StorePlace,
     owner_add,
     owner_find,
 )
@@ -69,6 +72,7 @@ _C = R.CODE
 _CANDIDATES = np.array(sorted(_C[o] for o in (
     Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.REJECTED_NOT_AN_IMPROVEMENT,
     Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER)), np.uint8)
+_CANDIDATE_SET = frozenset(_CANDIDATES.tolist())
 
 
 def _codes(policy: Policy) -> np.ndarray:
@@ -107,9 +111,12 @@ class Applied(NamedTuple):
 @numba.njit(cache=True)
 def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, ebuf, eoffs,
                   r_val, r_ach, r_sub, r_rv, r_st,
-                  j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_eoffs, j_earena, jn, slots,
+                  j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_prev, j_eoffs, j_earena, jn, slots, base, heads,
+                  prior, prior_pid, prior_val, prior_ach, prior_sub,
                   out_code, out_changed, out_val, out_ach):
-    """Apply a batch in order. Returns (journal rows now, newly owned, changes)."""
+    """Apply a batch in order. Returns (tail rows now, newly owned, changes).
+    ``prior[x] >= 0``: event x's id is owned by a stored journal row, whose
+    player and content are ``prior_*[x]``."""
     owned = 0
     changes = 0
     big = np.int64(9223372036854775807)
@@ -127,6 +134,9 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
             r = owner_find(slots, j_eoffs, j_earena, ebuf, s0, s1)
             if r >= 0:  # an id older than the dedup window, seen here before
                 same = j_pid[r] == p and j_val[r] == v and j_ach[r] == a and j_sub[r] == s
+                code = codes[4] if same else codes[5]
+            elif prior[x] >= 0:  # the same, its row already on disk
+                same = prior_pid[x] == p and prior_val[x] == v and prior_ach[x] == a and prior_sub[x] == s
                 code = codes[4] if same else codes[5]
             elif pol == 2 and not (0 < v <= max_time):
                 code = codes[3]
@@ -169,6 +179,8 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
         out_changed[x] = changed
         # journal row
         j_pid[jn], j_kind[jn], j_val[jn], j_ach[jn], j_sub[jn], j_out[jn] = p, kind, v, a, s, code
+        j_prev[jn] = heads[p]
+        heads[p] = base + jn
         e0 = j_eoffs[jn]
         for k in range(s1 - s0):
             j_earena[e0 + k] = ebuf[s0 + k]
@@ -183,7 +195,7 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
 class Partition:
     """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
-    def __init__(self, policy: Policy, max_plausible_time_ms: int):
+    def __init__(self, policy: Policy, max_plausible_time_ms: int, journal: Journal | None = None):
         self.policy = policy
         self.max_plausible_time_ms = max_plausible_time_ms
         self.players = PlayerTable()
@@ -193,7 +205,8 @@ class Partition:
         self.rv = np.zeros(64, np.int32)
         self.st = np.zeros(64, np.uint8)
         self.index = RankIndex()
-        self.journal = Journal()
+        self.journal = Journal() if journal is None else journal
+        self.journal.ensure_players(len(self.val))
         self.changes = 0
         self._pol = _POLICY_CODE[policy]
         self._codes = _codes(policy)
@@ -233,16 +246,34 @@ class Partition:
         changed = np.empty(n, np.bool_)
         out_val = np.zeros(n, np.int64)
         out_ach = np.zeros(n, np.int64)
+        prior, pp, pv, pa, ps = self._prior(ebuf, eoffs, verdicts)
         jn, owned, changes = _apply_kernel(
             self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
             _i64(cols.submitted), verdicts, kind, ebuf, eoffs,
             self.val, self.ach, self.sub, self.rv, self.st,
-            j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.eoffs, j.earena, j.n, j.slots,
+            j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.prev, j.eoffs, j.earena, j.n, j.slots, j.base, j.heads,
+            prior, pp, pv, pa, ps,
             codes, changed, out_val, out_ach)
         j.n, j.owned = int(jn), j.owned + int(owned)
         self.changes += int(changes)
         self._move(touched, was_active, old_p, old_t)
         return Applied(codes, changed, out_val, out_ach)
+
+    def _prior(self, ebuf: np.ndarray, eoffs: np.ndarray, verdicts: np.ndarray) -> tuple:
+        """Stored journal rows owning the batch's ids (redeliveries from before
+        the tail), and their player and content, for the kernel."""
+        n = len(verdicts)
+        j = self.journal
+        prior = np.full(n, -1, np.int64)
+        content = [np.zeros(n, np.int32), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
+        if j.runs:
+            sel = np.flatnonzero(verdicts == 0)
+            prior[sel] = j.find_stored(ebuf, eoffs, sel)
+            for x in np.flatnonzero(prior >= 0).tolist():
+                pid, _, _, v, a, s, _ = j.record(int(prior[x]))
+                for col, item in zip(content, (pid, v, a, s)):
+                    col[x] = item
+        return (prior, *content)
 
     def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray) -> None:
         """Move the touched players' index keys to their rows' current keys."""
@@ -271,6 +302,7 @@ class Partition:
                 b = np.zeros(size, a.dtype)
                 b[: len(a)] = a
                 setattr(self, name, b)
+            self.journal.ensure_players(size)
 
     def apply(self, ev: ScoreEvent, kind: int = KIND_SCORE) -> tuple[Outcome, RowChange | None]:
         """Apply one admitted event (a batch of one)."""
@@ -288,14 +320,9 @@ class Partition:
         """A moderator rejected a held event: audit it as a decision."""
         self.apply_columns(ScoreColumns.from_events([ev]), np.array([REJECTED], np.uint8), KIND_DECISION)
 
-    def _owner_row(self, event_id: str) -> int:
-        buf, offs = encode_ids([event_id])
-        j = self.journal
-        return int(owner_find(j.slots, j.eoffs, j.earena, buf, offs[0], offs[1])) if j.owned else -1
-
     def owns_event(self, event_id: str) -> bool:
         """Whether an event with this id reached this partition's comparator."""
-        return self._owner_row(event_id) >= 0
+        return self.journal.find(event_id) >= 0
 
     def invalidate(self, event_id: str, correction_id: str) -> tuple[Row, RowChange | None]:
         """Invalidate an event the partition applied and recompute its row.
@@ -304,53 +331,43 @@ class Partition:
         comparator, with that event's timestamps; cumulative: the sum of the
         remaining valid deltas (a compensating delta). No valid event left:
         the row becomes INVALIDATED (unranked). Idempotent: invalidating an
-        invalid event changes nothing. O(events of the partition), vectorised.
-        Raises EventNotFound when the event never reached this partition.
+        invalid event changes nothing. O(the player's events) reads of the
+        journal. Raises EventNotFound when the event never reached this partition.
         """
-        r = self._owner_row(event_id)
+        j = self.journal
+        r = j.find(event_id)
         if r < 0:
             raise EventNotFound(f"No applied event {event_id!r} on this board.", "event_id")
-        j = self.journal
-        p = int(j.pid[r])
-        audit = ALREADY_INVALIDATED if j.inv[r] else INVALIDATED
-        self._journal_one(p, correction_id, KIND_INVALIDATION, int(j.val[r]), int(j.ach[r]), int(j.sub[r]), audit)
+        p, _, _, v, a, s, _ = j.record(r)
+        audit = ALREADY_INVALIDATED if r in j.invalid else INVALIDATED
+        j.append_one(p, correction_id, KIND_INVALIDATION, v, a, s, audit)
         if audit == ALREADY_INVALIDATED:
             return self._row(p), None
-        j.inv[r] = 1
+        j.invalid.add(r)
         change = self._recompute(p)
         return self._row(p), change
 
-    def _journal_one(self, p: int, eid: str, kind: int, v: int, a: int, s: int, code: int) -> None:
-        j = self.journal
-        raw = eid.encode("utf-8", "surrogatepass")
-        j.reserve(1, len(raw))
-        n = j.n
-        j.pid[n], j.kind[n], j.val[n], j.ach[n], j.sub[n], j.out[n], j.inv[n] = p, kind, v, a, s, code, 0
-        e0 = int(j.eoffs[n])
-        j.earena[e0:e0 + len(raw)] = np.frombuffer(raw, np.uint8)
-        j.eoffs[n + 1] = e0 + len(raw)
-        j.n = n + 1
-
     def _recompute(self, p: int) -> RowChange | None:
         j = self.journal
-        rows = j.rows_of(p)
-        cand = rows[(j.kind[rows] != KIND_INVALIDATION) & np.isin(j.out[rows], _CANDIDATES) & (j.inv[rows] == 0)]
+        cand = []
+        for r in j.rows_of(p):
+            _, kind, out, v, a, s, _ = j.record(r)
+            if kind != KIND_INVALIDATION and out in _CANDIDATE_SET and r not in j.invalid:
+                cand.append((v, a, s))
         touched = np.array([p], np.int32)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
-        if len(cand) == 0:
+        if not cand:
             if self.st[p] == ST_INVALID:
                 return None
             self.st[p] = ST_INVALID
         else:
-            vals, achs, subs = j.val[cand].tolist(), j.ach[cand].tolist(), j.sub[cand].tolist()
             if self._pol == 1:
-                new = (sum(vals), max(achs), subs[-1])
+                new = (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2])
             else:
                 pid = self.players.id_of(p)
                 wkey = self._wire_key
-                best = min(range(len(vals)), key=lambda k: wkey(vals[k], achs[k], subs[k], pid))
-                new = (vals[best], achs[best], subs[best])
+                new = min(cand, key=lambda c: wkey(c[0], c[1], c[2], pid))
             if self.st[p] == ST_ACTIVE and (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == new:
                 return None
             self.val[p], self.ach[p], self.sub[p] = new
@@ -479,10 +496,10 @@ class Partition:
             return []
         j = self.journal
         out = []
-        for r in j.rows_of(p).tolist():
-            code = int(j.out[r])
+        for r in j.rows_of(p):
+            _, kind, code, v, a, s, _ = j.record(r)
             name = AUDIT_NAMES.get(code) or R.outcome_of(code).value
-            out.append((j.event_id(r), KIND_NAMES[j.kind[r]], int(j.val[r]), int(j.ach[r]), int(j.sub[r]), name))
+            out.append((j.event_id(r), KIND_NAMES[kind], v, a, s, name))
         return out
 
     def checksum_sum(self) -> int:
@@ -496,7 +513,7 @@ class Partition:
     def nbytes(self) -> int:
         """Bytes of the per-player state: ids, rows and the rank index."""
         n = len(self.players)
-        return self.players.nbytes() + n * (8 * 3 + 4 + 1) + self.index.nbytes()
+        return self.players.nbytes() + n * (8 * 3 + 4 + 1 + 8) + self.index.nbytes()  # + journal head
 
     # --------------------------------------------------------------- snapshots
 
@@ -512,7 +529,10 @@ class Partition:
         }
 
     @classmethod
-    def from_state(cls, policy: Policy, max_plausible_time_ms: int, state: dict) -> "Partition":
+    def from_state(cls, policy: Policy, max_plausible_time_ms: int, state: dict,
+                   journal: StorePlace | None = None, tail_rows: int = TAIL_ROWS) -> "Partition":
+        """``journal``: where the journal's store is (None: in memory). Raises
+        :class:`~engine.journal.JournalLost` when it is not as the snapshot left it."""
         state_format(state, PARTITION_STATE_FORMAT, "partition state")
         p = cls(policy, max_plausible_time_ms)
         p.players = PlayerTable.from_state(state["players"])
@@ -521,7 +541,8 @@ class Partition:
         for name in ("val", "ach", "sub", "rv", "st"):
             a = getattr(p, name)
             a[:n] = np.frombuffer(state["rows"][name], a.dtype)
-        p.journal = Journal.from_state(state["journal"])
+        p.journal = Journal.from_state(state["journal"], journal, tail_rows)
+        p.journal.ensure_players(len(p.val))
         if "owner" not in state["journal"]:  # a snapshot without the owner table: rebuild it
             j = p.journal
             owned = np.zeros(j.n, np.bool_)

@@ -15,13 +15,16 @@ import logging
 
 from engine import records as R
 from engine.formats import SHARD_STATE_FORMAT, state_format
+from engine.journal import JournalLost, JournalPlace
 from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.recovery")
 
 
-def recover_shard(index: int, n_actors: int, event_log, store) -> ShardCore:
-    """A ShardCore for shard ``index`` of ``n_actors`` at the log's end."""
+def recover_shard(index: int, n_actors: int, event_log, store, journals: JournalPlace = JournalPlace()) -> ShardCore:
+    """A ShardCore for shard ``index`` of ``n_actors`` at the log's end.
+    A snapshot whose journal files are gone is set aside: the whole log is
+    replayed instead (which writes the journals again)."""
     name = f"shard-{index}"
     snap = store.load_latest(name)
     core = None
@@ -29,17 +32,26 @@ def recover_shard(index: int, n_actors: int, event_log, store) -> ShardCore:
         offset, state = snap
         state_format(state, SHARD_STATE_FORMAT, f"snapshot {name}")  # a newer one refuses, whatever its shards
         if state.get("n_actors") == n_actors and state.get("index") == index:
-            core = ShardCore.from_state(state)
+            core = core_from_snapshot(state, journals, name)
         else:
             log.warning("snapshot %s was taken with %s shards, not %s: replaying the whole log",
                         name, state.get("n_actors"), n_actors)
     if core is None:
-        core = ShardCore(index, n_actors)
+        core = ShardCore(index, n_actors, journals)
     start = core.applied_offset + 1
     applied = core.replay(event_log.read_from(start))
     log.info("shard %d recovered: snapshot offset %d, %d records replayed, checksum %032x",
              index, start - 1, applied, core.checksum_of_state() & ((1 << 128) - 1))
     return core
+
+
+def core_from_snapshot(state: dict, journals: JournalPlace, name: str) -> ShardCore | None:
+    """The shard a snapshot holds, or None when its journal files are lost."""
+    try:
+        return ShardCore.from_state(state, journals)
+    except JournalLost as exc:
+        log.warning("snapshot %s: its journal is lost (%s): replaying the whole log", name, exc)
+        return None
 
 
 def recover_router(router, event_log, store) -> None:

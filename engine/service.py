@@ -23,6 +23,7 @@ from engine.errors import FlowRankError, Overloaded
 from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.journal import TAIL_ROWS, JournalPlace
 from engine.recovery import recover_router, recover_shard
 from engine.router import Router, RouterConfig
 from engine.router_client import RouterClient
@@ -44,6 +45,7 @@ class ServiceConfig:
     segment_bytes: int = 64 * 2**20
     max_queued_events: int = 200_000
     fault_hook: Callable[[str, str], None] | None = None  # test seam: engine.log FaultHook for log + snapshots
+    journal_tail_rows: int = TAIL_ROWS  # journal rows per partition kept in memory (the rest under data_dir/journal)
 
 
 class InProcessShards:
@@ -121,7 +123,9 @@ class LocalService(RouterClient):
             event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", segment_bytes=cfg.segment_bytes,
                                               fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
             store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
-        cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store) for i in range(cfg.n_shards)]
+        cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
+                     None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows))
+                 for i in range(cfg.n_shards)]
         transport = InProcessShards(cores)
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,

@@ -14,8 +14,10 @@ row_version, primary, tie]`` (primary/tie None when not ranked).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
+import os
 from collections import OrderedDict
 from itertools import islice
 from typing import Iterable
@@ -26,6 +28,8 @@ from engine import records as R
 from engine.columns import ScoreColumns
 from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.model import BoardSpec, Outcome, ScoreEvent
+from engine.journal import Journal, JournalPlace
+from engine.log.journal_files import FilePlace
 from engine.partition import KIND_DECISION, Applied, Partition
 from engine.placement import actor_of, part_of
 
@@ -55,9 +59,11 @@ def change_wire(change) -> list | None:
 
 
 class ShardCore:
-    def __init__(self, index: int, n_actors: int):
+    def __init__(self, index: int, n_actors: int, journals: JournalPlace = JournalPlace()):
+        """``journals``: where the partitions' journals live (default: in memory)."""
         self.index = index
         self.n_actors = n_actors
+        self.journals = journals
         self.specs: dict[str, BoardSpec] = {}
         self.parts: dict[str, dict[int, Partition]] = {}  # board -> part number -> partition
         self.applied_offset = -1
@@ -200,7 +206,7 @@ class ShardCore:
             if spec.board_id not in self.specs:
                 self.specs[spec.board_id] = spec
                 mine = {
-                    p: Partition(spec.policy, spec.max_plausible_time_ms)
+                    p: Partition(spec.policy, spec.max_plausible_time_ms, self._new_journal(spec.board_id, p))
                     for p in range(spec.shards)
                     if actor_of(spec.board_id, p, self.n_actors) == self.index
                 }
@@ -311,17 +317,31 @@ class ShardCore:
             "dead_letters": self.dead_letters,
         }
 
+    def _journal_place(self, board_id: str, part: int) -> FilePlace | None:
+        """A partition's journal directory under the root (None: in memory)."""
+        if self.journals.root is None:
+            return None
+        digest = hashlib.sha1(board_id.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+        return FilePlace(os.path.join(self.journals.root, f"{digest}-{part}"))
+
+    def _new_journal(self, board_id: str, part: int) -> Journal:
+        place = self._journal_place(board_id, part)
+        return Journal(None if place is None else place.fresh(), self.journals.tail_rows)
+
     @classmethod
-    def from_state(cls, state: dict) -> "ShardCore":
+    def from_state(cls, state: dict, journals: JournalPlace = JournalPlace()) -> "ShardCore":
+        """Raises :class:`~engine.journal.JournalLost` when a partition's
+        journal files are not where ``journals`` says, as the snapshot left them."""
         state_format(state, SHARD_STATE_FORMAT, f"shard-{state.get('index')} snapshot")
-        core = cls(state["index"], state["n_actors"])
+        core = cls(state["index"], state["n_actors"], journals)
         core.applied_offset = state["applied_offset"]
         for rec in state["specs"]:
             spec = R.spec_of(rec)
             core.specs[spec.board_id] = spec
         for board_id, n, pstate in state["parts"]:
             spec = core.specs[board_id]
-            core.parts.setdefault(board_id, {})[n] = Partition.from_state(spec.policy, spec.max_plausible_time_ms, pstate)
+            core.parts.setdefault(board_id, {})[n] = Partition.from_state(
+                spec.policy, spec.max_plausible_time_ms, pstate, core._journal_place(board_id, n), journals.tail_rows)
         core.dead_letters = [list(d) for d in state["dead_letters"]]
         core._dead_offsets = {d[0] for d in core.dead_letters if len(d) == 4}
         core._dead_rows = {(d[0], d[4]) for d in core.dead_letters if len(d) > 4}

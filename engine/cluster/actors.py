@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 import msgpack
@@ -25,6 +26,8 @@ import ray
 from engine import gc_tuning
 from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
 from engine.log import FileSnapshotStore, SegmentedFileLog
+from engine.journal import JournalPlace
+from engine.recovery import core_from_snapshot
 from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.cluster")
@@ -101,14 +104,18 @@ class ShardActor:
         self.log_server = log_server
         self.name = f"shard-{index}"
         snap = ray.get(log_server.load_snapshot.remote(self.name))
+        # the journals live on this node, under this Ray cluster's node id: a
+        # restart here finds them; one elsewhere replays the whole log instead
+        journal_root = os.path.join(tempfile.gettempdir(), "flowrank-journal", namespace,
+                                    ray.get_runtime_context().get_node_id(), self.name)
         core = None
         if snap is not None:
             state = unpack(snap[1])
             state_format(state, SHARD_STATE_FORMAT, f"snapshot {self.name}")  # newer: refuse, whatever its shards
             if state.get("n_actors") == n_actors:
-                core = ShardCore.from_state(state)
+                core = core_from_snapshot(state, JournalPlace(journal_root), self.name)
         if core is None:
-            core = ShardCore(index, n_actors)
+            core = ShardCore(index, n_actors, JournalPlace(journal_root))
         replayed = replay_from_server(core, log_server)  # shadow: served only once complete
         self.core = core
         self.replayed = replayed

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import random
 
+import msgpack
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.columns import ScoreColumns
 from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, ScoreEvent
+from engine.journal import Journal
 from engine.partition import Partition
 from engine.players import PlayerTable
 from engine.records import outcome_of
@@ -46,9 +48,11 @@ def streams(draw, min_size=0):
     return allev
 
 
-def applied(policy: Policy, events: list[ScoreEvent], batch: int) -> Partition:
-    """Apply with the partition's own fallback dedup (no admission window)."""
-    p = Partition(policy, 3)
+def applied(policy: Policy, events: list[ScoreEvent], batch: int, tail: int = 3) -> Partition:
+    """Apply with the partition's own fallback dedup (no admission window).
+    ``tail``: journal rows kept in memory; the tiny default sends nearly every
+    row through the store (flushes, runs, merges, the player chains)."""
+    p = Partition(policy, 3, Journal(tail_rows=tail))
     for i in range(0, len(events), batch):
         p.apply_columns(ScoreColumns.from_events(events[i:i + batch], BOARD))
         p._check()
@@ -110,8 +114,8 @@ def test_final_state_independent_of_arrival_order_and_batching(policy, events, r
     rnd.shuffle(shuffled)
     if not (no_overflow(policy, events) and no_overflow(policy, shuffled)):
         return
-    a = applied(policy, events, 1000)
-    b = applied(policy, shuffled, rnd.choice([1, 2, 7]))
+    a = applied(policy, events, 1000, tail=10**9)
+    b = applied(policy, shuffled, rnd.choice([1, 2, 7]), tail=rnd.choice([1, 2, 5, 10**9]))
     assert [r.key for r in a.top(0, 1000)] == [r.key for r in b.top(0, 1000)]
     assert [r.value for r in a.top(0, 1000)] == [r.value for r in b.top(0, 1000)]
 
@@ -131,15 +135,45 @@ def test_invalidation_and_snapshot_round_trip(policy, events, data):
     rows = oracle_rows(policy, events, set(victims) | never)
     expected = oracle.ranking(policy, rows)
     assert [r.player_id for r in p.top(0, 1000)] == expected
-    q = Partition.from_state(policy, 3, p.to_state())
+    q = Partition.from_state(policy, 3, msgpack.unpackb(msgpack.packb(p.to_state())))
     q._check()
     assert q.checksum_sum() == p.checksum_sum()
     assert [r.key for r in q.top(0, 1000)] == [r.key for r in p.top(0, 1000)]
-    state = p.to_state()
-    del state["journal"]["owner"], state["journal"]["owned"]  # an older snapshot: the table is rebuilt
-    r = Partition.from_state(policy, 3, state)
-    for e in events:
-        assert q.owns_event(e.event_id) == p.owns_event(e.event_id) == r.owns_event(e.event_id)
+    # snapshots from before the journal moved to disk (every row a column), with and without the owner table
+    legacy = applied(policy, events, 5, tail=10**9)
+    for i, eid in enumerate(victims):
+        legacy.invalidate(eid, f"c{i}")
+    for keep_owner in (True, False):
+        r = Partition.from_state(policy, 3, format1(legacy.to_state(), keep_owner))
+        r._check()
+        assert r.checksum_sum() == p.checksum_sum()
+        for e in events:
+            assert q.owns_event(e.event_id) == p.owns_event(e.event_id) == r.owns_event(e.event_id)
+        for x in (p, q, r):
+            assert [h for e in events for h in x.player_history(e.player_id)] == \
+                [h for e in events for h in legacy.player_history(e.player_id)]
+    # and they keep working the same after the round trip
+    more = [e for e in events if p.owns_event(e.event_id) and e.event_id not in victims][:2]
+    for x in (p, q, r):
+        for i, e in enumerate(more):
+            x.invalidate(e.event_id, f"d{i}")
+        x.apply_columns(ScoreColumns.from_events(events[:7], BOARD))
+        x._check()
+    assert p.checksum_sum() == q.checksum_sum() == r.checksum_sum()
+
+
+def format1(state: dict, keep_owner: bool) -> dict:
+    """A partition snapshot in the journal's first format: every row as columns."""
+    j = state["journal"]
+    assert j["base"] == 0, "every row still in the tail"
+    n = len(np.frombuffer(j["eoffs"], np.int64)) - 1
+    inv = np.zeros(n, np.uint8)
+    inv[list(j["invalid"])] = 1
+    old = {k: j["tail"][k] for k in ("pid", "kind", "out", "val", "ach", "sub")}
+    old.update(inv=inv.tobytes(), eoffs=j["eoffs"], earena=j["earena"])
+    if keep_owner:
+        old.update(owner=j["owner"], owned=j["owned"])
+    return {**state, "journal": old}
 
 
 def test_outcomes_one_at_a_time_equal_the_batch():

@@ -64,7 +64,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 1, "ROUTER_STATE_FORMAT": 1, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 1}
+FORMATS = {"LOG_FORMAT": 1, "ROUTER_STATE_FORMAT": 1, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 2}
 
 
 def test_outcome_codes_are_pinned():

@@ -46,6 +46,7 @@ def run(coro):
 async def open_service(data_dir, n_shards=3, **kw) -> LocalService:
     kw.setdefault("snapshot_every_events", 10**9)
     kw.setdefault("snapshot_every_seconds", 10**9)
+    kw.setdefault("journal_tail_rows", 8)  # nearly every journal row goes through the files on disk
     return await LocalService.open(data_dir=str(data_dir), n_shards=n_shards, **kw)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 
 import pytest
 
@@ -246,4 +247,27 @@ def test_enospc_through_the_service(tmp_path):
         assert await state_of(svc) == live
         await svc.close()
 
+    run(go())
+
+
+def test_lost_journal_files_replay_the_whole_log(tmp_path, caplog):
+    """The journals are derived from the log: a snapshot whose journal files
+    are gone (another machine, a wiped directory) is set aside for a replay
+    of the whole log, which writes them again."""
+    async def go():
+        svc = await open_service(tmp_path, 3)
+        await Workload(seed=21).full(svc)
+        live = await state_of(svc)
+        await svc.close()  # a final snapshot that names the journal files
+        shutil.rmtree(tmp_path / "journal")
+        with caplog.at_level(logging.WARNING, logger="flowrank.recovery"):
+            svc = await open_service(tmp_path, 3)
+        assert "journal is lost" in caplog.text
+        assert await state_of(svc) == live
+        await svc.close()
+        svc = await open_service(tmp_path, 3)  # and the next start uses them again
+        assert await state_of(svc) == live
+        await svc.close()
+
+    caplog.clear()
     run(go())

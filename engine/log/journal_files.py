@@ -1,0 +1,135 @@
+"""Journal stores on disk: one directory per partition (docs/storage.md, "Journals").
+
+The I/O half of :mod:`engine.journal`: ``rows`` and ``ids`` are append-only
+files (pwrite at the end, pread anywhere, never rewritten in place); each
+run is a file of sorted 64-bit hashes then their rows, read through
+``np.memmap``; ``instance`` names this incarnation of the directory, so a
+snapshot never reopens files another journal wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from engine.journal import JournalLost, Run
+
+__all__ = ["FileBlob", "FileStore", "FilePlace"]
+
+
+class FileBlob:
+    """An append-only byte file on disk (pwrite at the end, pread anywhere)."""
+
+    def __init__(self, path: Path, size: int | None = None) -> None:
+        """``size`` None: start empty; else keep the first ``size`` bytes
+        (raises JournalLost when the file is shorter)."""
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        have = os.fstat(self.fd).st_size
+        if size is not None and have < size:
+            os.close(self.fd)
+            raise JournalLost(f"{path} holds {have} bytes, the snapshot expects {size}")
+        self.size = 0 if size is None else size
+        if have != self.size:
+            os.ftruncate(self.fd, self.size)
+
+    def append(self, b: bytes) -> None:
+        view = memoryview(b)
+        while view:
+            k = os.pwrite(self.fd, view, self.size)
+            self.size += k
+            view = view[k:]
+
+    def read(self, off: int, n: int) -> bytes:
+        return os.pread(self.fd, n, off)
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class FileStore:
+    """Journal files in a directory: ``rows``, ``ids``, ``run-<seq>`` and
+    ``instance`` (a random id naming this incarnation of the directory)."""
+
+    def __init__(self, directory: str | os.PathLike, state: dict | None = None) -> None:
+        """``state`` None: a fresh journal (the directory is emptied); else the
+        files as a snapshot left them (truncated to its sizes)."""
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        inst = self.dir / "instance"
+        if state is None:
+            for f in self.dir.glob("run-*"):
+                f.unlink()
+            self.instance = uuid.uuid4().hex
+            inst.write_text(self.instance)
+            self.rows = FileBlob(self.dir / "rows")
+            self.ids = FileBlob(self.dir / "ids")
+            return
+        try:
+            self.instance = inst.read_text()
+        except OSError:
+            raise JournalLost(f"{inst} is missing") from None
+        if self.instance != state["instance"]:
+            raise JournalLost(f"{self.dir} belongs to another journal")
+        self.rows = FileBlob(self.dir / "rows", state["rows_size"])
+        self.ids = FileBlob(self.dir / "ids", state["ids_size"])
+
+    def _run_path(self, seq: int) -> Path:
+        return self.dir / f"run-{seq:08d}"
+
+    def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run:
+        path = self._run_path(seq)
+        with open(path, "wb") as f:
+            f.write(hashes.astype("<u8").tobytes())
+            f.write(rows.astype("<i8").tobytes())
+        return self.load_run(seq, len(hashes))
+
+    def load_run(self, seq: int, n: int) -> Run:
+        path = self._run_path(seq)
+        if not path.exists() or path.stat().st_size != 16 * n:
+            raise JournalLost(f"{path} is missing or short")
+        if n == 0:
+            return Run(seq, np.zeros(0, "<u8"), np.zeros(0, "<i8"))
+        h = np.memmap(path, "<u8", "r", 0, (n,))
+        r = np.memmap(path, "<i8", "r", 8 * n, (n,))
+        return Run(seq, h, r)
+
+    def delete_run(self, seq: int) -> None:
+        try:
+            self._run_path(seq).unlink()
+        except FileNotFoundError:
+            pass
+
+    def to_state(self, runs: list[Run]) -> dict:
+        self.rows.sync()
+        self.ids.sync()
+        for seq in {r.seq for r in runs}:
+            fd = os.open(self._run_path(seq), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size}
+
+    def close(self) -> None:
+        self.rows.close()
+        self.ids.close()
+
+
+class FilePlace:
+    """A partition's journal directory (:class:`engine.journal.StorePlace`)."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = directory
+
+    def fresh(self) -> FileStore:
+        return FileStore(self.directory)
+
+    def reopen(self, state: dict) -> FileStore:
+        return FileStore(self.directory, state)

@@ -1,0 +1,133 @@
+"""engine.journal: the journal on disk, against a plain list of every row.
+
+One contract, both stores (STYLE §12): whatever the tail size, the rows a
+journal hands back (by player, by event id, one by one) are the rows appended,
+and a snapshot taken at any point reopens to the same journal: files longer
+than the snapshot are cut back, run files merged away are rebuilt from the
+rows, and files that are gone raise JournalLost.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import msgpack
+import numpy as np
+import pytest
+
+from engine.journal import KIND_SCORE, Journal, JournalLost, MemoryStore, owner_add
+from engine.log.journal_files import FilePlace, FileStore
+from engine.players import encode_ids
+
+TRICKY = ["e", "é", "𝔘", "e\ud800", "a" * 40, "a" * 39 + "b"]
+
+
+def make(kind: str, tmp_path, tail: int) -> Journal:
+    return Journal(MemoryStore() if kind == "memory" else FileStore(tmp_path / "j"), tail)
+
+
+def append_batch(j: Journal, rows: list, rnd: random.Random, n: int, owned_ids: dict) -> None:
+    """Append n rows as the partition's kernel would (a batch: one reserve),
+    owning the ids not owned yet; record them in ``rows`` / ``owned_ids``."""
+    batch = []
+    for _ in range(n):
+        eid = rnd.choice(TRICKY) + str(rnd.randrange(200))
+        batch.append((rnd.randrange(12), eid, rnd.randrange(-5, 5), rnd.randrange(4), rnd.randrange(4)))
+    buf, offs = encode_ids([b[1] for b in batch])
+    j.reserve(len(batch), len(buf))
+    j.ensure_players(12)
+    for x, (p, eid, v, a, s) in enumerate(batch):
+        t = j.n
+        j.pid[t], j.kind[t], j.out[t], j.val[t], j.ach[t], j.sub[t] = p, KIND_SCORE, 1, v, a, s
+        j.prev[t] = j.heads[p]
+        j.heads[p] = j.base + t
+        e0 = j.eoffs[t]
+        raw = buf[offs[x]:offs[x + 1]]
+        j.earena[e0:e0 + len(raw)] = raw
+        j.eoffs[t + 1] = e0 + len(raw)
+        j.n += 1
+        r = j.base + t
+        if eid not in owned_ids and j.find(eid) < 0:
+            owner_add(j.slots, j.eoffs, j.earena, t)
+            j.owned += 1
+            owned_ids[eid] = r
+        rows.append((p, eid, v, a, s))
+
+
+def check(j: Journal, rows: list, owned_ids: dict) -> None:
+    assert len(j) == len(rows)
+    for r, (p, eid, v, a, s) in enumerate(rows):
+        got = j.record(r)
+        assert (got[0], got[3], got[4], got[5]) == (p, v, a, s)
+        assert j.event_id(r) == eid
+    for p in range(12):
+        assert j.rows_of(p) == [r for r, row in enumerate(rows) if row[0] == p]
+    for eid, r in owned_ids.items():
+        assert j.find(eid) == r
+    assert j.find("never-seen") == -1
+    assert j.n <= max(j.tail_rows, 50)  # memory: the tail stays bounded
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+@pytest.mark.parametrize("tail", [1, 3, 16, 10**6])
+def test_rows_by_player_and_by_id_equal_what_was_appended(tmp_path, kind, tail):
+    rnd = random.Random(tail)
+    j = make(kind, tmp_path, tail)
+    rows: list = []
+    owned: dict = {}
+    for _ in range(40):
+        append_batch(j, rows, rnd, rnd.randrange(1, 9), owned)
+    check(j, rows, owned)
+    if tail < 10**6:
+        assert j.base > 0 and j.runs  # the store really holds rows
+        assert len(j.runs) <= 2 + int(np.log2(max(2, len(owned))))  # runs merge by size
+
+
+@pytest.mark.parametrize("tail", [2, 5])
+def test_a_snapshot_reopens_after_more_writes_and_merged_runs(tmp_path, tail):
+    rnd = random.Random(7)
+    j = Journal(FileStore(tmp_path / "j"), tail)
+    rows: list = []
+    owned: dict = {}
+    for _ in range(15):
+        append_batch(j, rows, rnd, rnd.randrange(1, 6), owned)
+    state = msgpack.unpackb(msgpack.packb(j.to_state()))
+    at, owned_at = list(rows), dict(owned)
+    for _ in range(25):  # the files grow past the snapshot, runs merge away
+        append_batch(j, rows, rnd, rnd.randrange(1, 6), owned)
+    again = Journal.from_state(state, FilePlace(tmp_path / "j"), tail)
+    check(again, at, owned_at)
+    more_rows, more_owned = list(at), dict(owned_at)
+    append_batch(again, more_rows, random.Random(1), 9, more_owned)  # and it goes on from there
+    check(again, more_rows, more_owned)
+
+
+def test_lost_files_raise_journal_lost(tmp_path):
+    j = Journal(FileStore(tmp_path / "j"), 2)
+    rnd = random.Random(3)
+    append_batch(j, [], rnd, 9, {})
+    append_batch(j, [], rnd, 9, {})
+    state = j.to_state()
+    shutil.copytree(tmp_path / "j", tmp_path / "copy")
+    (tmp_path / "j" / "rows").write_bytes(b"")
+    with pytest.raises(JournalLost):
+        Journal.from_state(state, FilePlace(tmp_path / "j"), 2)
+    shutil.rmtree(tmp_path / "j")
+    with pytest.raises(JournalLost):
+        Journal.from_state(state, FilePlace(tmp_path / "j"), 2)
+    FileStore(tmp_path / "other")  # a fresh journal elsewhere is another incarnation
+    with pytest.raises(JournalLost):
+        Journal.from_state(state, FilePlace(tmp_path / "other"), 2)
+    Journal.from_state(state, FilePlace(tmp_path / "copy"), 2)  # the files themselves are all it needs
+
+
+def test_memory_in_use_does_not_grow_with_events(tmp_path):
+    j = Journal(FileStore(tmp_path / "j"), 64)
+    rnd = random.Random(9)
+    sizes = []
+    for round_ in range(6):
+        for _ in range(60):
+            append_batch(j, [], rnd, 8, {})
+        sizes.append(j.nbytes())
+    assert max(sizes) <= 2 * min(sizes), sizes  # 2,880 events per round, a bounded tail
