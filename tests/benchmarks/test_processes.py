@@ -152,14 +152,19 @@ def test_owned_stops_the_group_and_escaped_descendants():
 
 
 def test_owned_stops_even_when_the_block_raises_and_restores_sigterm():
-    before = signal.getsignal(signal.SIGTERM)
-    owned = Owned(["sleep", "600"])
-    with pytest.raises(ZeroDivisionError):
-        with owned:
-            assert signal.getsignal(signal.SIGTERM) is not before  # SIGTERM now unwinds
-            1 / 0
-    assert processes_with_marker(owned.marker) == []
-    assert signal.getsignal(signal.SIGTERM) == before
+    # Start from the default policy: an owner released off the main thread by
+    # an earlier test leaves the deferring handler installed (by design).
+    saved = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        owned = Owned(["sleep", "600"])
+        with pytest.raises(ZeroDivisionError):
+            with owned:
+                assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # SIGTERM now unwinds
+                1 / 0
+        assert processes_with_marker(owned.marker) == []
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, saved)
 
 
 def test_sigterm_unwinds_like_ctrl_c():
