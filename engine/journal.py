@@ -42,7 +42,7 @@ partition from the log.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import numba
 import numpy as np
@@ -356,13 +356,16 @@ class Journal:
     def event_id(self, r: int) -> str:
         return decode_id(self.id_bytes(r))
 
-    def rows_of(self, player: int) -> list[int]:
-        """Rows of one player, oldest first. O(their events)."""
-        out = []
+    def newest_first(self, player: int) -> Iterator[int]:
+        """Rows of one player, newest first, read one by one as asked for."""
         r = int(self.heads[player]) if player < len(self.heads) else -1
         while r >= 0:
-            out.append(r)
+            yield r
             r = self.record(r)[6]
+
+    def rows_of(self, player: int) -> list[int]:
+        """Rows of one player, oldest first. O(their events)."""
+        out = list(self.newest_first(player))
         out.reverse()
         return out
 

@@ -344,8 +344,38 @@ class Partition:
         if audit == ALREADY_INVALIDATED:
             return self._row(p), None
         j.invalid.add(r)
-        change = self._recompute(p)
+        change = self._after_invalidation(p, v, a, s)
         return self._row(p), change
+
+    def _after_invalidation(self, p: int, v: int, a: int, s: int) -> RowChange | None:
+        """The row once an applied event (content v, a, s) of player p is
+        invalid, reading no more of the player's events than needed: the
+        result is always the full recompute's.
+
+        * best / fastest: the row is the content of the best valid event; when
+          the invalidated event's content differs, that event is still valid
+          and still the best: nothing changes (no read at all).
+        * cumulative: the row is (sum of the valid deltas, their latest
+          achieved_at, the newest one's submitted_at). The sum loses ``v``;
+          when ``a`` was not the latest achieved_at the latest stays; the
+          newest valid event is found walking back from the newest row.
+        Otherwise (the best itself, or the latest achieved_at): the full
+        recompute, O(the player's events)."""
+        if self.st[p] != ST_ACTIVE:
+            return self._recompute(p)
+        if self._pol != 1:
+            if (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) != (v, a, s):
+                return None
+            return self._recompute(p)
+        latest = int(self.ach[p])
+        if a >= latest:
+            return self._recompute(p)
+        j = self.journal
+        for q in j.newest_first(p):
+            _, kind, out, _, _, newest_sub, _ = j.record(q)
+            if kind != KIND_INVALIDATION and out in _CANDIDATE_SET and q not in j.invalid:
+                return self._set_row(p, (int(self.val[p]) - v, latest, newest_sub))
+        return self._recompute(p)
 
     def _recompute(self, p: int) -> RowChange | None:
         j = self.journal
@@ -354,20 +384,25 @@ class Partition:
             _, kind, out, v, a, s, _ = j.record(r)
             if kind != KIND_INVALIDATION and out in _CANDIDATE_SET and r not in j.invalid:
                 cand.append((v, a, s))
+        if not cand:
+            return self._set_row(p, None)
+        if self._pol == 1:
+            return self._set_row(p, (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2]))
+        pid = self.players.id_of(p)
+        wkey = self._wire_key
+        return self._set_row(p, min(cand, key=lambda c: wkey(c[0], c[1], c[2], pid)))
+
+    def _set_row(self, p: int, new: tuple[int, int, int] | None) -> RowChange | None:
+        """Player p's row becomes ``new`` (None: INVALIDATED); one version step
+        when that changes anything."""
         touched = np.array([p], np.int32)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
-        if not cand:
+        if new is None:
             if self.st[p] == ST_INVALID:
                 return None
             self.st[p] = ST_INVALID
         else:
-            if self._pol == 1:
-                new = (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2])
-            else:
-                pid = self.players.id_of(p)
-                wkey = self._wire_key
-                new = min(cand, key=lambda c: wkey(c[0], c[1], c[2], pid))
             if self.st[p] == ST_ACTIVE and (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == new:
                 return None
             self.val[p], self.ach[p], self.sub[p] = new
