@@ -81,7 +81,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from benchmarks.engine_core import baseline_ingest, baseline_read_rates, deep_size, rate, rss_bytes, sample_players
+from benchmarks.engine_core import (
+    baseline_ingest,
+    baseline_read_rates,
+    deep_size,
+    rate,
+    rss_bytes,
+    rss_split,
+    sample_players,
+)
 from benchmarks.machine import REPO_ROOT, describe, header
 from benchmarks.processes import owned_process
 from benchmarks.workload import Workload, generate
@@ -266,6 +274,7 @@ def rss_growth_phase(args: argparse.Namespace) -> dict:
     ingest(board, chunks[0])
     gc.collect()
     rss1 = rss_bytes()
+    split1 = rss_split()
     players = len(board.partition)
     full_dedup, _ = dedup_bytes(board)  # the table at its retention: no growth slack
     print(f"  [rss-growth] phase 1: {args.events:,} events, {players:,} players, rss +{(rss1 - rss0) / 2**20:,.1f} MiB "
@@ -288,6 +297,7 @@ def rss_growth_phase(args: argparse.Namespace) -> dict:
             break
     gc.collect()
     rss2 = rss_bytes()
+    split2 = rss_split()
     own = max(1, rss1 - rss0)
     inval = invalidation_latency(board, chunks, args.seed)
     print(f"  [rss-growth] phase 2: {more:,} more events for the same players, rss +{(rss2 - rss1) / 2**20:,.1f} MiB "
@@ -307,6 +317,9 @@ def rss_growth_phase(args: argparse.Namespace) -> dict:
         "rss_bytes_per_player": (rss1 - rss0) / max(1, players),
         "rss_growth_10x_events": (rss2 - rss1) / own,
         "rss_growth_10x_events_process": (rss2 - rss1) / max(1, rss1),
+        # of which: the process's own allocations, and mapped journal run pages (page cache the kernel may drop)
+        "rss_growth_10x_events_anon": (split2.get("anon", 0) - split1.get("anon", 0)) / own,
+        "rss_growth_10x_events_file": (split2.get("file", 0) - split1.get("file", 0)) / own,
         "journal_rows": len(board.partition.journal),
         "journal_tail_rows": board.partition.journal.n,
         "journal_runs": len(board.partition.journal.runs),
@@ -594,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  rss: fresh child process, dedup retention {growth['dedup_retention']:,} (phase 1's distinct ids); "
           f"{growth['phase2_events']:,} more events grew RSS by {growth['rss_growth_10x_events']:.3f} of the board's "
           f"phase-1 footprint, {growth['rss_growth_10x_events_process']:.3f} of the whole process")
+    print(f"  rss growth by kind: {growth['rss_growth_10x_events_anon']:.3f} the process's own allocations (RssAnon), "
+          f"{growth['rss_growth_10x_events_file']:.3f} mapped file pages (RssFile: the journal's run files, page cache)")
     inv = growth["invalidation"]
     print(f"  invalidation: {inv['samples']} random events of the {growth['journal_rows']:,} journalled "
           f"({growth['journal_runs']} runs, {growth['journal_tail_rows']:,} rows in the tail): p50 {inv['p50_ms']:.2f} ms, "

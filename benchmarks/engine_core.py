@@ -225,6 +225,21 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def rss_split() -> dict[str, int]:
+    """The process's resident memory by kind (Linux ``/proc/self/status``):
+    ``anon`` (its own allocations) and ``file`` (mapped file pages, which the
+    kernel can drop and read back), in bytes; empty elsewhere."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    out[line.split(":")[0][3:].lower()] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 # ----------------------------------------------------------------- Redis side
 
 
