@@ -481,7 +481,8 @@ def cmd_export(api: Api, args, out: IO[str]) -> int:
 # ----------------------------------------------------------------- parser
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (also the serve flags' type, gateway.cli)."""
     try:
         v = int(text)
     except ValueError:
@@ -492,7 +493,7 @@ def _positive(text: str) -> int:
 
 
 def _batch(text: str) -> int:
-    v = _positive(text)
+    v = positive_int(text)
     if v > MAX_BATCH:
         raise argparse.ArgumentTypeError(f"at most {MAX_BATCH} events per batch")
     return v
@@ -518,8 +519,8 @@ def register(sub) -> None:
     c = bsub.add_parser("create", parents=[conn], help="create a board (admin)")
     c.add_argument("board")
     c.add_argument("--policy", required=True, choices=POLICIES)
-    c.add_argument("--shards", type=_positive, default=None)
-    c.add_argument("--max-plausible-time-ms", type=_positive, default=None)
+    c.add_argument("--shards", type=positive_int, default=None)
+    c.add_argument("--max-plausible-time-ms", type=positive_int, default=None)
     c.add_argument("--review-above", type=_int64, default=None)
     c.set_defaults(admin=cmd_boards_create)
     c = bsub.add_parser("list", parents=[conn], help="list the boards")
@@ -537,7 +538,7 @@ def register(sub) -> None:
     c.add_argument("file", help="one docs/api.md §7 event object per line")
     c.add_argument("--batch-size", type=_batch, default=MAX_BATCH, help=f"events per request (1-{MAX_BATCH})")
     c.add_argument("--retries", type=int, default=8, help="times a batch is sent again on 429/5xx/no answer")
-    c.add_argument("--concurrency", type=_positive, default=1,
+    c.add_argument("--concurrency", type=positive_int, default=1,
                    help="batches in flight (default 1: one after the other, in file order)")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -546,7 +547,7 @@ def register(sub) -> None:
 
     c = sub.add_parser("top", parents=[conn], help="the top of a board")
     c.add_argument("board")
-    c.add_argument("--limit", type=_positive, default=10, help="entries (1-1000, default 10)")
+    c.add_argument("--limit", type=positive_int, default=10, help="entries (1-1000, default 10)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(admin=cmd_top)
 

@@ -24,18 +24,9 @@ import threading
 from typing import NoReturn, Sequence
 
 from gateway import admin_cli, startup_errors
+from gateway.admin_cli import positive_int
 from gateway.cors import parse_origin
 from gateway.settings import Settings
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return v
 
 
 def _port(text: str) -> int:
@@ -70,12 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", default=d.data_dir, help="event log and snapshots (default ./flowrank-data)")
     s.add_argument("--host", default=d.host)
     s.add_argument("--port", type=_port, default=d.port)
-    s.add_argument("--shards", type=_positive, default=None, help="default partitions for new boards")
+    s.add_argument("--shards", type=positive_int, default=None, help="default partitions for new boards")
     s.add_argument("--keys", dest="keys_file", default=None, help="keys JSON file (docs/api.md §2)")
     s.add_argument("--friends-file", default=None)
     s.add_argument("--friends-url", default=None)
-    s.add_argument("--delta-retention", type=_positive, default=d.delta_retention)
-    s.add_argument("--dedup-retention", type=_positive, default=d.dedup_retention)
+    s.add_argument("--delta-retention", type=positive_int, default=d.delta_retention)
+    s.add_argument("--dedup-retention", type=positive_int, default=d.dedup_retention)
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
     s.add_argument("--ray-dashboard", action="store_true",
                    help="start Ray's dashboard with the embedded Ray (default: no dashboard)")
@@ -84,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     # extras (not in docs/api.md §1)
     s.add_argument("--engine", choices=("ray", "local"), default="ray",
                    help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
-    s.add_argument("--shard-actors", type=_positive, default=None, help="shard actors (default: CPUs Ray sees)")
-    s.add_argument("--snapshot-every-events", type=_positive, default=d.snapshot_every_events,
+    s.add_argument("--shard-actors", type=positive_int, default=None, help="shard actors (default: CPUs Ray sees)")
+    s.add_argument("--snapshot-every-events", type=positive_int, default=d.snapshot_every_events,
                    help="snapshot after this many events (default 1,000,000)")
     s.add_argument("--snapshot-every-seconds", type=float, default=d.snapshot_every_seconds,
                    help="or after this many seconds with new events (default 300)")
