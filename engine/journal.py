@@ -22,7 +22,8 @@ go to the store's ``rows`` file (fixed 48-byte records, :data:`ROW`), their
 ids to the ``ids`` file, and the (hash, row) pairs of the ids it owns become
 one sorted *run*. Runs merge by size (each run at least twice the size of
 the next one), so a board keeps O(log(events / tail_rows)) of them, and a
-batch looks all of its ids up in each run with one ``searchsorted``.
+batch looks all of its ids up in each run with one kernel call, which an
+in-memory fence (every 64th hash) narrows to one block of the run per id.
 
 Memory: the tail (bounded), the heads (per player), the ids of invalidated
 events (per invalidation). What grows with events is on disk, where the store
@@ -150,11 +151,40 @@ class MemoryBlob:
         pass
 
 
+FENCE = 64  # a run keeps every FENCE-th hash in memory (0.125 bytes per owned id)
+
+
+@numba.njit(cache=True)
+def probe_run(hashes, fence, queries):
+    """For each query hash, the first position of it in the sorted ``hashes``,
+    or -1. The in-memory ``fence`` (every FENCE-th hash) narrows each search
+    to one block, so a lookup reads one block of the run, not a whole binary
+    search's path through it (fewer cache misses; fewer pages mapped)."""
+    out = np.full(len(queries), -1, np.int64)
+    n = len(hashes)
+    for k in range(len(queries)):
+        q = queries[k]
+        b = np.searchsorted(fence, q, side="left")  # fence[b-1] < q <= fence[b]
+        lo = 0 if b == 0 else (b - 1) * FENCE
+        hi = min(n, b * FENCE + 1)
+        while lo < hi:  # first position with hashes[pos] >= q, within the block
+            mid = (lo + hi) // 2
+            if hashes[mid] < q:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n and hashes[lo] == q:
+            out[k] = lo
+    return out
+
+
 class Run:
-    """Sorted (hash, row) pairs of the ids one or more flushed tails own."""
+    """Sorted (hash, row) pairs of the ids one or more flushed tails own,
+    and their fence (every FENCE-th hash, in memory)."""
 
     def __init__(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> None:
         self.seq, self.hashes, self.rows = seq, hashes, rows
+        self.fence = np.ascontiguousarray(hashes[::FENCE], np.uint64)
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -371,7 +401,7 @@ class Journal:
 
     def find_stored(self, buf: np.ndarray, offs: np.ndarray, sel: np.ndarray) -> np.ndarray:
         """For ids ``sel`` of a buffer: the stored (flushed) row that owns
-        each, or -1. One ``searchsorted`` per run; hash matches are verified
+        each, or -1. One :func:`probe_run` per run; hash matches are verified
         on the id bytes."""
         found = np.full(len(sel), -1, np.int64)
         if not self.runs or not len(sel):
@@ -380,9 +410,8 @@ class Journal:
         for run in self.runs:
             if not len(run):
                 continue
-            pos = np.searchsorted(run.hashes, hashes)
-            near = np.minimum(pos, len(run) - 1)
-            for k in np.flatnonzero(np.asarray(run.hashes[near]) == hashes).tolist():
+            pos = probe_run(run.hashes, run.fence, hashes)
+            for k in np.flatnonzero(pos >= 0).tolist():
                 want = buf[offs[sel[k]]:offs[sel[k] + 1]].tobytes()
                 j = int(pos[k])
                 while j < len(run) and run.hashes[j] == hashes[k]:

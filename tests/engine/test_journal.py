@@ -15,8 +15,10 @@ import shutil
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.journal import KIND_SCORE, Journal, JournalLost, MemoryStore, owner_add
+from engine.journal import KIND_SCORE, Journal, JournalLost, MemoryStore, Run, owner_add, probe_run
 from engine.log.journal_files import FilePlace, FileStore
 from engine.players import encode_ids
 
@@ -131,3 +133,14 @@ def test_memory_in_use_does_not_grow_with_events(tmp_path):
             append_batch(j, [], rnd, 8, {})
         sizes.append(j.nbytes())
     assert max(sizes) <= 2 * min(sizes), sizes  # 2,880 events per round, a bounded tail
+
+
+@settings(deadline=None)  # the first call compiles the kernel
+@given(st.lists(st.integers(0, 300), max_size=700), st.lists(st.integers(0, 301), max_size=40))
+def test_probe_run_finds_the_first_position_of_each_hash(values, queries):
+    hashes = np.array(sorted(values), np.uint64)
+    run = Run(0, hashes, np.arange(len(hashes), dtype=np.int64))  # its fence, as every run builds it
+    got = probe_run(run.hashes, run.fence, np.array(queries, np.uint64))
+    for q, pos in zip(queries, got.tolist()):
+        first = int(np.searchsorted(hashes, q))
+        assert pos == (first if first < len(hashes) and hashes[first] == q else -1)
