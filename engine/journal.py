@@ -147,8 +147,6 @@ class MemoryBlob:
     def read(self, off: int, n: int) -> bytes:
         return bytes(self.data[off:off + n])
 
-    def sync(self) -> None:
-        pass
 
 
 FENCE = 64  # a run keeps every FENCE-th hash in memory (0.125 bytes per owned id)
@@ -182,9 +180,12 @@ class Run:
     """Sorted (hash, row) pairs of the ids one or more flushed tails own,
     and their fence (every FENCE-th hash, in memory)."""
 
-    def __init__(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> None:
+    def __init__(self, seq: int, hashes: np.ndarray, rows: np.ndarray, fence: np.ndarray | None = None) -> None:
+        """``fence``: taken from ``hashes`` when not given (a run just written
+        passes the one of its in-memory hashes, so building it maps no page
+        of the file)."""
         self.seq, self.hashes, self.rows = seq, hashes, rows
-        self.fence = np.ascontiguousarray(hashes[::FENCE], np.uint64)
+        self.fence = np.ascontiguousarray(hashes[::FENCE], np.uint64) if fence is None else fence
 
     def __len__(self) -> int:
         return len(self.hashes)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.journal import JournalLost, Run
+from engine.journal import FENCE, JournalLost, Run
 
 __all__ = ["FileBlob", "FileStore", "FilePlace"]
 
@@ -88,9 +88,9 @@ class FileStore:
         with open(path, "wb") as f:
             f.write(hashes.astype("<u8").tobytes())
             f.write(rows.astype("<i8").tobytes())
-        return self.load_run(seq, len(hashes))
+        return self.load_run(seq, len(hashes), np.ascontiguousarray(hashes[::FENCE], np.uint64))
 
-    def load_run(self, seq: int, n: int) -> Run:
+    def load_run(self, seq: int, n: int, fence: np.ndarray | None = None) -> Run:
         path = self._run_path(seq)
         if not path.exists() or path.stat().st_size != 16 * n:
             raise JournalLost(f"{path} is missing or short")
@@ -100,7 +100,7 @@ class FileStore:
         # tens of microseconds per fancy index, per batch and run
         h = np.memmap(path, "<u8", "r", 0, (n,)).view(np.ndarray)
         r = np.memmap(path, "<i8", "r", 8 * n, (n,)).view(np.ndarray)
-        return Run(seq, h, r)
+        return Run(seq, h, r, fence)
 
     def delete_run(self, seq: int) -> None:
         try:
