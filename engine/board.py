@@ -26,7 +26,7 @@ from engine import records as R
 from engine.admission import Admission
 from engine.changes import ChangeRing
 from engine.columns import BatchResult, ScoreColumns
-from engine.errors import PlayerNotFound, PlayerNotRanked, ValidationFailed, ViewExpired
+from engine.errors import PlayerNotFound, PlayerNotRanked, TotalOutOfRange, ValidationFailed, ViewExpired
 from engine.model import (
     DEFAULT_DEDUP_RETENTION,
     DEFAULT_DELTA_RETENTION,
@@ -138,7 +138,9 @@ class Board:
         if correction_id is None:
             self._corrections += 1
             correction_id = f"correction-{self._corrections}"
-        row, change = self.partition.invalidate(event_id, correction_id)
+        row, change, refused = self.partition.invalidate(event_id, correction_id)
+        if refused:
+            raise TotalOutOfRange.invalidating(event_id, row.player_id)
         if change is not None:
             self.ring.push(Delta(self.partition.changes, (change,)))
         active = row.status is RowStatus.ACTIVE

@@ -68,6 +68,21 @@ class AlreadyDecided(FlowRankError):
     code, status = "ALREADY_DECIDED", 409
 
 
+class TotalOutOfRange(FlowRankError):
+    """An invalidation refused: the player's cumulative total without that
+    event would leave the 64-bit range (the refusal is audited in the log)."""
+
+    code, status = "TOTAL_OUT_OF_RANGE", 409
+
+    @classmethod
+    def invalidating(cls, event_id: str, player_id: str) -> "TotalOutOfRange":
+        return cls(
+            f"Invalidating {event_id!r} would take {player_id!r}'s total outside the 64-bit range; "
+            "invalidate the event that offsets it first.",
+            "event_id",
+        )
+
+
 class ViewExpired(FlowRankError):
     code, status = "VIEW_EXPIRED", 410
 

@@ -57,7 +57,7 @@ from engine.journal import (
     owner_add,
     owner_find,
 )
-from engine.model import Outcome, Policy, RowChange, RowStatus, ScoreEvent
+from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
 from engine.players import PlayerTable, encode_ids
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 from engine.rank_index import RankIndex
@@ -73,6 +73,7 @@ _CANDIDATES = np.array(sorted(_C[o] for o in (
     Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.REJECTED_NOT_AN_IMPROVEMENT,
     Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER)), np.uint8)
 _CANDIDATE_SET = frozenset(_CANDIDATES.tolist())
+_OUT_OF_RANGE = R.CODE[Outcome.REJECTED_TOTAL_OUT_OF_RANGE]  # audit of a refused invalidation
 
 
 def _codes(policy: Policy) -> np.ndarray:
@@ -97,6 +98,14 @@ class Row(NamedTuple):
 
     def change(self) -> RowChange:
         return RowChange(self.player_id, self.value, self.achieved_at, self.status)
+
+
+class Invalidation(NamedTuple):
+    """What invalidating one event did to its player's row."""
+
+    row: Row  # the row afterwards
+    change: RowChange | None  # the version step, None when nothing changed
+    refused: bool  # cumulative: the total without the event would leave int64
 
 
 class Applied(NamedTuple):
@@ -324,15 +333,19 @@ class Partition:
         """Whether an event with this id reached this partition's comparator."""
         return self.journal.find(event_id) >= 0
 
-    def invalidate(self, event_id: str, correction_id: str) -> tuple[Row, RowChange | None]:
+    def invalidate(self, event_id: str, correction_id: str) -> Invalidation:
         """Invalidate an event the partition applied and recompute its row.
 
         best / fastest: the best remaining valid candidate event under the
         comparator, with that event's timestamps; cumulative: the sum of the
         remaining valid deltas (a compensating delta). No valid event left:
         the row becomes INVALIDATED (unranked). Idempotent: invalidating an
-        invalid event changes nothing. O(the player's events) reads of the
-        journal. Raises EventNotFound when the event never reached this partition.
+        invalid event changes nothing. cumulative: when the remaining sum
+        would leave int64 (an earlier delta offset this one) the invalidation
+        is refused, audited as REJECTED_TOTAL_OUT_OF_RANGE, and changes
+        nothing; the row is always the sum of its valid deltas. O(the
+        player's events) reads of the journal. Raises EventNotFound when the
+        event never reached this partition.
         """
         j = self.journal
         r = j.find(event_id)
@@ -340,12 +353,14 @@ class Partition:
             raise EventNotFound(f"No applied event {event_id!r} on this board.", "event_id")
         p, _, _, v, a, s, _ = j.record(r)
         audit = ALREADY_INVALIDATED if r in j.invalid else INVALIDATED
+        if audit == INVALIDATED and self._pol == 1 and not INT64_MIN <= int(self.val[p]) - v <= INT64_MAX:
+            audit = _OUT_OF_RANGE
         j.append_one(p, correction_id, KIND_INVALIDATION, v, a, s, audit)
-        if audit == ALREADY_INVALIDATED:
-            return self._row(p), None
+        if audit != INVALIDATED:
+            return Invalidation(self._row(p), None, audit == _OUT_OF_RANGE)
         j.invalid.add(r)
         change = self._after_invalidation(p, v, a, s)
-        return self._row(p), change
+        return Invalidation(self._row(p), change, False)
 
     def _after_invalidation(self, p: int, v: int, a: int, s: int) -> RowChange | None:
         """The row once an applied event (content v, a, s) of player p is

@@ -45,6 +45,7 @@ from engine.errors import (
     PlayerNotFound,
     PlayerNotRanked,
     StorageUnavailable,
+    TotalOutOfRange,
     ValidationFailed,
     ViewExpired,
 )
@@ -706,7 +707,9 @@ class Router:
         if kind == R.INVALIDATE:
             for a, ans in got:
                 if ans is not None:
-                    pid, active, value, change = ans
+                    pid, active, value, change, refused = ans
+                    if refused:
+                        return TotalOutOfRange.invalidating(rec[2], pid)
                     self._note_change(ctl, a, change, new_deltas)
                     status = RowStatus.ACTIVE if active else RowStatus.INVALIDATED
                     return InvalidationResult(rec[3], pid, status, value if active else None, ctl.version)

@@ -217,8 +217,8 @@ class ShardCore:
             _, board_id, event_id, correction_id = rec[:4]
             for partition in self.parts.get(board_id, {}).values():
                 if partition.owns_event(event_id):
-                    row, change = partition.invalidate(event_id, correction_id)
-                    return [row.player_id, row.key is not None, row.value, change_wire(change)]
+                    row, change, refused = partition.invalidate(event_id, correction_id)
+                    return [row.player_id, row.key is not None, row.value, change_wire(change), refused]
             return None
         if kind == R.DECIDE:
             _, board_id, event_id, decision, _reason, _moderator, pid, value, achieved, submitted = rec

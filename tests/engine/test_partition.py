@@ -128,11 +128,12 @@ def test_invalidation_and_snapshot_round_trip(policy, events, data):
     p = applied(policy, events, 5)
     owned = [e.event_id for e in events if p.owns_event(e.event_id)]
     victims = data.draw(st.lists(st.sampled_from(owned), max_size=3, unique=True)) if owned else []
-    for i, eid in enumerate(victims):
-        p.invalidate(eid, f"c{i}")
-        p._check()
     never = {e.event_id for e in events if not p.owns_event(e.event_id)}
-    rows = oracle_rows(policy, events, set(victims) | never)
+    accepted = invalidations_accepted(policy, events, never, victims)
+    for i, eid in enumerate(victims):
+        assert p.invalidate(eid, f"c{i}").refused == (eid not in accepted)
+        p._check()
+    rows = oracle_rows(policy, events, accepted | never)
     expected = oracle.ranking(policy, rows)
     assert [r.player_id for r in p.top(0, 1000)] == expected
     q = Partition.from_state(policy, 3, msgpack.unpackb(msgpack.packb(p.to_state())))
@@ -160,6 +161,44 @@ def test_invalidation_and_snapshot_round_trip(policy, events, data):
         x.apply_columns(ScoreColumns.from_events(events[:7], BOARD))
         x._check()
     assert p.checksum_sum() == q.checksum_sum() == r.checksum_sum()
+
+
+def invalidations_accepted(policy, events, never: set, victims: list) -> set:
+    """The victims whose invalidation goes through, in order: cumulative
+    refuses one that would take the sum of the player's other valid deltas
+    outside int64."""
+    if policy is not Policy.CUMULATIVE:
+        return set(victims)
+    first = {}
+    for e in events:
+        first.setdefault(e.event_id, e)
+    accepted: set = set()
+    for eid in victims:
+        pid = first[eid].player_id
+        rest = sum(e.value for e in first.values()
+                   if e.player_id == pid and e.event_id not in never | accepted | {eid})
+        if INT64_MIN <= rest <= INT64_MAX:
+            accepted.add(eid)
+    return accepted
+
+
+def test_invalidation_leaving_int64_is_refused_audited_and_changes_nothing():
+    p = Partition(Policy.CUMULATIVE, 3, Journal(tail_rows=1))
+    for e in (ScoreEvent(BOARD, "big", "p", INT64_MAX, 1, 1), ScoreEvent(BOARD, "minus", "p", -5, 2, 2),
+              ScoreEvent(BOARD, "plus", "p", 5, 3, 3)):
+        assert p.apply(e)[0] is Outcome.APPLIED
+    before = p.checksum_sum()
+    refused = p.invalidate("minus", "c1")  # INT64_MAX + 5 without it
+    assert refused.refused and refused.change is None and refused.row.value == INT64_MAX
+    assert p.checksum_sum() == before
+    assert p.player_history("p")[-1][5] == "REJECTED_TOTAL_OUT_OF_RANGE"
+    # invalidating the offsetting event first makes room
+    assert not p.invalidate("plus", "c2").refused
+    done = p.invalidate("minus", "c3")
+    assert not done.refused and done.row.value == INT64_MAX and done.change is not None
+    # a snapshot replays the refusal's audit the same way
+    q = Partition.from_state(Policy.CUMULATIVE, 3, msgpack.unpackb(msgpack.packb(p.to_state())))
+    assert q.checksum_sum() == p.checksum_sum() and q.player_history("p") == p.player_history("p")
 
 
 def format1(state: dict, keep_owner: bool) -> dict:

@@ -65,3 +65,24 @@ async def test_checksum_and_readyz(seeded):
     assert r.status_code == 503 and r.headers["Retry-After"] == "1"
     assert r.json()["error"]["code"] == "OVERLOADED"
     assert (await c.get("/healthz")).json() == {"status": "ok"}
+
+
+async def test_invalidation_leaving_int64_is_409_and_changes_nothing(harness):
+    c, board = harness.client, "g:m:s:int64"
+    r = await c.post("/v1/boards", json={"board_id": board, "policy": "cumulative"}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    events = [{"event_id": eid, "board_id": board, "player_id": "p", "value": v,
+               "achieved_at": f"2026-11-01T10:0{i}:00Z"}
+              for i, (eid, v) in enumerate((("big", 2**63 - 1), ("minus", -5), ("plus", 5)))]
+    r = await c.post("/v1/events", json={"events": events}, headers=H("game_server"))
+    assert [x["outcome"] for x in r.json()["results"]] == ["APPLIED"] * 3
+    before = (await c.get(f"/v1/boards/{board}/checksum", headers=H("admin"))).json()
+    r = await c.post(f"/v1/boards/{board}/invalidations", json={"event_id": "minus"}, headers=H("moderator"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "TOTAL_OUT_OF_RANGE", r.text
+    assert (await c.get(f"/v1/boards/{board}/checksum", headers=H("admin"))).json() == before
+    hist = (await c.get(f"/v1/boards/{board}/players/p/history", headers=H("moderator"))).json()["events"]
+    assert (hist[-1]["kind"], hist[-1]["outcome"]) == ("invalidation", "REJECTED_TOTAL_OUT_OF_RANGE")
+    r = await c.post(f"/v1/boards/{board}/invalidations", json={"event_id": "plus"}, headers=H("moderator"))
+    assert r.status_code == 200 and r.json()["value"] == 2**63 - 6
+    r = await c.post(f"/v1/boards/{board}/invalidations", json={"event_id": "minus"}, headers=H("moderator"))
+    assert r.status_code == 200 and r.json()["value"] == 2**63 - 1
