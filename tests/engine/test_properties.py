@@ -46,7 +46,8 @@ def ranked_rows(b: Board):
     return [(r.player_id, r.value, r.key[1]) for r in (rows[e.player_id] for e in b.top(0, 10_000).entries)]
 
 
-settings.register_profile("flowrank", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150)
+settings.register_profile("flowrank", parent=settings.default, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow], max_examples=150)
 settings.load_profile("flowrank")
 
 
