@@ -387,6 +387,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="engine core: one Board in process vs dict + SortedList, memory, replay (benchmarks/core_bench.py)")
     sub.add_parser("capacity", add_help=False,
                    help="how many ranked players one board holds in an RSS budget, ranks checked (benchmarks/capacity.py)")
+    sub.add_parser("chaos", add_help=False,
+                   help="SIGKILL the server (and Ray shard actors) N times under writes, check exactly-once (benchmarks/chaos.py)")
     sub.add_parser("export", add_help=False,
                    help="export rows/s and server RSS, and the CLI submit/export round trip (benchmarks/export_bench.py)")
     return p
@@ -498,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
         from .capacity import main as capacity_main
 
         return capacity_main(argv[1:])
+    if argv[0] == "chaos":
+        from .chaos import main as chaos_main
+
+        return chaos_main(argv[1:])
     if argv[0] == "export":
         from .export_bench import main as export_main
 

@@ -2,7 +2,7 @@
 ``flowrank serve`` subprocess on a loopback port.
 
 Shared by ``tests/chaos/test_chaos.py`` (short CI runs) and
-``benchmarks/chaos.py`` (long runs with ``--duration``/``--seed``).
+``benchmarks/chaos.py`` (long runs: ``python -m benchmarks chaos --kills N``).
 
 * :class:`Server` starts ``python -m gateway serve`` in its own session
   (``start_new_session``), so the server, its embedded Ray (gcs, raylet) and
@@ -218,6 +218,11 @@ class Report:
     durable_events: int = 0
     replays_compared: int = 0
     anomalies: list = field(default_factory=list)
+    kills: list = field(default_factory=list)  # one Kill per nemesis action, in order
+
+    @property
+    def kill_count(self) -> int:
+        return self.server_kills + self.shard_kills
 
     def line(self) -> str:
         return (f"engine={self.engine} seed={self.seed} duration={self.duration_s:.1f}s "
@@ -227,6 +232,19 @@ class Report:
                 f"events_sent={self.events_sent} acked={self.events_acked} durable={self.durable_events} "
                 f"events_checked={self.events_checked} replays_compared={self.replays_compared} "
                 f"anomalies={len(self.anomalies)}")
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One nemesis action: what was killed, when (seconds into the run), how
+    long until the service answered again, and how many events had been
+    acknowledged by then."""
+
+    n: int
+    kind: str  # "server" (the whole session, then a restart) | "shard" (one Ray shard actor)
+    at_s: float
+    recovery_s: float
+    acked_before: int
 
 
 class Workload:
@@ -284,30 +302,60 @@ async def writer(url: str, wl: Workload, idx: int, stop: asyncio.Event, rep: Rep
             await asyncio.sleep(0.05)
 
 
+async def _answers_again(url: str, timeout: float = 120.0) -> None:
+    """Until every board's top (a read over all its partitions) answers 200."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=url, timeout=5.0) as c:
+        while time.monotonic() < deadline:
+            try:
+                codes = [(await c.get(f"/v1/boards/{b}/top", params={"limit": 1}, headers=H("moderator"))).status_code
+                         for b in BOARDS]
+                if all(code == 200 for code in codes):
+                    return
+            except (httpx.HTTPError, OSError):
+                pass
+            await asyncio.sleep(0.05)
+
+
 async def nemesis(server: Server, stop: asyncio.Event, rep: Report, rng: random.Random,
-                  min_gap: float, max_gap: float) -> None:
-    """SIGKILL at random moments; on Ray, shard actors and whole servers alternate."""
+                  min_gap: float, max_gap: float, max_kills: int | None = None, t_start: float = 0.0,
+                  wl: Workload | None = None, log=None) -> None:
+    """SIGKILL at random moments; on Ray, shard actors and whole servers
+    alternate. With ``max_kills`` it sets ``stop`` itself after that many."""
     round_ = 0
     while not stop.is_set():
+        if max_kills is not None and rep.kill_count >= max_kills:
+            stop.set()
+            return
         try:
             await asyncio.wait_for(stop.wait(), rng.uniform(min_gap, max_gap))
             return
         except asyncio.TimeoutError:
             pass
         round_ += 1
+        at = time.monotonic()
+        acked = sum(1 for r in wl.records.values() if r.acked) if wl is not None else 0
         pids = server.shard_pids() if server.engine == "ray" and round_ % 2 == 1 else []
         if pids:
             pid = rng.choice(pids)
             try:
                 os.kill(pid, signal.SIGKILL)
-                rep.shard_kills += 1
             except ProcessLookupError:
-                pass
-            continue
-        await asyncio.to_thread(server.kill)
-        await asyncio.to_thread(server.start)
-        rep.server_kills += 1
-        rep.restarts += 1
+                continue
+            rep.shard_kills += 1
+            await asyncio.sleep(0.05)
+            await _answers_again(server.url)
+            kind = "shard"
+        else:
+            await asyncio.to_thread(server.kill)
+            await asyncio.to_thread(server.start)
+            rep.server_kills += 1
+            rep.restarts += 1
+            kind = "server"
+        kill = Kill(rep.kill_count, kind, round(at - t_start, 3), round(time.monotonic() - at, 3), acked)
+        rep.kills.append(kill)
+        if log:
+            log(f"chaos: kill {kill.n} {kind} at {kill.at_s:.1f}s, answering again after {kill.recovery_s:.2f}s")
 
 
 # ---------------------------------------------------------------- checking
@@ -427,8 +475,10 @@ async def _setup_boards(url: str) -> None:
 
 
 async def run(workdir: Path, *, engine: str = "local", duration: float = 10.0, seed: int = 1, writers: int = 4,
-              min_gap: float = 0.5, max_gap: float = 2.0, log=print) -> Report:
-    """One bounded chaos run; returns the report (anomalies must be empty)."""
+              min_gap: float = 0.5, max_gap: float = 2.0, kills: int | None = None, log=print) -> Report:
+    """One bounded chaos run; returns the report (anomalies must be empty).
+    Writes last ``duration`` seconds, or with ``kills`` until the nemesis has
+    made that many kills (``duration`` is then only a safety cap)."""
     rep = Report(engine=engine, seed=seed)
     wl = Workload(seed)
     rng = random.Random(seed)
@@ -440,8 +490,13 @@ async def run(workdir: Path, *, engine: str = "local", duration: float = 10.0, s
         await _setup_boards(server.url)
         stop = asyncio.Event()
         tasks = [asyncio.create_task(writer(server.url, wl, i, stop, rep)) for i in range(writers)]
-        nem = asyncio.create_task(nemesis(server, stop, rep, rng, min_gap, max_gap))
-        await asyncio.sleep(duration)
+        nem = asyncio.create_task(nemesis(server, stop, rep, rng, min_gap, max_gap, max_kills=kills,
+                                          t_start=t0, wl=wl, log=log if kills else None))
+        try:
+            await asyncio.wait_for(stop.wait(), duration)
+        except asyncio.TimeoutError:
+            if kills is not None:
+                log(f"chaos: only {rep.kill_count} of {kills} kills within the {duration:.0f}s cap")
         stop.set()
         await nem
         await asyncio.gather(*tasks)
