@@ -389,6 +389,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="how many ranked players one board holds in an RSS budget, ranks checked (benchmarks/capacity.py)")
     sub.add_parser("chaos", add_help=False,
                    help="SIGKILL the server (and Ray shard actors) N times under writes, check exactly-once (benchmarks/chaos.py)")
+    sub.add_parser("soak", add_help=False,
+                   help="steady mixed load for N minutes: RSS drift, read p99, ingest lag, fsync p99 (benchmarks/soak.py)")
     sub.add_parser("export", add_help=False,
                    help="export rows/s and server RSS, and the CLI submit/export round trip (benchmarks/export_bench.py)")
     return p
@@ -504,6 +506,10 @@ def main(argv: list[str] | None = None) -> int:
         from .chaos import main as chaos_main
 
         return chaos_main(argv[1:])
+    if argv[0] == "soak":
+        from .soak import main as soak_main
+
+        return soak_main(argv[1:])
     if argv[0] == "export":
         from .export_bench import main as export_main
 
