@@ -58,7 +58,10 @@ def plot(result: dict, path: Path) -> None:
         ks = [k for k in kills if k["kind"] == kind]
         a.scatter([k["n"] for k in ks], [k["recovery_s"] for k in ks], s=12, c=colour, label=f"{kind} kill")
     a.set_ylabel("answering again after (s)")
-    a.legend()
+    a.legend(loc="upper left")
+    load = a.twinx()
+    load.plot([k["n"] for k in kills], [k.get("load1", 0) for k in kills], c="grey", lw=0.8)
+    load.set_ylabel("1-min load average", color="grey")
     r = result["report"]
     a.set_title(f"chaos, {result['params']['engine']} engine: {r['kill_count']} kills, "
                 f"{r['events_checked']} events checked, {len(r['anomalies'])} anomalies")

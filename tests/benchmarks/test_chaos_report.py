@@ -8,7 +8,7 @@ from benchmarks.chaos import plot, summary
 
 
 def kills(*spec):
-    return [{"n": i + 1, "kind": kind, "at_s": float(i), "recovery_s": r, "acked_before": 10 * i}
+    return [{"n": i + 1, "kind": kind, "at_s": float(i), "recovery_s": r, "acked_before": 10 * i, "load1": 1.0}
             for i, (kind, r) in enumerate(spec)]
 
 

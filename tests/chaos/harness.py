@@ -245,6 +245,7 @@ class Kill:
     at_s: float
     recovery_s: float
     acked_before: int
+    load1: float  # the machine's 1-minute load average when it answered again
 
 
 class Workload:
@@ -352,10 +353,12 @@ async def nemesis(server: Server, stop: asyncio.Event, rep: Report, rng: random.
             rep.server_kills += 1
             rep.restarts += 1
             kind = "server"
-        kill = Kill(rep.kill_count, kind, round(at - t_start, 3), round(time.monotonic() - at, 3), acked)
+        kill = Kill(rep.kill_count, kind, round(at - t_start, 3), round(time.monotonic() - at, 3), acked,
+                    round(os.getloadavg()[0], 2))
         rep.kills.append(kill)
         if log:
-            log(f"chaos: kill {kill.n} {kind} at {kill.at_s:.1f}s, answering again after {kill.recovery_s:.2f}s")
+            log(f"chaos: kill {kill.n} {kind} at {kill.at_s:.1f}s, answering again after {kill.recovery_s:.2f}s"
+                f" (load {kill.load1:.2f})")
 
 
 # ---------------------------------------------------------------- checking
