@@ -1,0 +1,335 @@
+"""The compact form of an ARCHIVED board: build it, read it (docs/storage.md, "Archives").
+
+An archived board's final rows are written once, in rank order, as columns
+in one immutable byte string; every read of the board is then answered from
+it (docs/api.md §13, archive) and the shards drop the board's partitions.
+This module is pure: :func:`encode` turns rows into byte chunks,
+:class:`ArchiveView` reads any buffer (``bytes``, an ``mmap``) through numpy
+views, copying nothing but what a read returns. The file I/O (temp file,
+fsync, rename, mmap) is :mod:`engine.log.archives`.
+
+Layout (little-endian; every section starts at a multiple of 8)::
+
+    magic  b"FRARCHV1"
+    u64    header length H
+    H      header: compact JSON, sorted keys (format, board_id, policy,
+           version, rows, ranked, checksum, sections {name: [offset, nbytes]})
+    ...    sections, see SECTIONS
+    u64    xxh3_64 of every byte before it (the trailer)
+
+Rows ``0 .. ranked-1`` are the ranked (ACTIVE) rows, best first: row ``i``
+has rank ``i + 1``. Rows ``ranked .. rows-1`` are the INVALIDATED rows in
+player-id order. Player ids are found through ``hashes`` (the xxh3_64 of
+every id's UTF-8 bytes, sorted) and ``hash_rows`` (the row of each hash), and
+verified on the id bytes, so a lookup is one binary search and touches
+O(log n) pages of the file.
+
+>>> view = ArchiveView(b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 3, ArchiveRows(
+...     ["b", "a", "c"], np.array([5, 5, 1]), np.array([10, 10, 3]), np.array([10, 10, 3]),
+...     np.array([1, 1, 2]), np.array([True, True, False])))))
+>>> [(e.rank, e.player_id, e.value) for e in view.top(0, 10)]
+[(1, 'a', 5), (2, 'b', 5)]
+>>> view.find("c"), view.find("zz")
+(2, -1)
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import xxhash
+
+from engine.checksum import MASK128, render, row_digest
+from engine.errors import UnsupportedFormat
+from engine.model import PlayerView, Policy, RankedEntry, RowStatus
+from engine.players import decode_id, encode_ids
+
+MAGIC = b"FRARCHV1"
+#: What :func:`encode` writes; a reader refuses a newer one (engine.formats rules).
+ARCHIVE_FORMAT = 1
+#: Section name -> numpy dtype ("bytes" sections are raw uint8).
+SECTIONS = {
+    "value": "<i8", "achieved": "<i8", "submitted": "<i8", "row_version": "<i8",
+    "id_offsets": "<i8", "id_bytes": "u1", "meta_offsets": "<i8", "meta_bytes": "u1",
+    "hashes": "<u8", "hash_rows": "<i8",
+}
+_U64 = struct.Struct("<Q")
+
+
+class ArchiveRows(NamedTuple):
+    """Every row of a board (any order), as columns. ``metadata``: per row
+    the compact JSON bytes of its metadata, or None (the whole column may be None)."""
+
+    player_ids: Sequence[str]
+    value: np.ndarray
+    achieved: np.ndarray
+    submitted: np.ndarray
+    row_version: np.ndarray
+    active: np.ndarray
+    metadata: Sequence[bytes | None] | None = None
+
+
+class ArchiveInfo(NamedTuple):
+    board_id: str
+    policy: Policy
+    version: int
+    rows: int
+    ranked: int
+    checksum: str
+
+
+def id_hashes(raw: Sequence[bytes]) -> np.ndarray:
+    """xxh3_64 of each id's UTF-8 bytes."""
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter((h(b) for b in raw), np.uint64, count=len(raw))
+
+
+def rank_order(policy: Policy, rows: ArchiveRows, id_bytes: Sequence[bytes]) -> np.ndarray:
+    """Row positions: the active rows by the board comparator (docs/api.md §6),
+    then the invalidated rows by player id. O(n log n) in numpy, plus a
+    Python sort of each run of rows whose (primary, tie) are equal."""
+    active = np.asarray(rows.active, bool)
+    value = np.asarray(rows.value, np.int64)
+    if policy is Policy.FASTEST_TIME:
+        primary, tie = value, np.asarray(rows.submitted, np.int64)
+    else:  # descending: ~v orders as -v without overflowing at the int64 edge
+        primary, tie = np.invert(value), np.asarray(rows.achieved, np.int64)
+    on = np.flatnonzero(active)
+    order = on[np.lexsort((tie[on], primary[on]))]
+    if len(order) > 1:
+        p, t = primary[order], tie[order]
+        same = (p[1:] == p[:-1]) & (t[1:] == t[:-1])
+        if same.any():  # equal (primary, tie): the lower player id first
+            order = order.copy()
+            starts = np.flatnonzero(same & ~np.concatenate(([False], same[:-1])))
+            for s in starts.tolist():
+                e = s + 1
+                while e < len(same) and same[e]:
+                    e += 1
+                run = order[s:e + 1].tolist()
+                order[s:e + 1] = sorted(run, key=lambda r: id_bytes[r])
+    off = np.flatnonzero(~active)
+    rest = sorted(off.tolist(), key=lambda r: id_bytes[r])
+    return np.concatenate((order, np.asarray(rest, np.int64))).astype(np.int64)
+
+
+def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows) -> list[bytes]:
+    """The archive of a board at ``version`` as byte chunks to write in order.
+    Deterministic: the same rows (in any order) give the same bytes. O(n log n)."""
+    ids = list(rows.player_ids)
+    n = len(ids)
+    buf, offs = encode_ids(ids)
+    raw = [buf[offs[i]:offs[i + 1]].tobytes() for i in range(n)]
+    order = rank_order(policy, rows, raw)
+    ranked = int(np.count_nonzero(np.asarray(rows.active, bool)))
+    ordered = [raw[i] for i in order.tolist()]
+    id_offsets = np.zeros(n + 1, np.int64)
+    if n:
+        np.cumsum(np.fromiter(map(len, ordered), np.int64, count=n), out=id_offsets[1:])
+    metas = [None] * n if rows.metadata is None else [rows.metadata[i] for i in order.tolist()]
+    meta_offsets = np.zeros(n + 1, np.int64)
+    if n:
+        np.cumsum(np.fromiter((len(m or b"") for m in metas), np.int64, count=n), out=meta_offsets[1:])
+    hashes = id_hashes(ordered)
+    by_hash = np.argsort(hashes, kind="stable")
+    value, achieved = np.asarray(rows.value, np.int64)[order], np.asarray(rows.achieved, np.int64)[order]
+    submitted, rv = np.asarray(rows.submitted, np.int64)[order], np.asarray(rows.row_version, np.int64)[order]
+    total = 0
+    for i, pid in enumerate(ordered):
+        status = RowStatus.ACTIVE.value if i < ranked else RowStatus.INVALIDATED.value
+        total += row_digest(decode_id(pid), int(value[i]), int(achieved[i]), status, int(rv[i]))
+    data = {
+        "value": value.astype("<i8").tobytes(), "achieved": achieved.astype("<i8").tobytes(),
+        "submitted": submitted.astype("<i8").tobytes(), "row_version": rv.astype("<i8").tobytes(),
+        "id_offsets": id_offsets.astype("<i8").tobytes(), "id_bytes": b"".join(ordered),
+        "meta_offsets": meta_offsets.astype("<i8").tobytes(), "meta_bytes": b"".join(m or b"" for m in metas),
+        "hashes": hashes[by_hash].astype("<u8").tobytes(), "hash_rows": by_hash.astype("<i8").tobytes(),
+    }
+    header = {"format": ARCHIVE_FORMAT, "board_id": board_id, "policy": policy.value, "version": int(version),
+              "rows": n, "ranked": ranked, "checksum": render(total & MASK128), "sections": {}}
+    # Section offsets depend on the header's length, which depends on the offsets: fix the
+    # header's size first (offsets as fixed-width numbers), then fill them in.
+    width = 20
+    header["sections"] = {k: [0, len(v)] for k, v in data.items()}
+    sized = _header_bytes(header, width)
+    at = _align(16 + len(sized))
+    for k, v in data.items():
+        header["sections"][k] = [at, len(v)]
+        at = _align(at + len(v))
+    head = _header_bytes(header, width)
+    assert len(head) == len(sized)
+    chunks = [MAGIC, _U64.pack(len(head)), head, b"\0" * (_align(16 + len(head)) - 16 - len(head))]
+    pos = _align(16 + len(head))
+    for v in data.values():
+        chunks += [v, b"\0" * (_align(pos + len(v)) - pos - len(v))]
+        pos = _align(pos + len(v))
+    digest = xxhash.xxh3_64()
+    for c in chunks:
+        digest.update(c)
+    chunks.append(_U64.pack(digest.intdigest()))
+    return chunks
+
+
+def _align(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def _header_bytes(header: dict, width: int) -> bytes:
+    """Compact JSON with every section number padded to ``width`` digits (JSON
+    allows no leading zeros, so padding is spaces after the number)."""
+    secs = ",".join(f'"{k}":[{str(a).ljust(width)},{str(b).ljust(width)}]' for k, (a, b) in header["sections"].items())
+    rest = {k: v for k, v in header.items() if k != "sections"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return (text[:-1] + ',"sections":{' + secs + "}}").encode("ascii")
+
+
+def digest_ok(read, size: int, chunk: int = 1 << 22) -> bool:
+    """Whether an archive's trailer matches the bytes before it. ``read(offset,
+    n)`` returns bytes of the file, ``size`` is its length (the I/O shell reads
+    it with pread, so checking maps nothing into memory). O(size)."""
+    if size < 24:
+        return False
+    h = xxhash.xxh3_64()
+    end = size - 8
+    for at in range(0, end, chunk):
+        h.update(read(at, min(chunk, end - at)))
+    return _U64.unpack(read(end, 8))[0] == h.intdigest()
+
+
+class ArchiveView:
+    """Reads of one archive over a buffer; nothing is copied until returned.
+
+    Rank reads are slices (O(limit)); a player lookup is one binary search
+    over the sorted id hashes (O(log n)); a tied rank is one binary search
+    over the value column (O(log n))."""
+
+    def __init__(self, buf) -> None:
+        """Raises :class:`UnsupportedFormat` for a newer or damaged archive."""
+        self.buf = buf
+        if bytes(buf[:8]) != MAGIC or len(buf) < 24:
+            raise UnsupportedFormat("not a FlowRank archive (bad magic): it is damaged or from elsewhere")
+        (hlen,) = _U64.unpack(bytes(buf[8:16]))
+        header = json.loads(bytes(buf[16:16 + hlen]))
+        if not isinstance(header.get("format"), int) or header["format"] > ARCHIVE_FORMAT:
+            raise UnsupportedFormat(f"archive format {header.get('format')!r} is newer than {ARCHIVE_FORMAT}, "
+                                    "the one this FlowRank version reads")
+        self.info = ArchiveInfo(header["board_id"], Policy(header["policy"]), header["version"], header["rows"],
+                                header["ranked"], header["checksum"])
+        cols = {}
+        for name, (at, nbytes) in header["sections"].items():
+            dt = np.dtype(SECTIONS[name])
+            cols[name] = np.frombuffer(buf, dt, nbytes // dt.itemsize, at)
+        self.value, self.achieved, self.submitted = cols["value"], cols["achieved"], cols["submitted"]
+        self.row_version, self.id_offsets, self.id_bytes = cols["row_version"], cols["id_offsets"], cols["id_bytes"]
+        self.meta_offsets, self.meta_bytes = cols["meta_offsets"], cols["meta_bytes"]
+        self.hashes, self.hash_rows = cols["hashes"], cols["hash_rows"]
+        self.ranked = self.info.ranked
+        self._descending = self.info.policy is not Policy.FASTEST_TIME
+
+    def __len__(self) -> int:
+        """Every row, ranked and invalidated."""
+        return self.info.rows
+
+    # ------------------------------------------------------------- lookups
+
+    def player_id(self, i: int) -> str:
+        return decode_id(self.id_bytes[self.id_offsets[i]:self.id_offsets[i + 1]].tobytes())
+
+    def _raw_id(self, i: int) -> bytes:
+        return self.id_bytes[self.id_offsets[i]:self.id_offsets[i + 1]].tobytes()
+
+    def find(self, player_id: str) -> int:
+        """The row of ``player_id``, or -1. O(log n)."""
+        raw = player_id.encode("utf-8", "surrogatepass")
+        h = np.uint64(xxhash.xxh3_64_intdigest(raw))
+        i = int(np.searchsorted(self.hashes, h, "left"))
+        while i < len(self.hashes) and self.hashes[i] == h:
+            r = int(self.hash_rows[i])
+            if self._raw_id(r) == raw:
+                return r
+            i += 1
+        return -1
+
+    def find_many(self, player_ids: Sequence[str]) -> list[int]:
+        """Rows of many ids (-1 for absent), one vectorised search."""
+        raws = [p.encode("utf-8", "surrogatepass") for p in player_ids]
+        hs = id_hashes(raws)
+        starts = np.searchsorted(self.hashes, hs, "left").tolist()
+        out = []
+        for raw, h, i in zip(raws, hs.tolist(), starts):
+            found = -1
+            while i < len(self.hashes) and int(self.hashes[i]) == h:
+                r = int(self.hash_rows[i])
+                if self._raw_id(r) == raw:
+                    found = r
+                    break
+                i += 1
+            out.append(found)
+        return out
+
+    def metadata(self, i: int) -> bytes | None:
+        """Row ``i``'s metadata bytes (compact JSON), or None."""
+        a, b = int(self.meta_offsets[i]), int(self.meta_offsets[i + 1])
+        return self.meta_bytes[a:b].tobytes() if b > a else None
+
+    # --------------------------------------------------------------- reads
+
+    def entries(self, start: int, stop: int) -> list[RankedEntry]:
+        """Ranked entries of rows ``start .. stop-1`` (clamped to the ranked rows). O(stop - start)."""
+        start, stop = max(0, start), min(self.ranked, stop)
+        if stop <= start:
+            return []
+        offs = self.id_offsets[start:stop + 1].tolist()
+        base = offs[0]
+        raw = self.id_bytes[base:offs[-1]].tobytes()
+        ids = [decode_id(raw[a - base:b - base]) for a, b in zip(offs, offs[1:])]
+        return [RankedEntry(start + k + 1, pid, v, a) for k, (pid, v, a) in
+                enumerate(zip(ids, self.value[start:stop].tolist(), self.achieved[start:stop].tolist()))]
+
+    def top(self, offset: int, limit: int) -> list[RankedEntry]:
+        """Ranks ``offset+1 .. offset+limit``."""
+        return self.entries(offset, offset + limit)
+
+    def tied_rank(self, i: int) -> int:
+        """Competition rank of ranked row ``i``: 1 + the ranked rows whose value
+        is strictly better (they form a prefix of the rank order). O(log n)."""
+        v = int(self.value[i])
+        lo, hi = 0, i
+        values, desc = self.value, self._descending
+        while lo < hi:
+            mid = (lo + hi) // 2
+            w = int(values[mid])
+            if (w > v) if desc else (w < v):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo + 1
+
+    def player(self, version: int, i: int) -> PlayerView:
+        """The player view of row ``i`` (``version``: the board's)."""
+        ranked = i < self.ranked
+        return PlayerView(version, self.player_id(i), i + 1 if ranked else None, int(self.value[i]),
+                          int(self.achieved[i]), RowStatus.ACTIVE if ranked else RowStatus.INVALIDATED,
+                          int(self.row_version[i]))
+
+    def subset(self, player_ids: Sequence[str]) -> list[RankedEntry]:
+        """The ranked rows among ``player_ids``, ranked locally 1..k (the
+        archive's order is the comparator's)."""
+        rows = sorted({r for r in self.find_many(list(dict.fromkeys(player_ids))) if 0 <= r < self.ranked})
+        return [RankedEntry(k + 1, self.player_id(r), int(self.value[r]), int(self.achieved[r]))
+                for k, r in enumerate(rows)]
+
+    def _check(self) -> None:
+        """O(n) self-check: rank order, id index, offsets."""
+        n = self.info.rows
+        assert len(self.value) == len(self.achieved) == len(self.submitted) == len(self.row_version) == n
+        assert len(self.id_offsets) == len(self.meta_offsets) == n + 1
+        assert np.all(np.diff(self.hashes.astype(np.uint64)) >= 0) if n > 1 else True
+        assert sorted(self.hash_rows.tolist()) == list(range(n))
+        for i in range(n):
+            assert self.find(self.player_id(i)) == i
+        ids = [self._raw_id(i) for i in range(self.ranked, n)]
+        assert ids == sorted(ids)
