@@ -87,6 +87,13 @@ class ViewExpired(FlowRankError):
     code, status = "VIEW_EXPIRED", 410
 
 
+class BoardArchived(FlowRankError):
+    """A read an ARCHIVED board no longer answers (a player's event history:
+    the archive keeps the final rows, not the events)."""
+
+    code, status = "BOARD_ARCHIVED", 410
+
+
 class BatchTooLarge(FlowRankError):
     code, status = "BATCH_TOO_LARGE", 413
 

@@ -34,9 +34,11 @@ import numpy as np
 from engine import checksum as checksum_mod
 from engine import records as R
 from engine.admission import Admission
+from engine.archive import ArchiveRows, ArchiveView, encode
 from engine.changes import ChangeRing
 from engine.columns import ScoreColumns
 from engine.errors import (
+    BoardArchived,
     BoardExists,
     BoardNotFound,
     EventNotFound,
@@ -83,6 +85,7 @@ from engine.ranking import (
     rank_locally,
     with_tied_ranks,
 )
+from engine.log.archives import ArchiveStore, MemoryArchiveStore
 from engine.season import next_state
 
 log = logging.getLogger("flowrank.router")
@@ -135,6 +138,8 @@ class BoardCtl:
     samples: dict[int, tuple[int, int, list]] = field(default_factory=dict)  # actor -> (changes at sample, step, keys)
     parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
     part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
+    archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
+    shard_reads: int = 0  # reads asking the shards now (an archive waits for them before the drop)
 
 
 class CutLock:
@@ -243,9 +248,10 @@ class _Cycle:
 
 class Router:
     def __init__(self, transport: ShardTransport, log_port: LogPort, config: RouterConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, archives: ArchiveStore | None = None):
         self.t = transport
         self.log = log_port
+        self.archives: ArchiveStore = MemoryArchiveStore() if archives is None else archives
         self.cfg = config or RouterConfig()
         self.clock = clock
         self.boards: dict[str, BoardCtl] = {}
@@ -363,8 +369,15 @@ class Router:
         """Read every board's version from the shards (after recovery) and
         restart each delta ring there: older versions answer with a snapshot."""
         for ctl in self.boards.values():
-            answers = await self._fan(ctl, lambda a: ["size", ctl.spec.board_id])
-            ctl.version = sum(ans[0] for _, ans in answers.values())
+            board_id = ctl.spec.board_id
+            if ctl.admission.state is BoardState.ARCHIVED and ctl.archive is None:
+                ctl.archive = await asyncio.to_thread(self.archives.open, board_id)
+            if ctl.archive is not None:  # its rows live in the archive: the shards drop theirs (again)
+                ctl.version = ctl.archive.info.version
+                await self._fan(ctl, lambda a: ["drop", board_id])
+            else:
+                answers = await self._fan(ctl, lambda a: ["size", board_id])
+                ctl.version = sum(ans[0] for _, ans in answers.values())
             ctl.ring.reset(ctl.version)
             ctl.actor_changes.clear()
             ctl.samples.clear()
@@ -388,9 +401,68 @@ class Router:
         return await self.board(spec.board_id)
 
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
-        self._ctl(board_id)
+        ctl = self._ctl(board_id)
         await self._enqueue("state", (board_id, state), 1)
+        if state is BoardState.ARCHIVED:
+            try:
+                await self._archive(ctl)
+            except Exception:  # the state is durable; the next start builds the archive
+                log.exception("archiving board %r failed; its rows stay on the shards until a restart "
+                              "builds the archive", board_id)
         return await self.board(board_id)
+
+    # ---------------------------------------------------------------- archive
+
+    async def finish_archiving(self) -> None:
+        """Build the archive of every ARCHIVED board that has none (a crash
+        came between the ARCHIVED record and the archive's rename): the shards
+        replayed its rows from the log. Run once the router has started."""
+        for ctl in list(self.boards.values()):
+            if ctl.admission.state is BoardState.ARCHIVED and ctl.archive is None:
+                await self._archive(ctl)
+
+    async def _archive(self, ctl: BoardCtl) -> None:
+        """Write the board's rows to its archive, then have the shards drop them.
+
+        Runs after the ARCHIVED record applied, so no later record changes the
+        rows and the archive is the same whenever it is built. Order (docs/
+        recovery.md): read every row in one cut; encode; save (temp file, fsync,
+        rename); read it back; switch the board's reads to it; wait for reads
+        already asking the shards; drop. A crash before the rename leaves no
+        archive (the next start builds it); after it, a finished one."""
+        board_id = ctl.spec.board_id
+        if ctl.archive is not None:
+            return
+
+        async def attempt():
+            answers = await self._fan(ctl, lambda a: ["rows", board_id])
+            return {o for o, _ in answers.values()}, answers
+
+        answers = await self._consistent(attempt, ctl)
+        got = [ans for _, ans in answers.values()]
+        version = sum(ans[0] for ans in got)
+        if sum(ans[7] for ans in got) != ctl.spec.shards:
+            raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but its archive is missing and the shards no "
+                                     "longer hold its rows: restore the archive file from a backup.")
+        found = await asyncio.to_thread(self.archives.open, board_id)  # finished before a crash: keep it
+        if found is None:
+            def column(k: int, dtype: str = "<i8") -> np.ndarray:
+                return np.frombuffer(b"".join(ans[k] for ans in got), dtype)
+
+            rows = ArchiveRows([pid for ans in got for pid in ans[1]], column(2), column(3), column(4), column(5),
+                               column(6, "u1").astype(bool))
+            chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows)
+            await asyncio.to_thread(self.archives.save, board_id, chunks)
+            found = await asyncio.to_thread(self.archives.open, board_id)
+        if found is None or found.info.version != version or found.info.board_id != board_id:
+            raise StorageUnavailable(f"The archive of board {board_id!r} does not hold its rows at version "
+                                     f"{version}; its rows stay on the shards.", retry_after=1)
+        ctl.archive = found
+        ctl.version = version
+        while ctl.shard_reads:  # reads that chose the shards before the switch
+            await asyncio.sleep(0.002)
+        await self._fan(ctl, lambda a: ["drop", board_id])
+        log.info("board %r archived at version %d: %d rows", board_id, version, len(found))
 
     async def decide(self, d: QuarantineDecision) -> DecisionResult:
         if d.decision not in ("apply", "reject"):
@@ -745,20 +817,33 @@ class Router:
         futs = {a: self.reads.ask(a, make(a)) for a in actors}
         return {a: await f for a, f in futs.items()}
 
-    async def _consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]]):
-        """Run a read until every shard answered from the same log offset."""
-        for i in range(self.cfg.read_retries):
-            offsets, result = await attempt()
-            if len(offsets) <= 1:
-                return result
-            await asyncio.sleep(0.002 * (i + 1))  # a shard replayed ahead: let dispatch catch up
-        raise Overloaded("Shards are recovering; retry shortly.", retry_after=1)
+    async def _consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]], ctl: BoardCtl | None = None):
+        """Run a read until every shard answered from the same log offset.
+        ``ctl``: the board read (counted in ``shard_reads`` meanwhile, so an
+        archive drops the shards' rows only once no read still needs them)."""
+        if ctl is not None:
+            ctl.shard_reads += 1
+        try:
+            for i in range(self.cfg.read_retries):
+                offsets, result = await attempt()
+                if len(offsets) <= 1:
+                    return result
+                await asyncio.sleep(0.002 * (i + 1))  # a shard replayed ahead: let dispatch catch up
+            raise Overloaded("Shards are recovering; retry shortly.", retry_after=1)
+        finally:
+            if ctl is not None:
+                ctl.shard_reads -= 1
 
     async def list_boards(self) -> list[BoardInfo]:
         return [await self.board(b) for b in sorted(self.boards)]
 
     async def board(self, board_id: str) -> BoardInfo:
         ctl = self._ctl(board_id)
+        s = ctl.spec
+        if ctl.archive is not None:
+            info = ctl.archive.info
+            return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
+                             s.max_plausible_time_ms, s.review_above)
 
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["size", board_id])
@@ -766,7 +851,7 @@ class Router:
             size = sum(ans[1] for _, ans in answers.values())
             return {o for o, _ in answers.values()}, (version, size)
 
-        version, size = await self._consistent(attempt)
+        version, size = await self._consistent(attempt, ctl)
         s = ctl.spec
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
                          s.max_plausible_time_ms, s.review_above)
@@ -777,6 +862,8 @@ class Router:
         the ranking that starts at rank 1, so tied ranks (``ties``) come from
         that prefix too, with no further shard call."""
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:
+            return Page(self._archive_version(ctl, at_version, "page"), _archive_page(ctl.archive, offset, limit, ties))
         # A view materialised at the board's current version answers without
         # touching a shard: it is the state at a version every acknowledged
         # write has reached (ctl.version moves before acknowledgements go out).
@@ -794,7 +881,7 @@ class Router:
             lists = [[((e[0], e[1], e[2]), e[3], e[4]) for e in ans[1]] for _, ans in answers.values()]
             return {o for o, _ in answers.values()}, (version, lists)
 
-        version, lists = await self._consistent(attempt)
+        version, lists = await self._consistent(attempt, ctl)
         if at_version is not None and version != at_version:
             raise ViewExpired("That page's version is no longer retained: fetch page 1 again.", "cursor")
         merged = merge_top(lists, 0, fetch) if lists else []
@@ -832,6 +919,10 @@ class Router:
         counts the keys before it on every other shard actor (with ``ties``,
         the same round also counts strictly better primary values everywhere)."""
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:
+            arch, i = self._archived_row(ctl, player_id)
+            view = arch.player(arch.info.version, i)
+            return replace(view, tied_rank=arch.tied_rank(i)) if ties and view.rank is not None else view
 
         async def attempt():
             await self.cut.acquire_read()
@@ -855,7 +946,7 @@ class Router:
                 view = replace(view, tied_rank=1 + sum(ans[1] for _, ans in tanswers.values()))
             return offsets, view
 
-        return await self._consistent(attempt)
+        return await self._consistent(attempt, ctl)
 
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
         """Exact count on the player's own shard plus, for every other shard,
@@ -864,6 +955,9 @@ class Router:
         is fresh, plus one per change on that shard since: the stated bound
         is the sum, so the exact rank always lies within it."""
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:  # exact, and no slower
+            arch, i = self._archived_row(ctl, player_id)
+            return replace(arch.player(arch.info.version, i), approximate=True, rank_error_bound=0)
         owner, _, vpart, row, local = await self._locate(ctl, player_id)
         if not row[4]:
             return _player_view(ctl.version, row, None, approximate=True, bound=0)
@@ -894,6 +988,14 @@ class Router:
         """The window around a player. With ``ties``, a second round in the
         same read cut counts the values strictly better than the window's first."""
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:
+            arch, i = self._archived_row(ctl, player_id)
+            if i >= arch.ranked:
+                raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.", "player_id")
+            entries = arch.entries(i - radius, i + radius + 1)
+            if ties:
+                entries = with_tied_ranks(entries, arch.tied_rank(entries[0].rank - 1))
+            return Page(arch.info.version, tuple(entries))
 
         async def attempt():
             await self.cut.acquire_read()
@@ -919,7 +1021,25 @@ class Router:
             version = sum(ans[0] for _, ans in answers.values())
             return offsets, Page(version, tuple(entries))
 
-        return await self._consistent(attempt)
+        return await self._consistent(attempt, ctl)
+
+    @staticmethod
+    def _archived_row(ctl: BoardCtl, player_id: str) -> tuple[ArchiveView, int]:
+        arch = ctl.archive
+        assert arch is not None
+        i = arch.find(player_id)
+        if i < 0:
+            raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
+        return arch, i
+
+    @staticmethod
+    def _archive_version(ctl: BoardCtl, at_version: int | None, what: str) -> int:
+        """An archived board's version; a cursor pinned to another one is expired."""
+        assert ctl.archive is not None
+        version = ctl.archive.info.version
+        if at_version is not None and at_version != version:
+            raise ViewExpired(f"That {what}'s version is no longer retained: fetch page 1 again.", "cursor")
+        return version
 
     @staticmethod
     def _wire_primary(ctl: BoardCtl, value: int) -> int:
@@ -928,6 +1048,9 @@ class Router:
 
     async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:
+            local = ctl.archive.subset(player_ids)
+            return Page(ctl.archive.info.version, tuple(with_tied_ranks(local, 1) if ties else local))
         by_actor: dict[int, list[str]] = defaultdict(list)
         for pid in dict.fromkeys(player_ids):
             by_actor[ctl.part_actor[part_of(pid, ctl.spec.shards)]].append(pid)
@@ -939,7 +1062,7 @@ class Router:
             local = rank_locally(entries)
             return {o for o, _ in answers.values()}, Page(version, tuple(with_tied_ranks(local, 1) if ties else local))
 
-        return await self._consistent(attempt)
+        return await self._consistent(attempt, ctl)
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False,
@@ -976,6 +1099,11 @@ class Router:
             at_version, offset = None, 0
         else:
             at_version, offset = cursor
+        if ctl.archive is not None:  # a board that no longer changes: pages straight from its archive
+            version = self._archive_version(ctl, at_version, "snapshot")
+            entries = _archive_page(ctl.archive, offset, limit, ties)
+            more = offset + limit < ctl.archive.ranked
+            return Changes("snapshot", version, entries=entries, next_cursor=(version, offset + limit) if more else None)
         version, view = await self._snapshot_view(ctl, at_version, keep=offset + limit)
         entries = _page_of(view, offset, limit, ties)
         more = offset + limit < len(view)
@@ -1005,7 +1133,7 @@ class Router:
             lists = [[((e[0], e[1], e[2]), e[3], e[4]) for e in ans[1]] for _, ans in answers.values()]
             return {o for o, _ in answers.values()}, (version, lists)
 
-        version, lists = await self._consistent(attempt)
+        version, lists = await self._consistent(attempt, ctl)
         if at_version is not None and version != at_version:
             raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
         view = _View(merge_top(lists, 0, sum(map(len, lists))) if lists else [], True)
@@ -1030,6 +1158,12 @@ class Router:
         if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
             raise ValidationFailed("page_rows must be a positive integer.", "page_rows")
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:  # pages straight from the archive: nothing materialised
+            arch = ctl.archive
+            yield Page(arch.info.version, _archive_page(arch, 0, page_rows, ties))
+            for start in range(page_rows, arch.ranked, page_rows):
+                yield Page(arch.info.version, _archive_page(arch, start, page_rows, ties))
+            return
         version, view = await self._snapshot_view(ctl, None, keep=0)
         yield Page(version, _page_of(view, 0, page_rows, ties))
         for start in range(page_rows, len(view), page_rows):
@@ -1048,12 +1182,17 @@ class Router:
 
     async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]:
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:
+            raise BoardArchived(f"Board {board_id!r} is ARCHIVED: its final rows are kept, its event history is "
+                                "not (the event log still holds every event).", "board_id")
         owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
         _, (_, items) = await self.reads.ask(owner, ["hist", board_id, player_id])
         return [HistoryEntry(h[0], h[1], h[2], h[3], h[5]) for h in items]
 
     async def checksum(self, board_id: str) -> Checksum:
         ctl = self._ctl(board_id)
+        if ctl.archive is not None:
+            return Checksum(ctl.archive.info.version, ctl.archive.info.checksum)
 
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["sum", board_id])
@@ -1061,7 +1200,7 @@ class Router:
             total = checksum_mod.combine(int(ans[1], 16) for _, ans in answers.values())
             return {o for o, _ in answers.values()}, Checksum(version, checksum_mod.render(total))
 
-        return await self._consistent(attempt)
+        return await self._consistent(attempt, ctl)
 
     def subscribe(self, listener) -> Callable[[], None]:
         self.listeners.append(listener)
@@ -1092,6 +1231,14 @@ def _page_of(prefix, offset: int, limit: int, ties: bool) -> tuple:
     page = prefix[offset:offset + limit]
     if ties and page:
         page = with_tied_ranks(page, first_tied_in_prefix(prefix, offset))
+    return tuple(page)
+
+
+def _archive_page(arch: ArchiveView, offset: int, limit: int, ties: bool) -> tuple:
+    """Ranks offset+1 .. offset+limit of an archive (with ``ties``, competition ranks)."""
+    page = arch.top(offset, limit)
+    if ties and page:
+        page = with_tied_ranks(page, arch.tied_rank(offset))
     return tuple(page)
 
 

@@ -22,6 +22,7 @@ from typing import Callable
 from engine.errors import FlowRankError, Overloaded
 from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
+from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.journal import TAIL_ROWS, JournalPlace
 from engine.recovery import recover_router, recover_shard
@@ -127,12 +128,15 @@ class LocalService(RouterClient):
                      None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows))
                  for i in range(cfg.n_shards)]
         transport = InProcessShards(cores)
+        archives = MemoryArchiveStore() if data_dir is None else FileArchiveStore(
+            Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
-            max_queued_events=cfg.max_queued_events))
+            max_queued_events=cfg.max_queued_events), archives=archives)
         await asyncio.to_thread(recover_router, router, event_log, store)
         await router.sync_versions()
         router.start()
+        await router.finish_archiving()
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
         svc.recovery_seconds = time.monotonic() - started
         svc._init_snapshots()

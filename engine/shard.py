@@ -18,6 +18,7 @@ import hashlib
 import heapq
 import logging
 import os
+import shutil
 from collections import OrderedDict
 from itertools import islice
 from typing import Iterable
@@ -148,7 +149,9 @@ class ShardCore:
         spec = self.specs.get(rec[1])
         if spec is None:
             return [UNKNOWN_SEASON, None]
-        partition = self.parts[spec.board_id][part_of(rec[3], spec.shards)]
+        partition = self.parts.get(spec.board_id, {}).get(part_of(rec[3], spec.shards))
+        if partition is None:  # an ARCHIVED board whose rows were dropped
+            return [rec[7], None]
         ev = R.event_of(rec)
         if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
             partition.record(ev, R.outcome_of(rec[7]))
@@ -165,7 +168,9 @@ class ShardCore:
         cols, verdicts = R.columns_of(rec)
         if spec is None:
             return [bytes([UNKNOWN_SEASON]) * len(cols), b"", b"", b""]
-        partition = self.parts[spec.board_id][rec[2]]
+        partition = self.parts.get(spec.board_id, {}).get(rec[2])
+        if partition is None:  # an ARCHIVED board whose rows were dropped: events are only held
+            return [verdicts.astype(np.uint8).tobytes(), b"", b"", b""]
         for o, row in self._dead_rows:
             if o == offset:
                 verdicts[row] = DEAD
@@ -287,6 +292,12 @@ class ShardCore:
             return [version, []]
         if op == "sum":
             return [version, format(sum(p.checksum_sum() for p in parts), "x")]  # > 64 bits: msgpack-safe text
+        if op == "rows":  # every row (any status) as columns, for an archive
+            cols = [p.columns() for p in parts]
+            return ([version, [pid for c in cols for pid in c[0]]] + [b"".join(c[k] for c in cols) for k in range(1, 6)]
+                    + [len(parts)])
+        if op == "drop":  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
+            return [version, self.drop(board_id)]
         if op == "sample":
             step = req[2]
             keys = []
@@ -295,6 +306,20 @@ class ShardCore:
             keys.sort()
             return [version, sum(len(p) for p in parts), keys]
         raise ValueError(f"unknown read op {op!r}")
+
+    def drop(self, board_id: str) -> int:
+        """Forget the board's partitions here, journal files included, keeping
+        its spec: the board is ARCHIVED and its rows live in its archive, which
+        the router made durable before asking. Idempotent; returns how many
+        partitions were dropped. Later score records for the board are answered
+        with their logged verdicts (all held) and touch nothing."""
+        parts = self.parts.pop(board_id, {})
+        for n, p in parts.items():
+            p.journal.close()
+            place = self._journal_place(board_id, n)
+            if place is not None:
+                shutil.rmtree(place.directory, ignore_errors=True)
+        return len(parts)
 
     def stats(self) -> dict:
         return {

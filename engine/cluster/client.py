@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from engine.cluster.actors import RemoteLogServer, RemoteShard, pack, unpack
 from engine.errors import Overloaded
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.log.archives import FileArchiveStore
 from engine.recovery import recover_router
 from engine.router import Router, RouterConfig
 from engine.router_client import RouterClient
@@ -150,11 +151,13 @@ class ClusterEngine(RouterClient):
         shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace) for i in range(n)]
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
-            dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events))
+            dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
+            archives=FileArchiveStore(root / "archives"))
         view = _RemoteLogView(log_server)
         await asyncio.to_thread(recover_router, router, view, view)
         await router.sync_versions()
         router.start()
+        await router.finish_archiving()
         eng = cls(router, log_server, shards, lock_fd, started_ray)
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events
