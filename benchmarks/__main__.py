@@ -8,6 +8,7 @@
     python -m benchmarks core [--players N] [--events N] [--repeat R] [--batch B] [--json OUT]
     python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
     python -m benchmarks export [--rows 20000,100000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
+    python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -393,6 +394,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="steady mixed load for N minutes: RSS drift, read p99, ingest lag, fsync p99 (benchmarks/soak.py)")
     sub.add_parser("export", add_help=False,
                    help="export rows/s and server RSS, and the CLI submit/export round trip (benchmarks/export_bench.py)")
+    sub.add_parser("archive", add_help=False,
+                   help="shard memory an ARCHIVED 1M-player board gives back, reads from it (benchmarks/archive_bench.py)")
     return p
 
 
@@ -514,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
         from .export_bench import main as export_main
 
         return export_main(argv[1:])
+    if argv[0] == "archive":
+        from .archive_bench import main as archive_main
+
+        return archive_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 
