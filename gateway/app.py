@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from engine.client import EngineClient
+from engine.model import INT64_MAX, INT64_MIN
 
 from gateway import handlers, hot
 from gateway.auth import Credentials, KeyStore, load_keystore
@@ -207,7 +208,56 @@ def _document_manual_bodies(app: FastAPI) -> None:
             "type": "apiKey", "in": "query", "name": "access_token",
             "description": "A token from `POST /v1/tokens` (never a key: 401), on the GET routes open to a "
                            "reader, for the token's boards (docs/api.md §12)."}
+        _exact_int64_bounds(schema)
+        _require_since_version(schema)
+        _no_null_parameters(schema)
         app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _exact_int64_bounds(node) -> None:
+    """FastAPI's OpenAPI models hold ``maximum``/``minimum`` as floats, which turns the int64 bounds into
+    ±9.223372036854776e18 (= ±2**63): a client or a schema-driven test would then take 2**63 as a valid
+    value. Put the exact integers back."""
+    if isinstance(node, dict):
+        for key, exact in (("maximum", INT64_MAX), ("minimum", INT64_MIN)):
+            v = node.get(key)
+            if isinstance(v, float) and v == float(exact):
+                node[key] = exact
+        for v in node.values():
+            _exact_int64_bounds(v)
+    elif isinstance(node, list):
+        for v in node:
+            _exact_int64_bounds(v)
+
+
+def _require_since_version(schema: dict) -> None:
+    """``/changes`` needs ``since_version`` (docs/api.md §9); the route also takes a snapshot page's
+    ``cursor`` alone (``since_version`` is then ignored), which OpenAPI cannot say ("one of two
+    parameters"), so the document states the contract's form: ``since_version`` required."""
+    op = schema.get("paths", {}).get("/v1/boards/{board_id}/changes", {}).get("get")
+    for param in (op or {}).get("parameters", ()):
+        if param.get("name") == "since_version" and param.get("in") == "query":
+            param["required"] = True
+
+
+def _no_null_parameters(schema: dict) -> None:
+    """An optional query/path/header parameter ``X | None`` is documented by FastAPI as ``anyOf [X, null]``,
+    but a URL cannot carry a JSON null (``?cursor=null`` is the string "null", refused): leaving the
+    parameter out is its null. Keep ``X`` (with the parameter's description and title)."""
+    for path_item in schema.get("paths", {}).values():
+        for op in path_item.values():
+            for param in op.get("parameters", ()) if isinstance(op, dict) else ():
+                sub = param.get("schema", {})
+                alts = sub.get("anyOf")
+                if isinstance(alts, list) and {"type": "null"} in alts:
+                    rest = [a for a in alts if a != {"type": "null"}]
+                    sub.pop("anyOf")
+                    if "default" in sub and sub["default"] is None:
+                        del sub["default"]
+                    if len(rest) == 1:
+                        sub.update({k: v for k, v in rest[0].items() if k not in sub})
+                    else:
+                        sub["anyOf"] = rest

@@ -5,7 +5,7 @@
 * FastAPI/pydantic validation → 422 ``VALIDATION_FAILED`` naming the first
   bad field as an API path (``events[3].value``); malformed JSON → 422.
 * Starlette HTTP errors (unknown route 404, wrong method 405, …) → the same
-  body shape.
+  body shape; a 405's ``Allow`` names every method the path answers.
 * Anything else → 500 ``INTERNAL`` with a generic message; the traceback goes
   to the log, never to the client.
 """
@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from engine.errors import FlowRankError
 
@@ -80,6 +81,17 @@ def validation_response(exc: RequestValidationError) -> JSONResponse:
     return JSONResponse(error_body("VALIDATION_FAILED", msg, field), status_code=422)
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers at this path (Starlette's own 405 names only the
+    first route that matched the path, e.g. ``POST`` for ``/v1/boards`` although ``GET`` is there too)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(FlowRankError)
     async def _flowrank(request: Request, exc: FlowRankError):
@@ -103,6 +115,8 @@ def install(app: FastAPI) -> None:
         else:
             msg = "The request was rejected."
         headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
         return JSONResponse(error_body(code, msg, None), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)

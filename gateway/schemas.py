@@ -14,8 +14,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 from engine.model import INT64_MAX, INT64_MIN, BoardState, Outcome, Policy, RowStatus
+from engine.timefmt import MAX_MS, MIN_MS
 
-from gateway.validation import BOARD_ID_PATTERN, id_problem
+from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, id_problem
 
 
 def _valid_id(v: str) -> str:
@@ -37,22 +38,27 @@ BoardId = Annotated[
 PlayerId = Annotated[
     str,
     Field(min_length=1, max_length=128, description="1-128 Unicode characters, no control characters.",
-          examples=["p-ava"]),
+          examples=["p-ava"], json_schema_extra={"pattern": ID_PATTERN}),
     AfterValidator(_valid_id),
 ]
 EventId = Annotated[
     str,
     Field(min_length=1, max_length=128, description="1-128 Unicode characters, no control characters; "
-          "deduplicated per board.", examples=["evt-101"]),
+          "deduplicated per board.", examples=["evt-101"], json_schema_extra={"pattern": ID_PATTERN}),
     AfterValidator(_valid_id),
 ]
 Timestamp = Annotated[
     str,
     Field(description="UTC, always `YYYY-MM-DDTHH:MM:SS.sssZ`.", examples=["2026-11-01T10:05:00.000Z"]),
 ]
+# What engine.timefmt.parse_timestamp accepts: epoch ms in years 0001-9999, or RFC 3339 with a zone
+# (format date-time; the pattern adds the server's limits: years from 0001, at most 9 fraction digits).
+RFC3339_PATTERN = (r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+                   r"[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
 TimestampIn = Annotated[
-    int | str,
-    Field(description="Epoch milliseconds (integer) or an RFC 3339 string with a zone.",
+    Annotated[int, Field(ge=MIN_MS, le=MAX_MS)]
+    | Annotated[str, Field(json_schema_extra={"format": "date-time", "pattern": RFC3339_PATTERN})],
+    Field(description="Epoch milliseconds (integer, years 0001-9999) or an RFC 3339 string with a zone.",
           examples=["2026-11-01T10:05:00Z", 1793527500000]),
 ]
 Version = Annotated[int, Field(ge=0, description="Board version this answer reflects (a consistent cut).")]

@@ -9,7 +9,7 @@ from pydantic import AfterValidator
 
 from gateway.guard import GuardedRoute
 from gateway.schemas import _valid_id
-from gateway.validation import BOARD_ID_PATTERN
+from gateway.validation import BOARD_ID_PATTERN, CURSOR_PATTERN, ID_PATTERN
 
 Ties = Annotated[
     Literal["competition"] | None,
@@ -23,14 +23,22 @@ BoardIdPath = Annotated[
 PlayerIdPath = Annotated[
     str,
     Path(min_length=1, max_length=128, description="1-128 Unicode characters, no control characters.",
-         examples=["p-ava"]),
+         examples=["p-ava"], json_schema_extra={"pattern": ID_PATTERN}),
     AfterValidator(_valid_id),
 ]
 EventIdPath = Annotated[
     str,
-    Path(min_length=1, max_length=128, description="The held event's id.", examples=["evt-s7-late"]),
+    Path(min_length=1, max_length=128, description="The held event's id.", examples=["evt-s7-late"],
+         json_schema_extra={"pattern": ID_PATTERN}),
     AfterValidator(_valid_id),
 ]
+
+
+
+def cursor_query(description: str):
+    """A page cursor: ``<version>.<offset>`` (:data:`gateway.validation.CURSOR_PATTERN`), checked by
+    :func:`gateway.validation.decode_cursor` (the lean path does not run FastAPI's validation)."""
+    return Query(max_length=512, description=description, json_schema_extra={"pattern": CURSOR_PATTERN})
 
 
 def guarded_router(tag: str, public: bool = False) -> APIRouter:

@@ -13,7 +13,7 @@ from engine.errors import ValidationFailed
 from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access, principal_of
-from gateway.routes.common import BoardIdPath, Ties, guarded_router, gw
+from gateway.routes.common import BoardIdPath, Ties, cursor_query, guarded_router, gw
 from gateway.schemas import ChangesOut, error_responses
 from gateway.validation import decode_cursor, encode_cursor
 
@@ -29,8 +29,8 @@ async def changes(
     since_version: Annotated[int | None, Query(ge=0, description="The client's last applied version "
                                                "(required without `cursor`).")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000, description="Snapshot entries per response (1-10,000).")] = 10_000,
-    cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous snapshot "
-                                        "page; `since_version` is then ignored.")] = None,
+    cursor: Annotated[str | None, cursor_query("`next_cursor` of the previous snapshot page; `since_version` "
+                                               "is then ignored.")] = None,
     ties: Ties = None,
 ):
     if cursor is None and since_version is None:
@@ -46,7 +46,18 @@ async def changes(
 _SSE_DOC = {
     200: {
         "description": "`text/event-stream`: `event: snapshot` then `event: delta` messages (`id:` = version).",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        # OpenAPI 3.1: the schema of a text/event-stream describes one event (its fields as strings)
+        "content": {"text/event-stream": {"schema": {
+            "type": "object",
+            "required": ["event", "id", "data"],
+            "properties": {
+                "event": {"type": "string", "enum": ["snapshot", "delta"]},
+                "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "The board version."},
+                "data": {"type": "string", "contentMediaType": "application/json",
+                         "description": "`snapshot`: `{version, entries}`; `delta`: `{base_version, version, "
+                                        "changes}` (docs/api.md §9)."},
+            },
+        }}},
     }
 }
 

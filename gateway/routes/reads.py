@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from gateway import hot
 from gateway.auth import Permission
 from gateway.guard import access
-from gateway.routes.common import BoardIdPath, PlayerIdPath, Ties, guarded_router, gw
+from gateway.routes.common import BoardIdPath, PlayerIdPath, Ties, cursor_query, guarded_router, gw
 from gateway.schemas import PlayerOut, SubsetIn, TopOut, WindowOut, error_responses
 
 router = guarded_router("reads")
@@ -41,7 +41,7 @@ async def top(
     board_id: BoardIdPath,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=1000, description="Entries per page (1-1000).")] = 10,
-    cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
+    cursor: Annotated[str | None, cursor_query("`next_cursor` of the previous page.")] = None,
     max_staleness_ms: Staleness = None,
     ties: Ties = None,
 ):

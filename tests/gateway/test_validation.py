@@ -3,10 +3,15 @@ right code and field and must change nothing."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from engine.errors import BatchTooLarge, ValidationFailed
 from gateway.validation import (
+    CURSOR_PATTERN,
+    ID_PATTERN,
     check_board_id,
     decode_cursor,
     encode_cursor,
@@ -106,10 +111,39 @@ def test_ids_and_board_ids():
 
 def test_cursor_codec():
     assert decode_cursor(encode_cursor(12, 3400)) == (12, 3400)
-    for bad in ["", "x", "!!!", encode_cursor(1, 2)[:-2], "eyJ2IjoiYSIsIm8iOjF9", "bnVsbA", "W10"]:
+    assert encode_cursor(0, 0) == "0.0" and decode_cursor("7.20") == (7, 20)
+    for bad in ["", "x", "!!!", encode_cursor(1, 2)[:-2], "eyJ2IjoiYSIsIm8iOjF9", "bnVsbA", "W10", "01.2", "1.02",
+                "-1.2", "1.2.3", " 1.2", "1.2\n", "1.", ".2", "1e3.2", "\u0661.2", "1" * 19 + ".0", "0." + "1" * 19]:
         with pytest.raises(ValidationFailed) as ei:
             decode_cursor(bad)
         assert ei.value.field == "cursor"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20) | st.from_regex(CURSOR_PATTERN[:-1] + r"\Z"))
+def test_cursor_pattern_is_exactly_what_decode_accepts(token):
+    """/openapi.json states CURSOR_PATTERN (ECMA-262: ``$`` is the end of input, Python's ``\\Z``)."""
+    stated = re.search(CURSOR_PATTERN[:-1] + r"\Z", token) is not None
+    try:
+        decode_cursor(token)
+        accepted = True
+    except ValidationFailed:
+        accepted = False
+    assert stated == accepted, token
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=0, max_size=130)
+       | st.lists(st.sampled_from(["\ud800", "\udfff", "\x00", "\x1f", " ", "\x7f", "\x9f", "\xa0", "\n", "a"])
+                  | st.characters(), max_size=6).map("".join))
+def test_id_pattern_is_exactly_id_problem(raw):
+    """The ``pattern`` (+ maxLength 128) that /openapi.json states for ids agrees with :func:`id_problem`
+    on Unicode text; a lone surrogate (no JSON-schema string holds one) is refused too."""
+    if re.search("[\ud800-\udfff]", raw):
+        assert id_problem(raw) is not None
+        return
+    stated = len(raw) <= 128 and re.search(ID_PATTERN[:-1] + r"\Z", raw) is not None
+    assert stated == (id_problem(raw) is None), repr(raw)
 
 
 def test_loc_to_field():
