@@ -113,7 +113,11 @@ class EngineClient(Protocol):
 
     def stats(self) -> dict:
         """Operational numbers for /metrics: queue depth, fsync latency samples,
-        per-shard row counts, dead letters, ingest-to-rank lag samples."""
+        per-shard row counts, dead letters, ingest-to-rank lag samples, and the
+        cumulative latency histograms (``histograms``: name → HistogramSnapshot)."""
+
+    async def refresh_stats(self) -> None:
+        """Make the next :meth:`stats` current (/metrics awaits it before a scrape)."""
 
     async def ready(self) -> bool:
         """True when writes can be accepted (recovered, log writable)."""

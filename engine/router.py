@@ -52,6 +52,7 @@ from engine.errors import (
     ViewExpired,
 )
 from engine.formats import ROUTER_STATE_FORMAT, state_format
+from engine.histogram import Histogram
 from engine.model import (
     DEFAULT_DEDUP_RETENTION,
     DEFAULT_DELTA_RETENTION,
@@ -276,6 +277,8 @@ class Router:
             "fsync_seconds": [], "ingest_to_rank_seconds": [], "outcomes": defaultdict(int),
             "batches": 0, "storage_errors": 0,
         }
+        # The same two timings counted since start (engine.histogram): what /metrics exports as histograms
+        self.histograms = {"fsync_seconds": Histogram(), "ingest_to_rank_seconds": Histogram()}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -553,6 +556,7 @@ class Router:
         if "after_append" in self.hooks:
             self.hooks["after_append"](first, records)
         self.metrics["fsync_seconds"].append(durable_at - started)
+        self.histograms["fsync_seconds"].observe(durable_at - started)
         for board_id in touched:
             if board_id in self.boards:
                 self.boards[board_id].admission.commit()
@@ -720,6 +724,7 @@ class Router:
             else:
                 fut.set_result(answer)
         self.metrics["ingest_to_rank_seconds"].append(now - cyc.durable_at)
+        self.histograms["ingest_to_rank_seconds"].observe(now - cyc.durable_at)
         self.metrics["batches"] += 1
         _trim(self.metrics["fsync_seconds"])
         _trim(self.metrics["ingest_to_rank_seconds"])

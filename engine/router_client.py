@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Sequence
 
+from engine.histogram import Histogram
 from engine.model import BoardSpec, BoardState, Invalidation, QuarantineDecision, ScoreEvent
 from engine.router import Router
 
@@ -29,6 +30,7 @@ class RouterClient:
         self._last_snapshot = time.monotonic()
         self._snapshot_lock = asyncio.Lock()
         self.snapshot_pauses: list[float] = []
+        self.snapshot_pause_histogram = Histogram()
         self._snapshot_task = asyncio.ensure_future(self._snapshot_loop())
 
     # --------------------------------------------------------------- writes
@@ -106,7 +108,14 @@ class RouterClient:
             "outcomes": dict(m["outcomes"]),
             "storage_errors": m["storage_errors"],
             "snapshot_pause_seconds": list(self.snapshot_pauses),
+            # counted since start, for Prometheus histograms (engine.histogram)
+            "histograms": {**{k: h.snapshot() for k, h in self.router.histograms.items()},
+                           "snapshot_pause_seconds": self.snapshot_pause_histogram.snapshot()},
         }
+
+    async def refresh_stats(self) -> None:
+        """Bring :meth:`stats` up to date before a scrape. Here everything is read live; the Ray
+        engine overrides it to ask its shard actors (``shard_rows``, ``dead_letters``)."""
 
     # ------------------------------------------------------------ snapshots
 
@@ -115,6 +124,7 @@ class RouterClient:
         async with self._snapshot_lock:
             pause = await self._take_snapshot()
             self.snapshot_pauses.append(pause)
+            self.snapshot_pause_histogram.observe(pause)
             del self.snapshot_pauses[:-256]
             self._events_since_snapshot = 0
             self._last_snapshot = time.monotonic()

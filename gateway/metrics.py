@@ -5,28 +5,37 @@ Engine-side series are read at scrape time from ``engine_client.stats()``,
 whose keys are those of :class:`engine.router_client.RouterClient` (shared
 by ``LocalService`` and ``ClusterEngine``):
 
-======================  ==============================  =====================================
+======================  ==============================  ===============================================
 stats key               value                           exported as
-======================  ==============================  =====================================
+======================  ==============================  ===============================================
 ``outcomes``            ``{outcome: count}`` (since     counter ``flowrank_events_total{outcome}``
                         process start)
 ``queue_depth``         events waiting to sequence      gauge ``flowrank_ingest_queue_depth``
-``fsync_seconds``       recent samples (≤ 4,096)        gauge ``flowrank_log_fsync_seconds{quantile}``
-``ingest_to_rank_       recent samples: durable append  gauge ``flowrank_ingest_to_rank_seconds{quantile}``
-seconds``               → visible to reads
-``snapshot_pause_       recent samples                  gauge ``flowrank_snapshot_pause_seconds{quantile}``
-seconds``
+``histograms``          ``{name: HistogramSnapshot}``   histograms ``flowrank_log_fsync_seconds``,
+                        counted since start             ``flowrank_ingest_to_rank_seconds``,
+                                                        ``flowrank_snapshot_pause_seconds``
+                                                        (``_bucket{le}``, ``_sum``, ``_count``)
+``fsync_seconds``       recent samples (≤ 4,096)        gauge ``flowrank_log_fsync_seconds_window{quantile}``
+``ingest_to_rank_       recent samples: durable append  gauge ``flowrank_ingest_to_rank_seconds_window
+seconds``               → visible to reads              {quantile}``
+``snapshot_pause_       recent samples                  gauge ``flowrank_snapshot_pause_seconds_window
+seconds``                                               {quantile}``
 ``shard_rows``          ``{shard index: rows}``         gauge ``flowrank_shard_rows{shard}``
 ``storage_errors``      count since start               counter ``flowrank_storage_errors_total``
 ``dead_letters``        list of dead-lettered records   gauge ``flowrank_dead_letters``
 other numeric ``k``                                     gauge ``flowrank_engine_<k>``
 other list ``k``        numbers                         ``flowrank_engine_<k>{quantile}``
-======================  ==============================  =====================================
+======================  ==============================  ===============================================
 
-Sample lists are windows of recent observations, not cumulative, so they
-are exported as quantile gauges (0.5, 0.9, 0.99, 1 = max) plus
-``<name>_window_samples`` (how many samples the quantiles cover) rather than
-as a Prometheus summary, whose ``_count``/``_sum`` must never decrease.
+The histograms are what dashboards and alerts use: cumulative buckets sum
+across gateway processes (``histogram_quantile(0.99, sum by (le)
+(rate(..._bucket[5m])))``). The sample windows stay as per-process quantile
+gauges (0.5, 0.9, 0.99, 1 = max) under ``<name>_window`` plus
+``<name>_window_samples`` (how many samples they cover): a quick look at one
+process, never something to aggregate.
+
+The /metrics route awaits ``engine.refresh_stats()`` (bounded) before a scrape,
+so ``flowrank_shard_rows`` includes every write acknowledged before it.
 """
 
 from __future__ import annotations
@@ -37,23 +46,26 @@ import time
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from engine.histogram import LATENCY_BUCKETS, HistogramSnapshot
 
 log = logging.getLogger("flowrank.gateway")
 
 _SAFE = re.compile(r"[^a-zA-Z0-9_]")
 
-_LAT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_LAT_BUCKETS = LATENCY_BUCKETS  # the engine's histograms use the same bounds
 
 _QUANTILES = (0.5, 0.9, 0.99, 1.0)
 
 # stats key -> (metric name, help) for the sample-window timings
 _TIMINGS = {
-    "fsync_seconds": ("flowrank_log_fsync_seconds", "Event-log fsync latency (recent samples)."),
+    "fsync_seconds": ("flowrank_log_fsync_seconds", "Event-log append + fsync latency per batch."),
     "ingest_to_rank_seconds": ("flowrank_ingest_to_rank_seconds",
-                               "Seconds from durable append to visibility in reads (recent samples)."),
+                               "Seconds from durable append to visibility in reads."),
     "snapshot_pause_seconds": ("flowrank_snapshot_pause_seconds",
-                               "How long ingestion paused for a snapshot (recent samples)."),
+                               "How long ingestion paused for a snapshot."),
 }
 
 
@@ -119,10 +131,17 @@ class EngineStatsCollector:
         if isinstance(dead, (list, tuple)) or _num(dead):
             yield GaugeMetricFamily("flowrank_dead_letters", "Records a shard could not apply (dead letters).",
                                     value=len(dead) if isinstance(dead, (list, tuple)) else dead)
+        histograms = stats.pop("histograms", None)
+        if isinstance(histograms, dict):
+            for key, (name, doc) in _TIMINGS.items():
+                snap = histograms.get(key)
+                if snap is not None:
+                    yield self._histogram(name, f"{doc} Counted since process start.", snap)
         for key, (name, doc) in _TIMINGS.items():
             value = stats.pop(key, None)
             if value is not None:
-                yield from self._window(name, doc, value)
+                yield from self._window(name, f"{doc} Recent samples of this process (aggregate the "
+                                        "histogram instead).", value, "_window")
         for key, value in stats.items():
             name = "flowrank_engine_" + _SAFE.sub("_", str(key))
             if _num(value):
@@ -131,15 +150,24 @@ class EngineStatsCollector:
                 yield from self._window(name, f"Engine stat {key} (recent samples).", value)
 
     @staticmethod
-    def _window(name: str, doc: str, value):
+    def _histogram(name: str, doc: str, snap: HistogramSnapshot) -> HistogramMetricFamily:
+        bounds, cumulative = tuple(snap.bounds), tuple(snap.cumulative)
+        if len(cumulative) != len(bounds) + 1:
+            raise ValueError(f"{name}: {len(bounds)} bounds but {len(cumulative)} cumulative counts")
+        buckets = [(floatToGoString(b), n) for b, n in zip(bounds, cumulative)] + [("+Inf", cumulative[-1])]
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=snap.sum)
+
+    @staticmethod
+    def _window(name: str, doc: str, value, suffix: str = ""):
+        """``<name><suffix>{quantile}`` gauges and ``<name>_window_samples``."""
         samples = [float(x) for x in value if _num(x)] if isinstance(value, (list, tuple)) else (
             [float(value)] if _num(value) else [])
-        fam = GaugeMetricFamily(name, doc, labels=["quantile"])
+        fam = GaugeMetricFamily(name + suffix, doc, labels=["quantile"])
         if samples:
             for q, v in quantiles(samples):
                 fam.add_metric([str(q)], v)
         yield fam
-        yield GaugeMetricFamily(f"{name}_window_samples", f"Samples behind {name}.", value=len(samples))
+        yield GaugeMetricFamily(f"{name}_window_samples", f"Samples behind {name}{suffix}.", value=len(samples))
 
 
 class Metrics:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,6 +17,10 @@ from gateway.guard import access
 from gateway.handlers import error_body
 from gateway.routes.common import BoardIdPath, guarded_router, gw
 from gateway.schemas import ChecksumOut, ErrorBody, Health, Ready, error_responses
+
+log = logging.getLogger("flowrank.gateway")
+
+REFRESH_TIMEOUT_S = 2.0  # a scrape waits at most this long for current engine stats
 
 public = guarded_router("ops", public=True)
 router = guarded_router("ops")
@@ -43,7 +50,15 @@ async def readyz(request: Request):
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Metrics."}})
 @access(None)
 async def metrics(request: Request):
-    return Response(generate_latest(gw(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    g = gw(request)
+    refresh = getattr(g.engine, "refresh_stats", None)
+    try:  # current shard rows (Ray: one call per shard actor); a slow or failing engine keeps the last ones
+        if refresh is not None:
+            await asyncio.wait_for(refresh(), REFRESH_TIMEOUT_S)
+    except Exception:
+        log.warning("engine refresh_stats() failed or took over %.1f s; scraping the last stats", REFRESH_TIMEOUT_S,
+                    exc_info=True)
+    return Response(generate_latest(g.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/boards/{board_id}/checksum", response_model=ChecksumOut, responses=error_responses(404),
