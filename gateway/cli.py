@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import NoReturn, Sequence
 
-from gateway import admin_cli, startup_errors
+from gateway import admin_cli, logformat, startup_errors
 from gateway.admin_cli import positive_int
 from gateway.cors import parse_origin
 from gateway.settings import Settings
@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
     s.add_argument("--graceful-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
+    s.add_argument("--log-format", choices=logformat.FORMATS, default="text",
+                   help="json: one JSON object per log line on stderr (ts, level, logger, message, exception)")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     sub.add_parser("demo", help="run the engine demo (engine.demo)")
     admin_cli.register(sub)
@@ -120,7 +122,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
-async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
+async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: str = "text") -> int:
     import uvicorn  # noqa: PLC0415
 
     from engine import gc_tuning  # noqa: PLC0415
@@ -165,8 +167,11 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0) -> int:
                     for sig, handler in saved.items():
                         signal.signal(sig, handler)
 
+        # json: logging is already configured (gateway.logformat); uvicorn must not install its own handlers
+        extra = {} if log_format == "text" else {"log_config": None}
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
-                                timeout_graceful_shutdown=graceful_timeout, access_log=False)
+                                timeout_graceful_shutdown=graceful_timeout, access_log=False,
+                                **extra)
         server = Server(config)
         print(f"flowrank: listening on http://{settings.host}:{sock.getsockname()[1]}", flush=True)
         print(f"flowrank: data in {os.path.abspath(settings.data_dir) if settings.data_dir else '(memory)'}",
@@ -192,8 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(demo.main() or 0)
     settings = settings_from_args(args)
+    logformat.configure(args.log_format)
     try:
-        return asyncio.run(serve(settings, args.graceful_timeout))
+        return asyncio.run(serve(settings, args.graceful_timeout, args.log_format))
     except startup_errors.StartupError as err:
         return startup_errors.report(err, debug=args.debug)
 
