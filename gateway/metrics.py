@@ -179,6 +179,9 @@ class Metrics:
                                  ["route", "method"], buckets=_LAT_BUCKETS, registry=self.registry)
         live = Gauge("flowrank_live_subscribers", "Connected live (SSE) subscribers.", registry=self.registry)
         live.set_function(lambda: float(live_subscribers()))
+        # set by the /metrics route from engine.ready() just before each scrape (what /readyz answers)
+        self.ready = Gauge("flowrank_ready", "1 when the engine accepts writes (/readyz 200), else 0.",
+                           registry=self.registry)
         self.registry.register(EngineStatsCollector(stats))
         self._children: dict = {}
 

@@ -58,6 +58,11 @@ async def metrics(request: Request):
     except Exception:
         log.warning("engine refresh_stats() failed or took over %.1f s; scraping the last stats", REFRESH_TIMEOUT_S,
                     exc_info=True)
+    try:
+        ready = bool(await asyncio.wait_for(g.engine.ready(), REFRESH_TIMEOUT_S))
+    except Exception:  # FlowRankError, a timeout: not ready, as /readyz would answer
+        ready = False
+    g.metrics.ready.set(1.0 if ready else 0.0)
     return Response(generate_latest(g.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -203,3 +203,23 @@ def test_archived_board_reads_the_same_through_ray_shard_actors(ray_session, loo
     before, after = loop.run_until_complete(first())
     assert after == before
     assert loop.run_until_complete(again()) == before
+
+def test_shard_rows_are_current_after_refresh_stats(ray_session, loop, tmp_path):
+    """/metrics awaits refresh_stats() before a scrape: rows written (and acknowledged) just before are
+    counted, without waiting for the 2 s background refresh."""
+    board = "g:m:s:rows"
+
+    async def go():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            await eng.create_board(BoardSpec(board, Policy.BEST_SCORE, shards=2))
+            for round_ in range(1, 6):
+                await eng.submit([ScoreEvent(board, f"r{round_}-{i}", f"p{round_}-{i}", i, 1, 1) for i in range(40)])
+                await eng.refresh_stats()
+                stats = eng.stats()
+                assert sum(stats["shard_rows"].values()) == 40 * round_, (round_, stats["shard_rows"])
+                assert stats["histograms"]["fsync_seconds"].count >= round_
+        finally:
+            await eng.close()
+
+    loop.run_until_complete(go())

@@ -70,6 +70,7 @@ async def test_every_api_series_from_the_real_engine(seeded):
     # queue depth, live subscribers, storage errors, dead letters, snapshot pauses
     assert get(m, "flowrank_ingest_queue_depth") == 0
     assert get(m, "flowrank_live_subscribers") == 0
+    assert get(m, "flowrank_ready") == 1  # what /readyz answers
     assert get(m, "flowrank_storage_errors_total") == 0
     assert get(m, "flowrank_dead_letters") == 0
     assert get(m, "flowrank_snapshot_pause_seconds_window_samples") == 0
