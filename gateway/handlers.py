@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -82,14 +83,27 @@ def validation_response(exc: RequestValidationError) -> JSONResponse:
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """Every method some route of the app answers at this path (Starlette's own 405 names only the
-    first route that matched the path, e.g. ``POST`` for ``/v1/boards`` although ``GET`` is there too)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
+    """Every method /openapi.json documents for this path (Starlette's own 405 names only the first
+    route that matched the path, e.g. ``POST`` for ``/v1/boards`` although ``GET`` is there too, and
+    nothing at all when the routes come from included routers). Undocumented routes (``/docs``, …):
+    the methods of the top-level routes that match the path."""
+    table = getattr(request.app.state, "allow_table", None)
+    if table is None:
+        table = []
+        for template, item in request.app.openapi().get("paths", {}).items():
+            regex = re.compile("^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)) + "$")
+            table.append((regex, {m.upper() for m in item if m in _HTTP_METHODS}))
+        request.app.state.allow_table = table
+    path = request.scope.get("path", "")
+    methods = {m for regex, ms in table if regex.match(path) for m in ms}
+    if not methods:
+        for route in request.app.router.routes:
+            if getattr(route, "methods", None) and route.matches(request.scope)[0] != Match.NONE:
+                methods.update(route.methods)
     return sorted(methods)
+
+
+_HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
 def install(app: FastAPI) -> None:

@@ -33,3 +33,13 @@ async def test_state_moves_forward_only(seeded):
     r = await c.post(f"/v1/boards/{BOARD}/state", json={"state": "OPEN"}, headers=H("admin"))
     assert r.status_code == 409 and r.json()["error"]["code"] == "INVALID_TRANSITION"
     assert (await seeded.board())["state"] == "FINALIZED"
+
+
+async def test_a_405_allows_every_method_of_the_path(harness):
+    """Starlette names only the first route that matched the path; /v1/boards has GET and POST."""
+    c = harness.client
+    for method, path, allow in (("OPTIONS", "/v1/boards", "GET, POST"), ("DELETE", "/v1/boards", "GET, POST"),
+                                ("PUT", f"/v1/boards/{BOARD}", "GET"), ("DELETE", f"/v1/boards/{BOARD}/top", "GET")):
+        r = await c.request(method, path, headers=H("admin"))
+        assert r.status_code == 405 and r.json()["error"]["code"] == "METHOD_NOT_ALLOWED", (method, path)
+        assert r.headers["allow"] == allow, (method, path, r.headers["allow"])
