@@ -495,14 +495,20 @@ async def run(workdir: Path, *, engine: str = "local", duration: float = 10.0, s
         tasks = [asyncio.create_task(writer(server.url, wl, i, stop, rep)) for i in range(writers)]
         nem = asyncio.create_task(nemesis(server, stop, rep, rng, min_gap, max_gap, max_kills=kills,
                                           t_start=t0, wl=wl, log=log if kills else None))
-        try:
-            await asyncio.wait_for(stop.wait(), duration)
-        except asyncio.TimeoutError:
-            if kills is not None:
-                log(f"chaos: only {rep.kill_count} of {kills} kills within the {duration:.0f}s cap")
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({stopped, nem}, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set() and not nem.done() and kills is not None:
+            log(f"chaos: only {rep.kill_count} of {kills} kills within the {duration:.0f}s cap")
         stop.set()
-        await nem
+        stopped.cancel()
+        try:
+            await nem
+        except Exception as e:  # noqa: BLE001 - a server that does not come back is the finding
+            rep.anomalies.append(f"the server did not come back after kill {rep.kill_count + 1}: "
+                                 f"{type(e).__name__}: {e}")
         await asyncio.gather(*tasks)
+        if rep.anomalies:  # nothing left to check against
+            return rep
         if server.proc is None:
             await asyncio.to_thread(server.start)
         # Let a restarted shard finish replaying before the checker reads.
@@ -522,7 +528,7 @@ async def run(workdir: Path, *, engine: str = "local", duration: float = 10.0, s
         rep.failed_starts = server.failed_starts
         server.cleanup()
         rep.duration_s = time.monotonic() - t0
-    log("chaos: " + rep.line())
-    for a in rep.anomalies[:20]:
-        log("chaos: ANOMALY " + a)
+        log("chaos: " + rep.line())
+        for a in rep.anomalies[:20]:
+            log("chaos: ANOMALY " + a)
     return rep

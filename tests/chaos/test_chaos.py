@@ -40,3 +40,20 @@ def test_ray_engine_survives_server_and_shard_kills(tmp_path):
     assert rep.shard_kills >= 1 and rep.server_kills + rep.shard_kills >= 2
     assert rep.events_acked > 20
     assert rep.replays_compared == 2
+
+
+def test_a_server_that_does_not_come_back_is_an_anomaly(tmp_path, monkeypatch):
+    """The nemesis's restart failing ends the run with that finding (it used to
+    leave the writers running until the time cap, reporting nothing)."""
+    from tests.chaos import harness
+
+    def broken_start(self, timeout=90.0, attempts=3):
+        if self.starts:
+            raise RuntimeError("server exited with 1")
+        return real_start(self, timeout, attempts)
+
+    real_start = harness.Server.start
+    monkeypatch.setattr(harness.Server, "start", broken_start)
+    rep = asyncio.run(run(tmp_path, engine="local", kills=3, duration=120.0, writers=2, min_gap=0.3, max_gap=0.6))
+    assert rep.server_kills == 0 and len(rep.anomalies) == 1
+    assert rep.anomalies[0].startswith("the server did not come back after kill 1: RuntimeError")
