@@ -109,7 +109,7 @@ async def seeded(harness):
 
 
 @contextmanager
-def thread_server(make_settings=settings, **engine_kw):
+def thread_server(make_settings=settings, wrap=None, **engine_kw):
     """uvicorn in a thread over a fresh LocalService opened on that thread's
     loop (httpx's ASGITransport buffers whole responses, so SSE needs a socket;
     schemathesis calls from its own loop). Yields the base URL."""
@@ -123,6 +123,8 @@ def thread_server(make_settings=settings, **engine_kw):
             engine = await open_engine(**engine_kw)
             try:
                 app = create_app(make_settings(), engine)
+                if wrap is not None:  # an ASGI wrapper around the app (tests that break it on purpose)
+                    app = wrap(app)
                 srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                                     timeout_graceful_shutdown=1))
                 holder["server"] = srv

@@ -75,6 +75,30 @@ def test_schemathesis_every_check_every_operation(base_url):
     assert proc.returncode == 0, out[-6000:]
 
 
+def _admin_on_every_request(app):
+    """The app with its authentication defeated: every request carries the admin key."""
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http":
+            headers = [(k, v) for k, v in scope["headers"] if k != b"authorization"]
+            scope = dict(scope, headers=[*headers, (b"authorization", b"Bearer admin-key")])
+        await app(scope, receive, send)
+    return asgi
+
+
+def test_the_auth_check_fails_a_server_that_ignores_auth():
+    """The run above passes its auth check (ST401: requests without or with a wrong credential must be
+    401) because the server enforces auth, not because the check is inert: here it fails."""
+    with thread_server(_settings, wrap=_admin_on_every_request) as url:
+        proc = subprocess.run(
+            [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json", "--checks", "ignored_auth",
+             "-H", "Authorization: Bearer admin-key", "--max-examples", "1", "--phases", "examples",
+             "--include-path-regex", "^/v1/boards$"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                           "NO_COLOR": "1"}, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "ST401" in out, out[-3000:]
+
+
 def _summary(out: str) -> dict:
     """The counts st run prints at the end (its exit code alone would not say what ran)."""
     ops = re.search(r"Selected: (\d+)/(\d+)", out)
