@@ -14,6 +14,7 @@ from gateway.routes.common import BoardIdPath, EventIdPath, PlayerIdPath, guarde
 from gateway.schemas import (
     DecisionIn,
     DecisionOut,
+    ErrorBody,
     HistoryOut,
     InvalidationIn,
     InvalidationOut,
@@ -60,7 +61,9 @@ async def invalidate(board_id: BoardIdPath, body: InvalidationIn, request: Reque
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/history", response_model=HistoryOut,
-            responses=error_responses(404), summary="Every event of a player in log order (moderator)")
+            responses={**error_responses(404), 410: {"model": ErrorBody, "description": (
+                "`BOARD_ARCHIVED`: an ARCHIVED board keeps its final rows, not its event history.")}},
+            summary="Every event of a player in log order (moderator)")
 @access(Permission.MODERATE)
 async def history(board_id: BoardIdPath, player_id: PlayerIdPath, request: Request):
     entries = await gw(request).engine.history(board_id, player_id)
