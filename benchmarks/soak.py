@@ -256,15 +256,18 @@ class Load:
         value = 2_000_000_000 + k
         ev = {"event_id": f"probe-{k}", "board_id": BOARD, "player_id": pid, "value": value, "achieved_at": BASE_MS}
         async with httpx.AsyncClient(base_url=self.url, timeout=30.0) as c:
-            r = await c.post("/v1/events", json={"events": [ev]}, headers=self.h("game_server"))
-            if r.status_code != 200:
+            try:
+                r = await c.post("/v1/events", json={"events": [ev]}, headers=self.h("game_server"))
+                if r.status_code != 200:
+                    return None
+                t = time.monotonic()
+                while time.monotonic() - t < 30:
+                    g = await c.get(f"/v1/boards/{BOARD}/players/{pid}", headers=self.h("moderator"))
+                    if g.status_code == 200 and g.json().get("value") == value:
+                        return (time.monotonic() - t) * 1000
+                    await asyncio.sleep(0.002)
+            except httpx.HTTPError:
                 return None
-            t = time.monotonic()
-            while time.monotonic() - t < 30:
-                g = await c.get(f"/v1/boards/{BOARD}/players/{pid}", headers=self.h("moderator"))
-                if g.status_code == 200 and g.json().get("value") == value:
-                    return (time.monotonic() - t) * 1000
-                await asyncio.sleep(0.002)
         return None
 
     def take(self) -> Window:
@@ -306,6 +309,7 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
         tasks += [asyncio.create_task(load.reader(read_rate)) for _ in range(readers)]
         tasks += [asyncio.create_task(load.subscriber()) for _ in range(subscribers)]
         samples: list[dict] = []
+        failure = None
         start = last = time.monotonic()
         prev_fsync = None
         k = 0
@@ -317,8 +321,17 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
                 now = time.monotonic()
                 w = load.take()
                 mem = session_memory(server)
-                m = await c.get("/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"})
-                fs = fsync_reading(m.text) if m.status_code == 200 else {"buckets": {}, "quantiles": {}}
+                if server.proc is None or server.proc.poll() is not None:
+                    code = None if server.proc is None else server.proc.returncode
+                    failure = f"the server exited (code {code}) at t={now - start:.0f}s; see {server.workdir}"
+                    log("soak: " + failure)
+                    break
+                try:
+                    m = await c.get("/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"})
+                    fs = fsync_reading(m.text) if m.status_code == 200 else {"buckets": {}, "quantiles": {}}
+                except httpx.HTTPError as e:
+                    log(f"soak: /metrics failed ({type(e).__name__}); sample without fsync")
+                    fs = {"buckets": {}, "quantiles": {}}
                 f99 = fsync_p99(prev_fsync, fs)
                 prev_fsync = fs
                 s = {"t": round(now - start, 2), "events_per_s": w.acked / (now - last),
@@ -342,7 +355,7 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
         server.cleanup()
     warmup = minutes * 60 * warmup_fraction
     return {"capacity_events_per_s": capacity, "target_events_per_s": target, "warmup_s": warmup,
-            "analysis": analyse(samples, warmup), "samples": samples}
+            "failure": failure, "analysis": analyse(samples, warmup), "samples": samples}
 
 
 def plot(result: dict, path: Path) -> None:
@@ -401,13 +414,17 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     print(f"  load    : {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1/5/15 min) before", flush=True)
     work = Path(tempfile.mkdtemp(prefix="fr-soak-"))
+    res = None
     try:
         res = asyncio.run(soak(work, minutes=a.minutes, engine=a.engine, players=a.players, batch=a.batch,
                                writers=a.writers, readers=a.readers, read_rate=a.read_rate,
                                subscribers=a.subscribers, sample_s=a.sample_s, calibrate_s=a.calibrate_s,
                                fraction=a.fraction, warmup_fraction=a.warmup_fraction, seed=a.seed))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if res is not None and res["failure"] is None:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"work directory kept for its server logs: {work}")
     load_after = os.getloadavg()
     result = {"machine": machine, "params": params, "load_before": load_before, "load_after": load_after, **res}
     out = Path(a.out or f"results/soak-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
@@ -417,6 +434,9 @@ def main(argv=None) -> int:
     an = res["analysis"]
     print(json.dumps(an, indent=1))
     print(f"load {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after; wrote {out}/soak.json, soak.png")
+    if res["failure"]:
+        print("FAILED: " + res["failure"])
+        return 1
     return 0
 
 

@@ -52,8 +52,34 @@ def test_a_short_soak_against_a_local_server(tmp_path):
     res = asyncio.run(soak(tmp_path, minutes=0.15, engine="local", players=500, batch=50, writers=2, readers=1,
                            read_rate=20, subscribers=1, sample_s=2.0, calibrate_s=2.0, fraction=0.5,
                            warmup_fraction=0.2, seed=3, log=print))
-    assert res["capacity_events_per_s"] > 0 and len(res["samples"]) >= 3
+    assert res["failure"] is None and res["capacity_events_per_s"] > 0 and len(res["samples"]) >= 3
     s = res["samples"][-1]
     assert s["rss_total"] > 0 and s["processes"] and s["reads"] > 0 and s["live_messages"] > 0
     assert all(x["lag_ms"] is not None for x in res["samples"])
     assert all(x["write_errors"] == 0 and x["read_errors"] == 0 for x in res["samples"])
+
+
+def test_a_server_that_dies_ends_the_soak_with_that_finding(tmp_path, monkeypatch):
+    from tests.chaos import harness
+
+    started = []
+    real_start = harness.Server.start
+
+    def start(self, *a, **kw):
+        started.append(self)
+        return real_start(self, *a, **kw)
+
+    monkeypatch.setattr(harness.Server, "start", start)
+
+    async def main():
+        run = asyncio.create_task(soak(tmp_path, minutes=1.0, engine="local", players=100, batch=10, writers=1,
+                                       readers=1, read_rate=10, subscribers=0, sample_s=1.0, calibrate_s=1.0,
+                                       fraction=0.5, warmup_fraction=0.2, seed=3, log=print))
+        while not started or started[0].proc is None:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3.0)
+        started[0].proc.kill()
+        return await asyncio.wait_for(run, 60)
+
+    res = asyncio.run(main())
+    assert res["failure"] is not None and res["failure"].startswith("the server exited (code -9)")
