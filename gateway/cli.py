@@ -132,6 +132,9 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
     from gateway.runtime import build_engine  # noqa: PLC0415
     from gateway.tokens import load_secret  # noqa: PLC0415
 
+    if log_format == "json" and settings.engine == "ray":
+        import ray  # noqa: F401, PLC0415  # its import puts a handler on the "ray" logger; ray.init keeps
+        logformat.adopt()  # whatever handlers it finds: route its records to the JSON handler first
     with startup_errors.starting(settings):  # every refusal: one line, its exit code
         startup_errors.preflight(settings)
         keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)

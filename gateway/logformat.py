@@ -66,8 +66,18 @@ def configure(fmt: str, level: int = logging.INFO) -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level)
-    # uvicorn's loggers log through the root handler too (uvicorn is then started with log_config=None)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    adopt()
+
+
+# Loggers that install their own handlers: uvicorn's (uvicorn is then started with log_config=None) and
+# Ray's driver-side logger, which ``import ray`` configures (serve calls adopt() again once Ray is up).
+# Ray's workers do not log to the driver (init_ray passes log_to_driver=False).
+_OWN_HANDLERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "ray")
+
+
+def adopt(names: tuple[str, ...] = _OWN_HANDLERS) -> None:
+    """Send these loggers' records through the root (JSON) handler instead of their own."""
+    for name in names:
         lg = logging.getLogger(name)
         for h in list(lg.handlers):
             lg.removeHandler(h)
