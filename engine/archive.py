@@ -24,9 +24,8 @@ every id's UTF-8 bytes, sorted) and ``hash_rows`` (the row of each hash), and
 verified on the id bytes, so a lookup is one binary search and touches
 O(log n) pages of the file.
 
->>> view = ArchiveView(b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 3, ArchiveRows(
-...     ["b", "a", "c"], np.array([5, 5, 1]), np.array([10, 10, 3]), np.array([10, 10, 3]),
-...     np.array([1, 1, 2]), np.array([True, True, False])))))
+>>> view = ArchiveView(b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 3, ArchiveRows.of(
+...     ["b", "a", "c"], [5, 5, 1], [10, 10, 3], [10, 10, 3], [1, 1, 2], [True, True, False]))))
 >>> [(e.rank, e.player_id, e.value) for e in view.top(0, 10)]
 [(1, 'a', 5), (2, 'b', 5)]
 >>> view.find("c"), view.find("zz")
@@ -45,7 +44,7 @@ import xxhash
 from engine.checksum import MASK128, render, row_digest
 from engine.errors import UnsupportedFormat
 from engine.model import PlayerView, Policy, RankedEntry, RowStatus
-from engine.players import decode_id, encode_ids
+from engine.players import decode_id, encode_ids, gather
 
 MAGIC = b"FRARCHV1"
 #: What :func:`encode` writes; a reader refuses a newer one (engine.formats rules).
@@ -60,16 +59,56 @@ _U64 = struct.Struct("<Q")
 
 
 class ArchiveRows(NamedTuple):
-    """Every row of a board (any order), as columns. ``metadata``: per row
-    the compact JSON bytes of its metadata, or None (the whole column may be None)."""
+    """Every row of a board (any order), as columns: the ids' UTF-8 bytes in
+    one buffer with int64 offsets (``rows + 1``), then one number per row.
+    ``metadata``: per row the compact JSON bytes of its metadata, or None (the
+    whole column may be None)."""
 
-    player_ids: Sequence[str]
+    id_bytes: np.ndarray
+    id_offsets: np.ndarray
     value: np.ndarray
     achieved: np.ndarray
     submitted: np.ndarray
     row_version: np.ndarray
     active: np.ndarray
     metadata: Sequence[bytes | None] | None = None
+
+    @classmethod
+    def of(cls, player_ids: Sequence[str], value, achieved, submitted, row_version, active,
+           metadata: Sequence[bytes | None] | None = None) -> "ArchiveRows":
+        """From a list of ids (tests, small boards)."""
+        buf, offs = encode_ids(list(player_ids))
+        i64 = lambda c: np.asarray(c, np.int64)  # noqa: E731
+        return cls(buf, offs, i64(value), i64(achieved), i64(submitted), i64(row_version), np.asarray(active, bool),
+                   metadata)
+
+    @property
+    def n(self) -> int:
+        """How many rows."""
+        return len(self.id_offsets) - 1
+
+    def raw_id(self, i: int) -> bytes:
+        return self.id_bytes[self.id_offsets[i]:self.id_offsets[i + 1]].tobytes()
+
+
+def rows_from_wire(parts: Sequence[Sequence[bytes]]) -> ArchiveRows:
+    """The rows of many partitions, each as :meth:`engine.partition.Partition.columns`
+    answers them (``[id bytes, id offsets, values, achieved, submitted, row
+    versions, active]``), as one :class:`ArchiveRows`. O(rows + id bytes)."""
+    arenas = [np.frombuffer(p[0], np.uint8) for p in parts]
+    offsets = [np.frombuffer(p[1], "<i8") for p in parts]
+    total = np.zeros(1, np.int64)
+    shifted = [total]
+    base = 0
+    for arena, offs in zip(arenas, offsets):
+        shifted.append(offs[1:].astype(np.int64) + base)
+        base += len(arena)
+    def col(k: int, dtype: str = "<i8") -> np.ndarray:
+        return np.concatenate([np.frombuffer(p[k], dtype) for p in parts] or [np.zeros(0, dtype)])
+
+    arena = np.concatenate(arenas) if arenas else np.zeros(0, np.uint8)
+    return ArchiveRows(arena, np.concatenate(shifted), col(2).astype(np.int64), col(3).astype(np.int64),
+                       col(4).astype(np.int64), col(5).astype(np.int64), col(6, "u1").astype(bool))
 
 
 class ArchiveInfo(NamedTuple):
@@ -81,16 +120,19 @@ class ArchiveInfo(NamedTuple):
     checksum: str
 
 
-def id_hashes(raw: Sequence[bytes]) -> np.ndarray:
-    """xxh3_64 of each id's UTF-8 bytes."""
+def id_hashes(buf, offs) -> np.ndarray:
+    """xxh3_64 of each id's UTF-8 bytes (ids as one buffer with offsets)."""
     h = xxhash.xxh3_64_intdigest
-    return np.fromiter((h(b) for b in raw), np.uint64, count=len(raw))
+    mv = memoryview(np.ascontiguousarray(buf, np.uint8))
+    o = np.asarray(offs, np.int64).tolist()
+    return np.fromiter((h(mv[a:b]) for a, b in zip(o, o[1:])), np.uint64, count=len(o) - 1)
 
 
-def rank_order(policy: Policy, rows: ArchiveRows, id_bytes: Sequence[bytes]) -> np.ndarray:
+def rank_order(policy: Policy, rows: ArchiveRows) -> np.ndarray:
     """Row positions: the active rows by the board comparator (docs/api.md §6),
     then the invalidated rows by player id. O(n log n) in numpy, plus a
-    Python sort of each run of rows whose (primary, tie) are equal."""
+    Python sort of each run of rows whose (primary, tie) are equal and of the
+    invalidated rows."""
     active = np.asarray(rows.active, bool)
     value = np.asarray(rows.value, np.int64)
     if policy is Policy.FASTEST_TIME:
@@ -103,49 +145,47 @@ def rank_order(policy: Policy, rows: ArchiveRows, id_bytes: Sequence[bytes]) -> 
         p, t = primary[order], tie[order]
         same = (p[1:] == p[:-1]) & (t[1:] == t[:-1])
         if same.any():  # equal (primary, tie): the lower player id first
-            order = order.copy()
             starts = np.flatnonzero(same & ~np.concatenate(([False], same[:-1])))
             for s in starts.tolist():
                 e = s + 1
                 while e < len(same) and same[e]:
                     e += 1
                 run = order[s:e + 1].tolist()
-                order[s:e + 1] = sorted(run, key=lambda r: id_bytes[r])
-    off = np.flatnonzero(~active)
-    rest = sorted(off.tolist(), key=lambda r: id_bytes[r])
+                order[s:e + 1] = sorted(run, key=rows.raw_id)
+    rest = sorted(np.flatnonzero(~active).tolist(), key=rows.raw_id)
     return np.concatenate((order, np.asarray(rest, np.int64))).astype(np.int64)
 
 
 def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows) -> list[bytes]:
     """The archive of a board at ``version`` as byte chunks to write in order.
-    Deterministic: the same rows (in any order) give the same bytes. O(n log n)."""
-    ids = list(rows.player_ids)
-    n = len(ids)
-    buf, offs = encode_ids(ids)
-    raw = [buf[offs[i]:offs[i + 1]].tobytes() for i in range(n)]
-    order = rank_order(policy, rows, raw)
+    Deterministic: the same rows (in any order) give the same bytes. O(n log n),
+    with no Python object kept per row (memory: a few columns of the board)."""
+    n = rows.n
+    order = rank_order(policy, rows)
     ranked = int(np.count_nonzero(np.asarray(rows.active, bool)))
-    ordered = [raw[i] for i in order.tolist()]
-    id_offsets = np.zeros(n + 1, np.int64)
-    if n:
-        np.cumsum(np.fromiter(map(len, ordered), np.int64, count=n), out=id_offsets[1:])
-    metas = [None] * n if rows.metadata is None else [rows.metadata[i] for i in order.tolist()]
+    id_bytes, id_offsets = gather(np.ascontiguousarray(rows.id_bytes, np.uint8),
+                                  np.asarray(rows.id_offsets, np.int64), order)
+    metas = None if rows.metadata is None else [rows.metadata[i] for i in order.tolist()]
     meta_offsets = np.zeros(n + 1, np.int64)
-    if n:
+    if n and metas is not None:
         np.cumsum(np.fromiter((len(m or b"") for m in metas), np.int64, count=n), out=meta_offsets[1:])
-    hashes = id_hashes(ordered)
+    hashes = id_hashes(id_bytes, id_offsets)
     by_hash = np.argsort(hashes, kind="stable")
     value, achieved = np.asarray(rows.value, np.int64)[order], np.asarray(rows.achieved, np.int64)[order]
     submitted, rv = np.asarray(rows.submitted, np.int64)[order], np.asarray(rows.row_version, np.int64)[order]
     total = 0
-    for i, pid in enumerate(ordered):
-        status = RowStatus.ACTIVE.value if i < ranked else RowStatus.INVALIDATED.value
-        total += row_digest(decode_id(pid), int(value[i]), int(achieved[i]), status, int(rv[i]))
+    raw = id_bytes.tobytes()
+    o = id_offsets.tolist()
+    for i, (v, a, r) in enumerate(zip(value.tolist(), achieved.tolist(), rv.tolist())):
+        status = "ACTIVE" if i < ranked else "INVALIDATED"
+        total += row_digest(decode_id(raw[o[i]:o[i + 1]]), v, a, status, r)
+    del raw, o
     data = {
         "value": value.astype("<i8").tobytes(), "achieved": achieved.astype("<i8").tobytes(),
         "submitted": submitted.astype("<i8").tobytes(), "row_version": rv.astype("<i8").tobytes(),
-        "id_offsets": id_offsets.astype("<i8").tobytes(), "id_bytes": b"".join(ordered),
-        "meta_offsets": meta_offsets.astype("<i8").tobytes(), "meta_bytes": b"".join(m or b"" for m in metas),
+        "id_offsets": id_offsets.astype("<i8").tobytes(), "id_bytes": id_bytes.tobytes(),
+        "meta_offsets": meta_offsets.astype("<i8").tobytes(),
+        "meta_bytes": b"" if metas is None else b"".join(m or b"" for m in metas),
         "hashes": hashes[by_hash].astype("<u8").tobytes(), "hash_rows": by_hash.astype("<i8").tobytes(),
     }
     header = {"format": ARCHIVE_FORMAT, "board_id": board_id, "policy": policy.value, "version": int(version),
@@ -256,7 +296,8 @@ class ArchiveView:
     def find_many(self, player_ids: Sequence[str]) -> list[int]:
         """Rows of many ids (-1 for absent), one vectorised search."""
         raws = [p.encode("utf-8", "surrogatepass") for p in player_ids]
-        hs = id_hashes(raws)
+        buf, offs = encode_ids(list(player_ids))
+        hs = id_hashes(buf, offs)
         starts = np.searchsorted(self.hashes, hs, "left").tolist()
         out = []
         for raw, h, i in zip(raws, hs.tolist(), starts):

@@ -112,6 +112,18 @@ def _gather(arena, starts, lens, bounds, out):
         out[bounds[k]:bounds[k] + lens[k]] = arena[starts[k]:starts[k] + lens[k]]
 
 
+def gather(arena: np.ndarray, offs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Items ``idx`` of a byte arena with offsets, as a new arena and its offsets. O(bytes)."""
+    starts = offs[idx]
+    lens = offs[idx + 1] - starts
+    bounds = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(lens, out=bounds[1:])
+    out = np.empty(int(bounds[-1]), np.uint8)
+    if len(idx):
+        _gather(arena, starts, lens, bounds, out)
+    return out, bounds
+
+
 def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes of many ids in one buffer plus their int64 offsets."""
     n = len(ids)
@@ -189,17 +201,18 @@ class PlayerTable:
     def id_of(self, i: int) -> str:
         return decode_id(self.arena[self.offs[i]:self.offs[i + 1]].tobytes())
 
+    def bytes_of(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """The UTF-8 bytes of many players' ids in one buffer plus their int64
+        offsets (``len(idx) + 1``): one gather, no Python object per id."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return gather(self.arena, self.offs, idx)
+
     def ids_of(self, idx) -> list[str]:
         """Ids of many players: one gather of their bytes, then one decode each."""
         idx = np.asarray(idx, dtype=np.int64)
         if not len(idx):
             return []
-        starts, ends = self.offs[idx], self.offs[idx + 1]
-        lens = ends - starts
-        bounds = np.zeros(len(idx) + 1, np.int64)
-        np.cumsum(lens, out=bounds[1:])
-        out = np.empty(int(bounds[-1]), np.uint8)
-        _gather(self.arena, starts, lens, bounds, out)
+        out, bounds = gather(self.arena, self.offs, idx)
         raw = out.tobytes()
         b = bounds.tolist()
         try:

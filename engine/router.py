@@ -34,7 +34,7 @@ import numpy as np
 from engine import checksum as checksum_mod
 from engine import records as R
 from engine.admission import Admission
-from engine.archive import ArchiveRows, ArchiveView, encode
+from engine.archive import ArchiveView, encode, rows_from_wire
 from engine.changes import ChangeRing
 from engine.columns import ScoreColumns
 from engine.errors import (
@@ -444,18 +444,18 @@ class Router:
         answers = await self._consistent(attempt, ctl)
         got = [ans for _, ans in answers.values()]
         version = sum(ans[0] for ans in got)
-        if sum(ans[7] for ans in got) != ctl.spec.shards:
+        parts = [cols for ans in got for cols in ans[1]]
+        if len(parts) != ctl.spec.shards:
             raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but its archive is missing and the shards no "
                                      "longer hold its rows: restore the archive file from a backup.")
         found = await asyncio.to_thread(self.archives.open, board_id)  # finished before a crash: keep it
         if found is None:
-            def column(k: int, dtype: str = "<i8") -> np.ndarray:
-                return np.frombuffer(b"".join(ans[k] for ans in got), dtype)
-
-            rows = ArchiveRows([pid for ans in got for pid in ans[1]], column(2), column(3), column(4), column(5),
-                               column(6, "u1").astype(bool))
+            rows = rows_from_wire(parts)
+            del got, parts, answers
             chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows)
+            del rows
             await asyncio.to_thread(self.archives.save, board_id, chunks)
+            del chunks
             found = await asyncio.to_thread(self.archives.open, board_id)
         if found is None or found.info.version != version or found.info.board_id != board_id:
             raise StorageUnavailable(f"The archive of board {board_id!r} does not hold its rows at version "

@@ -293,9 +293,7 @@ class ShardCore:
         if op == "sum":
             return [version, format(sum(p.checksum_sum() for p in parts), "x")]  # > 64 bits: msgpack-safe text
         if op == "rows":  # every row (any status) as columns, for an archive
-            cols = [p.columns() for p in parts]
-            return ([version, [pid for c in cols for pid in c[0]]] + [b"".join(c[k] for c in cols) for k in range(1, 6)]
-                    + [len(parts)])
+            return [version, [p.columns() for p in parts]]
         if op == "drop":  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
             return [version, self.drop(board_id)]
         if op == "sample":

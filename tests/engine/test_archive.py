@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,8 +20,7 @@ from engine.policy import key_for
 def rows_of(items):
     """items: [(pid, value, achieved, submitted, row_version, active)]"""
     cols = list(zip(*items)) if items else [[], [], [], [], [], []]
-    return ArchiveRows(list(cols[0]), np.array(cols[1], np.int64), np.array(cols[2], np.int64),
-                       np.array(cols[3], np.int64), np.array(cols[4], np.int64), np.array(cols[5], bool))
+    return ArchiveRows.of(list(cols[0]), *cols[1:])
 
 
 def build(items, policy=Policy.BEST_SCORE, version=7, board="g:m:s:x") -> tuple[bytes, ArchiveView]:
@@ -175,3 +173,33 @@ def test_property_archive_agrees_with_the_oracle(items, policy):
     assert [e.player_id for e in view.top(0, 100)] == [r[0] for r in ranked]
     for i in range(len(ranked)):
         assert view.tied_rank(i) == tied(ranked, i)
+
+
+def test_rows_from_partitions_wire_columns_equal_the_whole_board():
+    """Router side: the rows op answers each partition's columns (engine.partition
+    Partition.columns); together they encode to the same bytes as the whole board."""
+    from engine.archive import rows_from_wire
+    from engine.columns import ScoreColumns
+    from engine.partition import Partition
+
+    rng = random.Random(8)
+    items = random_items(rng, 40, ids=TRICKY + [f"q{i}" for i in range(26)])
+    parts = [Partition(Policy.BEST_SCORE, 10**9) for _ in range(3)]
+    for k, p in enumerate(parts):
+        mine = [it for j, it in enumerate(items) if j % 3 == k]
+        p.apply_columns(ScoreColumns.from_events([_event(it) for it in mine], "g:m:s:x"))
+    wire = [p.columns() for p in parts] + [Partition(Policy.BEST_SCORE, 10**9).columns()]  # an empty partition too
+    rows = rows_from_wire(wire)
+    assert rows.n == len(items)
+    got = b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 7, rows))
+    want = b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 7, rows_of([(pid, v, a, s, 1, True)
+                                                                      for pid, v, a, s, _, _ in items])))
+    assert got == want
+    assert rows_from_wire([]).n == 0
+
+
+def _event(it):
+    from engine.model import ScoreEvent
+
+    pid, v, a, s, _, _ = it
+    return ScoreEvent("g:m:s:x", f"e-{pid}", pid, v, a, s)

@@ -4,7 +4,6 @@ damaged file is refused, and both stores read the same bytes alike."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from engine.archive import ArchiveRows, encode
@@ -16,8 +15,7 @@ BOARD = "g:m:s:ü"
 
 
 def chunks():
-    rows = ArchiveRows(["b", "a", "日本"], np.array([3, 5, 5]), np.array([1, 2, 1]), np.array([1, 2, 1]),
-                       np.array([1, 1, 2]), np.array([True, True, False]))
+    rows = ArchiveRows.of(["b", "a", "日本"], [3, 5, 5], [1, 2, 1], [1, 2, 1], [1, 1, 2], [True, True, False])
     return encode(BOARD, Policy.BEST_SCORE, 4, rows)
 
 
