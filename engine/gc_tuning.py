@@ -22,3 +22,17 @@ def tune() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*THRESHOLDS)
+
+
+def release_memory() -> bool:
+    """Collect, then hand the C allocator's free pages back to the system
+    (glibc ``malloc_trim``): after a large one-off release, such as the
+    shards dropping an archived board, freed blocks otherwise stay in the
+    process's heap. Returns whether a trim ran (False off glibc)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

@@ -52,6 +52,7 @@ from engine.errors import (
     ViewExpired,
 )
 from engine.formats import ROUTER_STATE_FORMAT, state_format
+from engine.gc_tuning import release_memory
 from engine.histogram import Histogram
 from engine.model import (
     DEFAULT_DEDUP_RETENTION,
@@ -465,6 +466,7 @@ class Router:
         while ctl.shard_reads:  # reads that chose the shards before the switch
             await asyncio.sleep(0.002)
         await self._fan(ctl, lambda a: ["drop", board_id])
+        await asyncio.to_thread(release_memory)  # the build's buffers (and in-process shards' rows) go back
         log.info("board %r archived at version %d: %d rows", board_id, version, len(found))
 
     async def decide(self, d: QuarantineDecision) -> DecisionResult:

@@ -125,7 +125,11 @@ class ShardActor:
         return pack(self.core.apply(through, unpack(packed_items)))
 
     def read(self, packed_requests: bytes) -> bytes:
-        return pack(self.core.read(unpack(packed_requests)))
+        requests = unpack(packed_requests)
+        answer = pack(self.core.read(requests))
+        if any(r[0] == "drop" for r in requests):  # an archived board's rows just went
+            gc_tuning.release_memory()
+        return answer
 
     def snapshot(self) -> int:
         """Ship a snapshot of this shard to the log server; its offset."""
