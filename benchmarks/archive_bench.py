@@ -63,6 +63,16 @@ def _settle(trim: bool = False) -> dict:
     return {"rss": rss_bytes(), "anon": split.get("anon"), "file": split.get("file"), "trimmed": trimmed}
 
 
+def _result_cache_bytes(svc) -> int:
+    """Bytes of the shards' cached per-record results (kept for redelivered batches)."""
+    total = 0
+    for core in svc.cores:
+        for result in core._results.values():
+            for item in result or ():
+                total += len(item) if isinstance(item, (bytes, bytearray)) else 0
+    return total
+
+
 def _board_bytes(svc) -> tuple[int, int]:
     """(partition bytes, partitions) of the board over every in-process shard."""
     total = parts = 0
@@ -98,6 +108,7 @@ async def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
         version = (await svc.board(BOARD)).version
         full = _settle(trim=True)
         bytes_before, parts_before = _board_bytes(svc)
+        results_before = _result_cache_bytes(svc)
         t1 = time.perf_counter()
         for state in (BoardState.FROZEN, BoardState.FINALIZED, BoardState.ARCHIVED):
             await svc.set_state(BOARD, state)
@@ -105,6 +116,7 @@ async def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
         archived = _settle()
         trimmed = _settle(trim=True)
         bytes_after, parts_after = _board_bytes(svc)
+        results_after = _result_cache_bytes(svc)
         info = await svc.board(BOARD)
         assert info.version == version and info.size == args.players, (info, version)
         path = svc.router.archives.path(BOARD)  # type: ignore[attr-defined]
@@ -134,6 +146,8 @@ async def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
         "rss_freed_share": (full["rss"] - archived["rss"]) / grown,
         "rss_freed_share_trimmed": (full["rss"] - trimmed["rss"]) / grown,
         "router_dedup_bytes": dedup_bytes,
+        "result_cache_bytes_before": results_before, "result_cache_bytes_after": results_after,
+        "rss_freed_share_shards": (full["rss"] - archived["rss"]) / max(1, grown - dedup_bytes),
         "player_read_us": _stats(player_us), "top100_read_us": _stats(top_us),
     }
 
@@ -181,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<21}: rss {_mib(r['rss'])} (anon {_mib(r['anon'])}, file {_mib(r['file'])})")
     print(f"  RSS the board added, freed by archiving: {100 * out['rss_freed_share']:.1f}% "
           f"({100 * out['rss_freed_share_trimmed']:.1f}% after malloc_trim)")
+    print(f"  shards' cached batch results: {_mib(out['result_cache_bytes_before'])} before, "
+          f"{_mib(out['result_cache_bytes_after'])} after")
     print(f"  kept by the router, not the shards: the board's dedup table {_mib(out['router_dedup_bytes'])} "
           "(redeliveries still answer DUPLICATE_IGNORED; it is in every RSS figure above)")
+    print(f"  RSS the board added to the shards (its growth less the router's dedup table), freed: "
+          f"{100 * out['rss_freed_share_shards']:.1f}%")
     pr, tr = out["player_read_us"], out["top100_read_us"]
     print(f"  reads from the archive: player (ties) median {pr['median']:.0f} µs p99 {pr['p99']:.0f} µs; "
           f"top 100 median {tr['median']:.0f} µs p99 {tr['p99']:.0f} µs")

@@ -72,6 +72,7 @@ class ShardCore:
         self._dead_offsets: set[int] = set()
         self._dead_rows: set[tuple[int, int]] = set()  # (offset, row) of columnar records
         self._results: OrderedDict[int, list | None] = OrderedDict()
+        self._result_board: dict[int, str] = {}  # offset -> board of a cached result (dropped with the board)
 
     # ------------------------------------------------------------------ writes
 
@@ -129,13 +130,16 @@ class ShardCore:
                 result = self._dispatch(rec, offset)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
-        self._remember_result(offset, result)
+        self._remember_result(offset, result, rec[1] if len(rec) > 1 and isinstance(rec[1], str) else None)
         return result
 
-    def _remember_result(self, offset: int, result) -> None:
+    def _remember_result(self, offset: int, result, board_id: str | None = None) -> None:
         self._results[offset] = result
+        if board_id is not None and result is not None:
+            self._result_board[offset] = board_id
         if len(self._results) > RESULT_CACHE:
-            self._results.popitem(last=False)
+            old, _ = self._results.popitem(last=False)
+            self._result_board.pop(old, None)
 
     def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
         error = f"{type(exc).__name__}: {exc}"
@@ -312,6 +316,11 @@ class ShardCore:
         partitions were dropped. Later score records for the board are answered
         with their logged verdicts (all held) and touch nothing."""
         parts = self.parts.pop(board_id, {})
+        # Cached results of the board's records go too: every batch before the ARCHIVED
+        # record was answered before the router asked for the drop.
+        for offset in [o for o, b in self._result_board.items() if b == board_id]:
+            del self._result_board[offset]
+            self._results.pop(offset, None)
         for n, p in parts.items():
             p.journal.close()
             place = self._journal_place(board_id, n)
