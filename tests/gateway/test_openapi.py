@@ -65,7 +65,10 @@ def test_schemathesis_every_check_every_operation(base_url):
            "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""}
     proc = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "run", f"{base_url}/openapi.json", "--checks", "all",
-         "-H", "Authorization: Bearer admin-key", "--max-examples", str(MAX_EXAMPLES), "--workers", "2"],
+         "-H", "Authorization: Bearer admin-key", "--max-examples", str(MAX_EXAMPLES), "--workers", "2",
+         # a request is answered in ms; 30 s (not 10) keeps a CI machine under heavy load from turning
+         # scheduling delays into "Network Error" (seen once at load 13 on 2 cores)
+         "--request-timeout", "30"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     print(out[out.find("FAILURES"):] if "FAILURES" in out else out[-2000:])
