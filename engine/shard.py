@@ -36,10 +36,23 @@ from engine.placement import actor_of, part_of
 
 log = logging.getLogger("flowrank.shard")
 
-RESULT_CACHE = 50_000  # per-record results kept for re-delivered batches
+RESULT_CACHE = 50_000  # per-record results kept for re-delivered batches ...
+RESULT_CACHE_BYTES = 64 << 20  # ... and at most this many bytes of them (a 10k-event batch's answer is ~170 kB)
 DEAD = R.CODE[Outcome.DEAD_LETTERED]
 UNKNOWN_SEASON = R.CODE[Outcome.REJECTED_UNKNOWN_SEASON]
 ACTIVE = "ACTIVE"
+
+
+_NONE = object()
+
+
+def _result_nbytes(result) -> int:
+    """Approximate bytes a cached answer holds: its byte strings, one level deep, plus a fixed overhead."""
+    if isinstance(result, (bytes, bytearray)):
+        return 64 + len(result)
+    if isinstance(result, list):
+        return 64 + sum(len(x) if isinstance(x, (bytes, bytearray)) else 32 for x in result)
+    return 64
 
 
 def entry(row) -> list:
@@ -73,6 +86,8 @@ class ShardCore:
         self._dead_rows: set[tuple[int, int]] = set()  # (offset, row) of columnar records
         self._results: OrderedDict[int, list | None] = OrderedDict()
         self._result_board: dict[int, str] = {}  # offset -> board of a cached result (dropped with the board)
+        self._result_bytes: dict[int, int] = {}  # offset -> approximate bytes of a cached result
+        self.result_cache_bytes = 0
 
     # ------------------------------------------------------------------ writes
 
@@ -134,12 +149,24 @@ class ShardCore:
         return result
 
     def _remember_result(self, offset: int, result, board_id: str | None = None) -> None:
+        """Cache a record's answer for a retried batch; the oldest go first once
+        the cache holds RESULT_CACHE records or RESULT_CACHE_BYTES bytes (a
+        retry only ever asks for the records of the cycles in flight)."""
+        self._forget_result(offset)
         self._results[offset] = result
+        size = _result_nbytes(result)
+        self._result_bytes[offset] = size
+        self.result_cache_bytes += size
         if board_id is not None and result is not None:
             self._result_board[offset] = board_id
-        if len(self._results) > RESULT_CACHE:
-            old, _ = self._results.popitem(last=False)
-            self._result_board.pop(old, None)
+        while len(self._results) > 1 and (len(self._results) > RESULT_CACHE
+                                          or self.result_cache_bytes > RESULT_CACHE_BYTES):
+            self._forget_result(next(iter(self._results)))
+
+    def _forget_result(self, offset: int) -> None:
+        if self._results.pop(offset, _NONE) is not _NONE:
+            self.result_cache_bytes -= self._result_bytes.pop(offset)
+            self._result_board.pop(offset, None)
 
     def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
         error = f"{type(exc).__name__}: {exc}"
@@ -319,8 +346,7 @@ class ShardCore:
         # Cached results of the board's records go too: every batch before the ARCHIVED
         # record was answered before the router asked for the drop.
         for offset in [o for o, b in self._result_board.items() if b == board_id]:
-            del self._result_board[offset]
-            self._results.pop(offset, None)
+            self._forget_result(offset)
         for n, p in parts.items():
             p.journal.close()
             place = self._journal_place(board_id, n)
