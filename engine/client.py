@@ -52,6 +52,12 @@ class EngineClient(Protocol):
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         """Forward-only season move, anchored at the log position; raises InvalidTransition."""
 
+    async def next_season(self, board_id: str, season: str, closes_at: int | None,
+                          finalize_after_s: int | None = None) -> BoardInfo:
+        """Create the board ``game:mode:<season>:scope`` with this board's policy,
+        shards, review and timing settings (``finalize_after_s`` too unless
+        given) and ``closes_at``; raises BoardNotFound, BoardExists, ValidationFailed."""
+
     async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
         """Durably append then apply; one result per event, in order.
 

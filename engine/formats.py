@@ -25,10 +25,12 @@ from __future__ import annotations
 from engine.errors import UnsupportedFormat
 
 #: Log record vocabulary: kinds and field layouts (records.KINDS), outcome codes
-#: (records.CODE). 1: B T S C I D records, codes 1-14.
-LOG_FORMAT = 1
+#: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
+#: schedule) replaces B for new boards.
+LOG_FORMAT = 2
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
-ROUTER_STATE_FORMAT = 1
+#: 2: board specs as K records (with the season schedule); format 1 holds B records.
+ROUTER_STATE_FORMAT = 2
 #: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters.
 SHARD_STATE_FORMAT = 1
 #: ``Partition.to_state``: players, row columns, journal (codes: records.CODE + journal audit codes).

@@ -16,6 +16,8 @@ INT64_MAX = 2**63 - 1
 DEFAULT_MAX_PLAUSIBLE_TIME_MS = 86_400_000
 DEFAULT_DEDUP_RETENTION = 5_000_000
 DEFAULT_DELTA_RETENTION = 10_000
+DEFAULT_FINALIZE_AFTER_S = 3_600  # a scheduled close finalizes this long after closes_at (docs/api.md §13)
+MAX_FINALIZE_AFTER_S = INT64_MAX // 1000  # closes_at + finalize_after_s stays a 64-bit millisecond count
 
 
 class Policy(str, enum.Enum):
@@ -95,13 +97,20 @@ class ScoreEvent(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class BoardSpec:
-    """A board's immutable configuration (docs/api.md §5)."""
+    """A board's immutable configuration (docs/api.md §5, §13).
+
+    ``closes_at`` (epoch ms or None) schedules the season's close: the board
+    moves to FROZEN once the server's clock reaches it and to FINALIZED
+    ``finalize_after_s`` seconds later (:func:`engine.season.due`).
+    """
 
     board_id: str
     policy: Policy
     shards: int = 1
     max_plausible_time_ms: int = DEFAULT_MAX_PLAUSIBLE_TIME_MS
     review_above: int | None = None
+    closes_at: int | None = None
+    finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
 
 
 class EventResult(NamedTuple):
@@ -158,6 +167,8 @@ class BoardInfo:
     shards: int
     max_plausible_time_ms: int = DEFAULT_MAX_PLAUSIBLE_TIME_MS
     review_above: int | None = None
+    closes_at: int | None = None
+    finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,9 @@ from engine.formats import LOG_FORMAT
 from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
 
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
+BOARD2 = "K"
+#: Either board-creation kind (``K`` followed ``B`` in log format 2).
+BOARD_KINDS = frozenset({BOARD, BOARD2})
 
 
 class RecordKind(NamedTuple):
@@ -38,7 +41,12 @@ class RecordKind(NamedTuple):
 #: Record kinds as logged: append-only (a letter never changes meaning or layout).
 KINDS: dict[str, RecordKind] = {
     BOARD: RecordKind("board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above"),
-                      "board created; policy is the Policy value, review_above None or an int"),
+                      "board created; policy is the Policy value, review_above None or an int (logs written "
+                      "before the scheduled record K; still replayed, no longer written)"),
+    BOARD2: RecordKind("scheduled board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                           "closes_at", "finalize_after_s"),
+                       "board created, as B plus its season schedule: closes_at None or epoch ms, "
+                       "finalize_after_s an int >= 0"),
     STATE: RecordKind("state", ("board_id", "state"),
                       "season state change to a BoardState value; its offset is the freeze position"),
     SCORES: RecordKind("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
@@ -85,10 +93,15 @@ def check_kind(offset: int, rec: list) -> None:
 
 
 def board_record(spec: BoardSpec) -> list:
-    return [BOARD, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above]
+    return [BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
+            spec.closes_at, spec.finalize_after_s]
 
 
 def spec_of(rec: list) -> BoardSpec:
+    """The spec of a ``K`` record, or of an older ``B`` one (no schedule:
+    ``closes_at`` None, the default ``finalize_after_s``)."""
+    if rec[0] == BOARD2:
+        return BoardSpec(rec[1], Policy(rec[2]), rec[3], rec[4], rec[5], rec[6], rec[7])
     return BoardSpec(rec[1], Policy(rec[2]), rec[3], rec[4], rec[5])
 
 

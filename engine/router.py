@@ -88,6 +88,7 @@ from engine.ranking import (
     with_tied_ranks,
 )
 from engine.log.archives import ArchiveStore, MemoryArchiveStore
+from engine import season
 from engine.season import next_state
 
 log = logging.getLogger("flowrank.router")
@@ -124,6 +125,7 @@ class RouterConfig:
     approx_sample_points: int = 256
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
     max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
+    schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
 
 
 @dataclass
@@ -250,12 +252,16 @@ class _Cycle:
 
 class Router:
     def __init__(self, transport: ShardTransport, log_port: LogPort, config: RouterConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic, archives: ArchiveStore | None = None):
+                 clock: Callable[[], float] = time.monotonic, archives: ArchiveStore | None = None,
+                 wall_clock: Callable[[], int] | None = None):
         self.t = transport
         self.log = log_port
         self.archives: ArchiveStore = MemoryArchiveStore() if archives is None else archives
         self.cfg = config or RouterConfig()
-        self.clock = clock
+        self.clock = clock  # monotonic seconds: latencies, view ages, cool-downs
+        # Epoch ms: the only clock scheduled season transitions read (tests pass a fake one).
+        self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
+        self._sched_wake: asyncio.Event | None = None
         self.boards: dict[str, BoardCtl] = {}
         self.reads = _Reads(transport)
         self.cut = CutLock()
@@ -286,7 +292,9 @@ class Router:
     def start(self) -> None:
         self._wake = asyncio.Event()
         self._inflight = asyncio.Queue(maxsize=4)
-        self._tasks = [asyncio.ensure_future(self._sequencer()), asyncio.ensure_future(self._completer())]
+        self._sched_wake = asyncio.Event()
+        self._tasks = [asyncio.ensure_future(self._sequencer()), asyncio.ensure_future(self._completer()),
+                       asyncio.ensure_future(self._season_timer())]
 
     async def drain(self) -> None:
         """Stop taking submissions and wait until every queued one is answered."""
@@ -322,7 +330,7 @@ class Router:
     def fold(self, offset: int, rec: list) -> None:
         """Replay one log record into router state (recovery; no I/O)."""
         kind = rec[0]
-        if kind == R.BOARD:
+        if kind in R.BOARD_KINDS:
             spec = R.spec_of(rec)
             self.boards.setdefault(spec.board_id, self._new_ctl(spec))
         elif kind == R.STATE:
@@ -399,10 +407,24 @@ class Router:
         return await self._enqueue("score", list(events), len(events))
 
     async def create_board(self, spec: BoardSpec) -> BoardInfo:
+        """Log the board; a ``closes_at`` already past freezes it (and
+        finalizes it, if that is due too) right after, before this returns."""
         if spec.shards < 1:
             raise ValidationFailed("shards must be at least 1.", "shards")
+        season.check_schedule(spec.closes_at, spec.finalize_after_s)
         await self._enqueue("board", spec, 1)
+        if spec.closes_at is not None:
+            await self.close_due([spec.board_id])
+            self.wake_season_timer()  # its next wake-up may now be sooner
         return await self.board(spec.board_id)
+
+    async def next_season(self, board_id: str, season_name: str, closes_at: int | None,
+                          finalize_after_s: int | None = None) -> BoardInfo:
+        """Create ``game:mode:<season_name>:scope`` with ``board_id``'s settings
+        (:func:`engine.season.next_season`). Raises BoardNotFound, BoardExists,
+        ValidationFailed."""
+        spec = season.next_season(self._ctl(board_id).spec, season_name, closes_at, finalize_after_s)
+        return await self.create_board(spec)
 
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         ctl = self._ctl(board_id)
@@ -469,6 +491,61 @@ class Router:
         await asyncio.to_thread(release_memory)  # the build's buffers (and in-process shards' rows) go back
         log.info("board %r archived at version %d: %d rows", board_id, version, len(found))
 
+    # --------------------------------------------------------- season schedule
+
+    async def close_due(self, board_ids: Sequence[str] | None = None) -> int | None:
+        """Make every scheduled transition due at the wall clock's now (of
+        ``board_ids``, default every board), each as a STATE record through
+        the sequencer like an admin's request, so it lands at one log
+        position; waits until they are durable. Returns the epoch ms at which
+        the next scheduled transition falls due (None: none). Idempotent: a
+        transition already made (by the schedule or an admin) is not made
+        again. O(boards)."""
+        now = self.wall_clock()
+        waits, wake_at = [], None
+        try:
+            for board_id in list(self.boards if board_ids is None else board_ids):
+                ctl = self.boards.get(board_id)
+                if ctl is None or ctl.spec.closes_at is None:
+                    continue
+                d = season.due(ctl.admission.state, ctl.spec.closes_at, ctl.spec.finalize_after_s, now)
+                if d.transitions:
+                    waits.append(self._put("schedule", (board_id, now), 1))  # queued in this turn, in board order
+                if d.wake_at is not None and (wake_at is None or d.wake_at < wake_at):
+                    wake_at = d.wake_at
+        finally:
+            done = await asyncio.gather(*waits, return_exceptions=True)  # what was queued is answered
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return wake_at
+
+    def wake_season_timer(self) -> None:
+        """Have the season timer look at the schedule now (a board was created,
+        or a test moved its fake clock)."""
+        if self._sched_wake is not None:
+            self._sched_wake.set()
+
+    async def _season_timer(self) -> None:
+        """Sleep until the next scheduled transition is due (re-reading the
+        wall clock at least every ``schedule_poll_s``, so a stepped clock is
+        noticed), then make it through :meth:`close_due`."""
+        while not self._closing:
+            self._sched_wake.clear()
+            try:
+                wake_at = await self.close_due()
+            except Exception:
+                if self._closing:
+                    return
+                log.exception("scheduled season transitions failed; retrying")
+                wake_at = None
+            poll = self.cfg.schedule_poll_s
+            delay = poll if wake_at is None else min(poll, max(0.001, (wake_at - self.wall_clock()) / 1000))
+            try:
+                await asyncio.wait_for(self._sched_wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
     async def decide(self, d: QuarantineDecision) -> DecisionResult:
         if d.decision not in ("apply", "reject"):
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
@@ -481,6 +558,10 @@ class Router:
         return await self._enqueue("invalidate", inv, 1)
 
     async def _enqueue(self, kind: str, payload, n: int):
+        return await self._put(kind, payload, n)
+
+    def _put(self, kind: str, payload, n: int) -> asyncio.Future:
+        """Queue a submission now (queue order is log order); its future answers it."""
         if self._closing:
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
         if self._queued_events + n > self.cfg.max_queued_events:
@@ -494,7 +575,7 @@ class Router:
         self._queued_events += n
         self._board_queued.update(per_board)
         self._wake.set()
-        return await fut
+        return fut
 
     async def _sequencer(self) -> None:
         while True:
@@ -531,10 +612,10 @@ class Router:
                 fut.set_exception(exc)
                 continue
             subs.append((kind, payload, fut, start, len(records) - start, undo))  # score: undo = places
-        if not records:  # only events for unknown boards: nothing to log
+        if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
             for kind, payload, fut, _start, _count, places in subs:
                 if not fut.done():
-                    fut.set_result(self._finish_scores(payload, places, [], [], {}))
+                    fut.set_result(self._finish_scores(payload, places, [], [], {}) if kind == "score" else None)
             return
         started = self.clock()
         try:
@@ -563,6 +644,11 @@ class Router:
             if board_id in self.boards:
                 self.boards[board_id].admission.commit()
         self.log_offset = first + len(records) - 1
+        for kind, _payload, _fut, start, count, _undo in subs:
+            if kind in ("state", "schedule"):  # the freeze position is the record's offset, as replay sets it
+                for i in range(start, start + count):
+                    if records[i][2] == BoardState.FROZEN.value:
+                        self.boards[records[i][1]].admission.freeze_position = first + i
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
         for i, (rec, where) in enumerate(zip(records, targets), first):
@@ -593,6 +679,19 @@ class Router:
             before = (ctl.admission.state, ctl.admission.freeze_position)
             ctl.admission.state = next_state(ctl.admission.state, state)
             records.append([R.STATE, board_id, state.value])
+
+            def undo():
+                ctl.admission.state, ctl.admission.freeze_position = before
+            return undo
+        if kind == "schedule":  # what the schedule owes at the instant close_due read the clock
+            board_id, now = payload
+            ctl = self._ctl(board_id)
+            before = (ctl.admission.state, ctl.admission.freeze_position)
+            spec = ctl.spec
+            for target in season.due(ctl.admission.state, spec.closes_at, spec.finalize_after_s, now).transitions:
+                ctl.admission.state = next_state(ctl.admission.state, target)
+                records.append([R.STATE, board_id, target.value])
+                log.info("board %s: scheduled move to %s (closes_at %s)", board_id, target.value, spec.closes_at)
 
             def undo():
                 ctl.admission.state, ctl.admission.freeze_position = before
@@ -675,7 +774,7 @@ class Router:
         if kind == R.SCORES:
             ctl = self.boards.get(rec[1])
             return [] if ctl is None else [ctl.part_actor[rec[2]]]
-        if kind == R.BOARD:
+        if kind in R.BOARD_KINDS:
             return list(range(self.t.n))
         if kind == R.DECIDE:
             ctl = self.boards[rec[1]]
@@ -717,6 +816,8 @@ class Router:
         for kind, payload, fut, start, count, places in cyc.submissions:
             if kind == "score":
                 answer = self._finish_scores(payload, places, records, per_record, new_deltas)
+            elif count == 0:  # a schedule that found its transitions already made
+                answer = None
             else:
                 answer = self._finish_record(records[start], per_record[start], new_deltas)
             if fut.done():
@@ -861,7 +962,7 @@ class Router:
         version, size = await self._consistent(attempt, ctl)
         s = ctl.spec
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
-                         s.max_plausible_time_ms, s.review_above)
+                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s)
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
                   ties: bool = False) -> Page:
@@ -1215,6 +1316,11 @@ class Router:
 
 
 _ALL = 1 << 62  # a "top" read of every row
+
+
+def epoch_ms() -> int:
+    """The wall clock in epoch milliseconds (the default ``Router.wall_clock``)."""
+    return time.time_ns() // 1_000_000
 
 
 class _View(list):

@@ -41,6 +41,10 @@ class RouterClient:
     async def set_state(self, board_id: str, state: BoardState):
         return await self.router.set_state(board_id, state)
 
+    async def next_season(self, board_id: str, season: str, closes_at: int | None,
+                          finalize_after_s: int | None = None):
+        return await self.router.next_season(board_id, season, closes_at, finalize_after_s)
+
     async def submit(self, events: Sequence[ScoreEvent]):
         results = await self.router.submit(events)
         self._events_since_snapshot += len(events)

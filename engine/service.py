@@ -47,6 +47,7 @@ class ServiceConfig:
     max_queued_events: int = 200_000
     fault_hook: Callable[[str, str], None] | None = None  # test seam: engine.log FaultHook for log + snapshots
     journal_tail_rows: int = TAIL_ROWS  # journal rows per partition kept in memory (the rest under data_dir/journal)
+    wall_clock: Callable[[], int] | None = None  # epoch ms for scheduled season closes (None: time.time); a test seam
 
 
 class InProcessShards:
@@ -132,11 +133,12 @@ class LocalService(RouterClient):
             Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
-            max_queued_events=cfg.max_queued_events), archives=archives)
+            max_queued_events=cfg.max_queued_events), archives=archives, wall_clock=cfg.wall_clock)
         await asyncio.to_thread(recover_router, router, event_log, store)
         await router.sync_versions()
         router.start()
         await router.finish_archiving()
+        await router.close_due()  # a close that fell due while the service was down happens now, before any write
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
         svc.recovery_seconds = time.monotonic() - started
         svc._init_snapshots()

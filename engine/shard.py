@@ -122,7 +122,7 @@ class ShardCore:
     def owns(self, rec: list) -> bool:
         """Whether a log record concerns a partition on this shard."""
         kind = rec[0]
-        if kind == R.BOARD:
+        if kind in R.BOARD_KINDS:
             return True
         spec = self.specs.get(rec[1])
         if spec is None:
@@ -237,7 +237,7 @@ class ShardCore:
             return self._apply_scores(offset, rec)
         if kind == R.SCORE:
             return self._apply_score(rec)
-        if kind == R.BOARD:
+        if kind in R.BOARD_KINDS:
             spec = R.spec_of(rec)
             if spec.board_id not in self.specs:
                 self.specs[spec.board_id] = spec

@@ -158,6 +158,7 @@ class ClusterEngine(RouterClient):
         await router.sync_versions()
         router.start()
         await router.finish_archiving()
+        await router.close_due()  # a close that fell due while the service was down happens now, before any write
         eng = cls(router, log_server, shards, lock_fd, started_ray)
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events

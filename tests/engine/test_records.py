@@ -51,6 +51,8 @@ RECORD_KINDS = {
     "I": ("invalidation", ("board_id", "event_id", "correction_id", "reason", "moderator")),
     "D": ("decision", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
                        "achieved_at", "submitted_at")),
+    "K": ("scheduled board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                              "finalize_after_s")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -64,7 +66,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 1, "ROUTER_STATE_FORMAT": 1, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 2}
+FORMATS = {"LOG_FORMAT": 2, "ROUTER_STATE_FORMAT": 2, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 2}
 
 
 def test_outcome_codes_are_pinned():
@@ -76,7 +78,9 @@ def test_outcome_codes_are_pinned():
 
 def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
-    assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE) == ("B", "T", "C", "S", "I", "D")
+    assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
+        "B", "T", "C", "S", "I", "D", "K")
+    assert R.BOARD_KINDS == {"B", "K"}
 
 
 def test_record_builders_match_the_kinds_table():
@@ -90,9 +94,19 @@ def test_record_builders_match_the_kinds_table():
     for rec in built:
         assert len(rec) == 1 + len(R.KINDS[rec[0]].fields), rec[0]
     assert R.spec_of(built[0]) == spec
+    scheduled = BoardSpec("b", Policy.CUMULATIVE, 2, 1000, None, closes_at=1_793_527_500_000, finalize_after_s=0)
+    assert R.spec_of(R.board_record(scheduled)) == scheduled
+
     assert R.event_of(built[1]) == ev and R.verdict_of(built[1]) is None
     cols, verdicts = R.columns_of(built[2])
     assert list(cols.events()) == [ev] and verdicts.tolist() == [0]
+
+
+def test_a_board_record_of_log_format_1_reads_without_a_schedule():
+    """``B`` records (before ``K``) still replay: no closes_at, the default finalize_after_s."""
+    spec = R.spec_of(["B", "g:m:s:x", "fastest_time", 3, 5000, 9])
+    assert spec == BoardSpec("g:m:s:x", Policy.FASTEST_TIME, 3, 5000, 9)
+    assert (spec.closes_at, spec.finalize_after_s) == (None, 3_600)
 
 
 def test_journal_and_partition_codes_are_pinned():

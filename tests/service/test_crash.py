@@ -49,7 +49,7 @@ def check_recovery(data_dir, reference_dir, acked) -> list[str]:
     anomalies: list[str] = []
     with SegmentedFileLog.open(os.path.join(data_dir, "log")) as log:
         recs = [r for _o, r in log.read_from(0)]
-    specs = {r[1]: R.spec_of(r) for r in recs if r[0] == R.BOARD}
+    specs = {r[1]: R.spec_of(r) for r in recs if r[0] in R.BOARD_KINDS}
     applied: dict[str, list] = defaultdict(list)  # event id -> its logged events with an apply verdict
     for r in recs:
         for ev, verdict in R.logged_events(r):

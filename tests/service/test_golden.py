@@ -66,6 +66,9 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
         svc = await open_data(data, n_shards)
         try:
             assert await observe(svc, expected["players"]) == expected["boards"]
+            if "schedules" in expected:  # golden_v3 on: season schedules (K records, router format 2)
+                got = {b.board_id: [b.closes_at, b.finalize_after_s] for b in await svc.list_boards()}
+                assert got == expected["schedules"]
             probes = [ScoreEvent(*p["event"]) for p in expected["probes"]]
             results = [(await svc.submit([ev]))[0].outcome.value for ev in probes]  # one at a time: as pinned
             assert results == [p["outcome"] for p in expected["probes"]]
@@ -88,7 +91,9 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
         assert len(log.segments()) > 1
         assert 0 < snap_offset < log.end_offset(), "the snapshot must leave a log tail"
         kinds = [rec[0] for _, rec in log.read_from(0)]
-    assert {R.BOARD, R.STATE, R.SCORES, R.INVALIDATE, R.DECIDE} <= set(kinds)
+    assert {R.STATE, R.SCORES, R.INVALIDATE, R.DECIDE} <= set(kinds)
+    board_kind = R.BOARD2 if expected["formats"]["log_format"] >= 2 else R.BOARD
+    assert board_kind in kinds
     assert R.STATE in kinds[snap_offset:] and R.DECIDE in kinds[snap_offset:]
 
 
