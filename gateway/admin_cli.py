@@ -1,6 +1,6 @@
 """The operator's commands of ``flowrank``, over the HTTP API (issue 12 item 3).
 
-``flowrank boards create|list|show|state``, ``flowrank submit FILE.jsonl``,
+``flowrank boards create|list|show|state|next-season``, ``flowrank submit FILE.jsonl``,
 ``flowrank top``, ``flowrank player`` and ``flowrank export`` call a running
 server at ``--url`` (or ``FLOWRANK_URL``) with ``--key`` (or ``FLOWRANK_KEY``).
 They only use the public routes of docs/api.md, so any key that may call a
@@ -37,6 +37,7 @@ from urllib.parse import quote
 import httpx
 
 from engine.errors import ValidationFailed
+from engine.timefmt import parse_timestamp
 
 from gateway.validation import event_from_json
 
@@ -154,10 +155,20 @@ def _dump(obj: Any, out: IO[str]) -> None:
 
 def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
     body: dict = {"board_id": args.board, "policy": args.policy}
-    for key in ("shards", "max_plausible_time_ms", "review_above"):
+    for key in ("shards", "max_plausible_time_ms", "review_above", "closes_at", "finalize_after_s"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
+    return EXIT_OK
+
+
+def cmd_boards_next_season(api: Api, args, out: IO[str]) -> int:
+    body: dict = {"season": args.season}
+    for key in ("closes_at", "finalize_after_s"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    _dump(api.json("POST", f"/v1/boards/{_p(args.board)}/next-season", json=body,
+                   what=f"next season {args.season} of {args.board}"), out)
     return EXIT_OK
 
 
@@ -492,6 +503,26 @@ def positive_int(text: str) -> int:
     return v
 
 
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be an integer >= 0")
+    return v
+
+
+def _timestamp(text: str) -> int | str:
+    """argparse type: epoch ms (sent as an integer) or an RFC 3339 string with a zone (sent as is)."""
+    raw: int | str = int(text) if re.fullmatch(r"-?[0-9]+", text) else text
+    try:
+        parse_timestamp(raw)
+    except ValidationFailed as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return raw
+
+
 def _batch(text: str) -> int:
     v = positive_int(text)
     if v > MAX_BATCH:
@@ -514,7 +545,7 @@ def register(sub) -> None:
     g.add_argument("--key", default=None, help="an API key (default: $FLOWRANK_KEY)")
     g.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
 
-    boards = sub.add_parser("boards", help="create, list, show boards or change their state")
+    boards = sub.add_parser("boards", help="create, list, show boards, change their state, open the next season")
     bsub = boards.add_subparsers(dest="boards_command", required=True)
     c = bsub.add_parser("create", parents=[conn], help="create a board (admin)")
     c.add_argument("board")
@@ -522,7 +553,19 @@ def register(sub) -> None:
     c.add_argument("--shards", type=positive_int, default=None)
     c.add_argument("--max-plausible-time-ms", type=positive_int, default=None)
     c.add_argument("--review-above", type=_int64, default=None)
+    c.add_argument("--closes-at", type=_timestamp, default=None,
+                   help="scheduled close: RFC 3339 with a zone, or epoch ms (the board freezes then)")
+    c.add_argument("--finalize-after-s", type=_non_negative, default=None,
+                   help="seconds from --closes-at to FINALIZED (server default 3600)")
     c.set_defaults(admin=cmd_boards_create)
+    c = bsub.add_parser("next-season", parents=[conn],
+                        help="create game:mode:SEASON:scope with the board's settings (admin)")
+    c.add_argument("board")
+    c.add_argument("season")
+    c.add_argument("--closes-at", type=_timestamp, default=None, help="the new season's scheduled close")
+    c.add_argument("--finalize-after-s", type=_non_negative, default=None,
+                   help="default: the board's own")
+    c.set_defaults(admin=cmd_boards_next_season)
     c = bsub.add_parser("list", parents=[conn], help="list the boards")
     c.add_argument("--json", action="store_true", help="print the JSON answer")
     c.set_defaults(admin=cmd_boards_list)

@@ -45,6 +45,8 @@ def board(b: BoardInfo) -> dict:
         "shards": b.shards,
         "max_plausible_time_ms": b.max_plausible_time_ms,
         "review_above": b.review_above,
+        "closes_at": None if b.closes_at is None else format_timestamp(b.closes_at),
+        "finalize_after_s": b.finalize_after_s,
     }
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
 
-from engine.model import INT64_MAX, INT64_MIN, BoardState, Outcome, Policy, RowStatus
-from engine.timefmt import MAX_MS, MIN_MS
+from engine.errors import ValidationFailed
+from engine.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
+from engine.season import ID_PART
+from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
 
 from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, id_problem
 
@@ -61,6 +63,28 @@ TimestampIn = Annotated[
     Field(description="Epoch milliseconds (integer, years 0001-9999) or an RFC 3339 string with a zone.",
           examples=["2026-11-01T10:05:00Z", 1793527500000]),
 ]
+def _epoch_ms(v: object) -> int:
+    try:
+        return parse_timestamp(v)
+    except ValidationFailed as exc:
+        raise ValueError(exc.message) from None
+
+
+def _season_part(v: str) -> str:
+    if ID_PART.fullmatch(v) is None:
+        raise ValueError("must match [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (the board id's season part)")
+    return v
+
+
+#: A timestamp on input, parsed to epoch ms (strict: no floats, booleans or zone-less strings).
+TimestampMs = Annotated[
+    int,
+    BeforeValidator(_epoch_ms),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string", "format": "date-time"}],
+                    "description": "Epoch milliseconds (integer) or an RFC 3339 string with a zone.",
+                    "examples": ["2026-12-01T00:00:00Z"]}),
+]
+FinalizeAfterS = Annotated[int, Strict(), Field(ge=0, le=MAX_FINALIZE_AFTER_S)]
 Version = Annotated[int, Field(ge=0, description="Board version this answer reflects (a consistent cut).")]
 StaleMs = Annotated[
     int | None,
@@ -126,10 +150,25 @@ class BoardCreate(BaseModel):
     max_plausible_time_ms: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
         None, description="`fastest_time` only: larger times are `REJECTED_INVALID_TIMING` (default 24 h).")
     review_above: Int64 | None = Field(None, description="Values (or deltas) above this are `HELD_FOR_REVIEW`.")
+    closes_at: TimestampMs | None = Field(
+        None, description="Scheduled close: once the server's clock reaches it the board moves to FROZEN, at "
+                          "that log position, as if an admin had asked (a past time: right after creation).")
+    finalize_after_s: FinalizeAfterS | None = Field(
+        None, description="Seconds after `closes_at` at which the board moves to FINALIZED (default 3600).")
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
-         "max_plausible_time_ms": 86400000, "review_above": None}]})
+         "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
+         "finalize_after_s": 3600}]})
+
+
+class NextSeasonIn(BaseModel):
+    season: Annotated[str, Field(min_length=1, max_length=64, examples=["S8"],
+                                 description="The new board id's season part, `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`."),
+                      AfterValidator(_season_part)]
+    closes_at: TimestampMs | None = Field(None, description="The new season's scheduled close (none by default).")
+    finalize_after_s: FinalizeAfterS | None = Field(
+        None, description="Default: the board's own `finalize_after_s`.")
 
 
 class BoardOut(_Out):
@@ -141,6 +180,8 @@ class BoardOut(_Out):
     shards: int
     max_plausible_time_ms: int | None = None
     review_above: int | None = None
+    closes_at: Timestamp | None = Field(None, description="Scheduled close, or null.")
+    finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
 
 
 class BoardList(_Out):

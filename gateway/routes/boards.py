@@ -1,17 +1,17 @@
-"""Boards and season state (docs/api.md §5)."""
+"""Boards, season state and the next season (docs/api.md §5, §13)."""
 
 from __future__ import annotations
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.model import BoardSpec, DEFAULT_MAX_PLAUSIBLE_TIME_MS
+from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec
 
 from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access, principal_of
 from gateway.routes.common import BoardIdPath, guarded_router, gw
-from gateway.schemas import BoardCreate, BoardList, BoardOut, StateIn, error_responses
+from gateway.schemas import BoardCreate, BoardList, BoardOut, NextSeasonIn, StateIn, error_responses
 
 router = guarded_router("boards")
 
@@ -27,6 +27,8 @@ async def create_board(body: BoardCreate, request: Request):
         shards=body.shards if body.shards is not None else g.default_shards,
         max_plausible_time_ms=body.max_plausible_time_ms or DEFAULT_MAX_PLAUSIBLE_TIME_MS,
         review_above=body.review_above,
+        closes_at=body.closes_at,
+        finalize_after_s=DEFAULT_FINALIZE_AFTER_S if body.finalize_after_s is None else body.finalize_after_s,
     )
     info = await g.engine.create_board(spec)
     return JSONResponse(render.board(info), status_code=201)
@@ -53,3 +55,11 @@ async def get_board(board_id: BoardIdPath, request: Request):
 @access(Permission.ADMIN, "write")
 async def set_state(board_id: BoardIdPath, body: StateIn, request: Request):
     return JSONResponse(render.board(await gw(request).engine.set_state(board_id, body.state)))
+
+
+@router.post("/v1/boards/{board_id}/next-season", status_code=201, response_model=BoardOut,
+             responses=error_responses(404, 409), summary="Create the board's next season (admin)")
+@access(Permission.ADMIN, "write")
+async def next_season(board_id: BoardIdPath, body: NextSeasonIn, request: Request):
+    info = await gw(request).engine.next_season(board_id, body.season, body.closes_at, body.finalize_after_s)
+    return JSONResponse(render.board(info), status_code=201)

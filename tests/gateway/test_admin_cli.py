@@ -119,6 +119,28 @@ def test_boards_create_list_show_state(env, capsys):
     assert code == admin_cli.EXIT_REFUSED and "HTTP 404 BOARD_NOT_FOUND" in err
 
 
+def test_boards_create_with_a_schedule_and_next_season(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-s:solo:S1:global", "--policy", "cumulative", "--shards", "2",
+                          "--closes-at", "2999-01-01T00:00:00Z", "--finalize-after-s", "0")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["closes_at"], got["finalize_after_s"], got["state"]) == ("2999-01-01T00:00:00.000Z", 0, "OPEN")
+    code, out, err = _run(capsys, "boards", "next-season", "cli-s:solo:S1:global", "S2", "--closes-at", "32503680000000")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["board_id"], got["policy"], got["shards"], got["closes_at"], got["finalize_after_s"]) == (
+        "cli-s:solo:S2:global", "cumulative", 2, "3000-01-01T00:00:00.000Z", 0)
+    code, _, err = _run(capsys, "boards", "next-season", "cli-s:solo:S1:global", "S2")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 409 BOARD_EXISTS" in err
+    code, _, err = _run(capsys, "boards", "next-season", "cli-s:solo:S1:global", "S 3")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 422 VALIDATION_FAILED" in err
+    for flag, value in (("--closes-at", "tomorrow"), ("--finalize-after-s", "-1")):
+        with pytest.raises(SystemExit) as ei:
+            main(["boards", "create", "cli-t:solo:S1:global", "--policy", "cumulative", flag, value])
+        assert ei.value.code == 2
+        capsys.readouterr()
+
+
 def test_errors_are_one_line_with_an_exit_code(env, capsys, monkeypatch):
     code, _, err = _run(capsys, "boards", "list", "--key", ROLE_KEYS["reader"])
     assert code == 0, err

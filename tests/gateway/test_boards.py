@@ -43,3 +43,86 @@ async def test_a_405_allows_every_method_of_the_path(harness):
         r = await c.request(method, path, headers=H("admin"))
         assert r.status_code == 405 and r.json()["error"]["code"] == "METHOD_NOT_ALLOWED", (method, path)
         assert r.headers["allow"] == allow, (method, path, r.headers["allow"])
+
+
+# ---------------------------------------------------- season schedule (§13)
+
+FUTURE = "2999-01-01T00:00:00Z"
+
+
+async def test_create_with_a_schedule_and_get_shows_it(harness):
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "closes_at": "2999-01-01T01:00:00+01:00",
+                                         "finalize_after_s": 0}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    assert (r.json()["closes_at"], r.json()["finalize_after_s"], r.json()["state"]) == (
+        "2999-01-01T00:00:00.000Z", 0, "OPEN")
+    body = await harness.board()
+    assert (body["closes_at"], body["finalize_after_s"]) == ("2999-01-01T00:00:00.000Z", 0)
+    r = await c.post("/v1/boards", json={"board_id": "g:m:s:plain", "policy": "cumulative"}, headers=H("admin"))
+    assert (r.json()["closes_at"], r.json()["finalize_after_s"]) == (None, 3600)
+    r = await c.post("/v1/boards", json={"board_id": "g:m:s:ms", "policy": "cumulative", "closes_at": 32503680000000},
+                     headers=H("admin"))
+    assert r.status_code == 201 and r.json()["closes_at"] == "3000-01-01T00:00:00.000Z"
+    listed = {b["board_id"]: b for b in (await c.get("/v1/boards", headers=H("reader"))).json()["boards"]}
+    assert listed[BOARD]["closes_at"] == "2999-01-01T00:00:00.000Z"
+
+
+async def test_a_closes_at_already_past_freezes_the_board_before_the_answer(harness):
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "closes_at": "2020-01-01T00:00:00Z",
+                                         "finalize_after_s": 10**9}, headers=H("admin"))
+    assert r.status_code == 201 and r.json()["state"] == "FROZEN"
+    ev = {"event_id": "e1", "board_id": BOARD, "player_id": "p", "value": 1, "achieved_at": "2026-11-01T10:00:00Z"}
+    r = await c.post("/v1/events", json={"events": [ev]}, headers=H("game_server"))
+    assert r.json()["results"][0]["outcome"] == "HELD_FOR_CORRECTION"
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"closes_at": 1.5}, "closes_at"), ({"closes_at": True}, "closes_at"), ({"closes_at": "2026-12-01T00:00:00"}, "closes_at"),
+    ({"closes_at": "tomorrow"}, "closes_at"), ({"closes_at": 10**17}, "closes_at"),
+    ({"finalize_after_s": -1}, "finalize_after_s"), ({"finalize_after_s": 1.0}, "finalize_after_s"),
+    ({"finalize_after_s": "60"}, "finalize_after_s"), ({"finalize_after_s": 2**63}, "finalize_after_s"),
+])
+async def test_a_bad_schedule_is_422_and_creates_nothing(harness, extra, field):
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", **extra}, headers=H("admin"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_FAILED" and r.json()["error"]["field"] == field
+    assert (await c.get("/v1/boards", headers=H("reader"))).json()["boards"] == []
+
+
+async def test_next_season(harness):
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "fastest_time", "shards": 3,
+                                         "max_plausible_time_ms": 600000, "review_above": 90000,
+                                         "closes_at": FUTURE, "finalize_after_s": 120}, headers=H("admin"))
+    assert r.status_code == 201
+    url = f"/v1/boards/{BOARD}/next-season"
+    r = await c.post(url, json={"season": "S8", "closes_at": "3000-01-01T00:00:00Z"}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    got = r.json()
+    assert {k: got[k] for k in ("board_id", "policy", "state", "version", "size", "shards", "max_plausible_time_ms",
+                                "review_above", "closes_at", "finalize_after_s")} == {
+        "board_id": "arena-clash:solo:S8:global", "policy": "fastest_time", "state": "OPEN", "version": 0, "size": 0,
+        "shards": 3, "max_plausible_time_ms": 600000, "review_above": 90000,
+        "closes_at": "3000-01-01T00:00:00.000Z", "finalize_after_s": 120}
+    assert (await harness.board("arena-clash:solo:S8:global"))["closes_at"] == "3000-01-01T00:00:00.000Z"
+    r = await c.post(url, json={"season": "S9", "finalize_after_s": 5}, headers=H("admin"))
+    assert r.status_code == 201 and (r.json()["closes_at"], r.json()["finalize_after_s"]) == (None, 5)
+    r = await c.post(url, json={"season": "S8"}, headers=H("admin"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "BOARD_EXISTS"
+    for bad in ("", "-S10", "S:10", "S 10", "x" * 65, "S10\n", 10, None):
+        r = await c.post(url, json={"season": bad}, headers=H("admin"))
+        assert r.status_code == 422 and r.json()["error"]["field"] == "season", (bad, r.text)
+    r = await c.post(url, json={"season": "S10", "closes_at": "soon"}, headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "closes_at"
+    r = await c.post(url, json={}, headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "season"
+    r = await c.post("/v1/boards/g:m:S1:missing/next-season", json={"season": "S2"}, headers=H("admin"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "BOARD_NOT_FOUND"
+    for role in ("reader", "game_server", "moderator"):
+        r = await c.post(url, json={"season": "S11"}, headers=H(role))
+        assert r.status_code == 403
+    boards = [b["board_id"] for b in (await c.get("/v1/boards", headers=H("reader"))).json()["boards"]]
+    assert boards == [BOARD, "arena-clash:solo:S8:global", "arena-clash:solo:S9:global"]
