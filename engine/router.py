@@ -561,10 +561,12 @@ class Router:
         return await self._put(kind, payload, n)
 
     def _put(self, kind: str, payload, n: int) -> asyncio.Future:
-        """Queue a submission now (queue order is log order); its future answers it."""
+        """Queue a submission now (queue order is log order); its future answers it.
+        A scheduled season move is never refused for a full queue: it is one
+        small record, and being late would let more events in before the close."""
         if self._closing:
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
-        if self._queued_events + n > self.cfg.max_queued_events:
+        if self._queued_events + n > self.cfg.max_queued_events and kind != "schedule":
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
         per_board = Counter(ev.board_id for ev in payload) if kind == "score" else Counter()
         for board_id, count in per_board.items():

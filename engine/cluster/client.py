@@ -16,6 +16,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -134,6 +135,7 @@ class ClusterEngine(RouterClient):
         max_queued_events: int = 200_000,
         prune_log: bool = False,
         ray_dashboard: bool = False,
+        wall_clock: Callable[[], int] | None = None,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -152,7 +154,8 @@ class ClusterEngine(RouterClient):
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
-            archives=FileArchiveStore(root / "archives"))
+            archives=FileArchiveStore(root / "archives"),
+            wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
         view = _RemoteLogView(log_server)
         await asyncio.to_thread(recover_router, router, view, view)
         await router.sync_versions()

@@ -222,4 +222,43 @@ def test_shard_rows_are_current_after_refresh_stats(ray_session, loop, tmp_path)
         finally:
             await eng.close()
 
+
+
+def test_scheduled_close_through_ray_shards_survives_a_restart(ray_session, loop, tmp_path):
+    """The Ray engine runs the same router: a close that falls due freezes the
+    board at one log position (before: applied, after: held), and a restart
+    after the finalize time finalizes it at start. Fake wall clock."""
+    from engine.model import BoardState, Outcome
+
+    board = "g:solo:S1:ray"
+    now = {"ms": 1_000_000}
+
+    def clock() -> int:
+        return now["ms"]
+
+    async def go():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2, wall_clock=clock)
+        try:
+            await eng.create_board(BoardSpec(board, Policy.BEST_SCORE, shards=2, closes_at=2_000_000,
+                                             finalize_after_s=60))
+            before = await eng.submit([ScoreEvent(board, "e1", "p1", 5, 1, 1)])
+            now["ms"] = 2_000_000
+            await eng.router.close_due()
+            after = await eng.submit([ScoreEvent(board, "e2", "p2", 7, 1, 1)])
+            assert [before[0].outcome, after[0].outcome] == [Outcome.APPLIED_FIRST_SCORE, Outcome.HELD_FOR_CORRECTION]
+            info = await eng.next_season(board, "S2", None)
+            assert (info.board_id, info.shards, info.finalize_after_s) == ("g:solo:S2:ray", 2, 60)
+        finally:
+            await eng.close()
+        now["ms"] = 2_000_000 + 60_000
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2, wall_clock=clock)
+        try:
+            info = await eng.board(board)
+            assert (info.state, info.size, info.closes_at) == (BoardState.FINALIZED, 1, 2_000_000)
+        finally:
+            await eng.close()
+        with SegmentedFileLog.open(tmp_path / "log") as log:
+            states = [rec[2] for _, rec in log.read_from(0) if rec[0] == R.STATE]
+        assert states == ["FROZEN", "FINALIZED"]
+
     loop.run_until_complete(go())

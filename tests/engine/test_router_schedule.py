@@ -270,3 +270,20 @@ def test_next_season_copies_the_board_and_refuses_a_taken_id():
             await svc.close()
 
     run(go())
+
+
+def test_a_full_ingest_queue_does_not_hold_back_the_close():
+    async def go():
+        clock = FakeClock(T - 5_000)
+        svc = await open_svc(clock)
+        try:
+            await svc.create_board(spec())
+            svc.router.cfg.max_queued_events = 0  # every write is now refused as OVERLOADED
+            clock.now = T
+            await svc.router.close_due()
+            assert [s for _, s in state_records(svc)] == ["FROZEN"]
+        finally:
+            svc.router.cfg.max_queued_events = 200_000
+            await svc.close()
+
+    run(go())
