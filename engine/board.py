@@ -152,7 +152,7 @@ class Board:
         s = self.spec
         return BoardInfo(
             s.board_id, s.policy, self.admission.state, self.version, len(self.partition), s.shards,
-            s.max_plausible_time_ms, s.review_above,
+            s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
         )
 
     def top(self, offset: int = 0, limit: int = 10, at_version: int | None = None) -> Page:
