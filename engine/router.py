@@ -953,7 +953,7 @@ class Router:
         if ctl.archive is not None:
             info = ctl.archive.info
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
-                             s.max_plausible_time_ms, s.review_above)
+                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s)
 
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["size", board_id])

@@ -228,7 +228,7 @@ def test_scheduled_close_through_ray_shards_survives_a_restart(ray_session, loop
     """The Ray engine runs the same router: a close that falls due freezes the
     board at one log position (before: applied, after: held), and a restart
     after the finalize time finalizes it at start. Fake wall clock."""
-    from engine.model import BoardState, Outcome
+    from engine.model import Outcome
 
     board = "g:solo:S1:ray"
     now = {"ms": 1_000_000}
