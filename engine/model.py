@@ -17,7 +17,9 @@ DEFAULT_MAX_PLAUSIBLE_TIME_MS = 86_400_000
 DEFAULT_DEDUP_RETENTION = 5_000_000
 DEFAULT_DELTA_RETENTION = 10_000
 DEFAULT_FINALIZE_AFTER_S = 3_600  # a scheduled close finalizes this long after closes_at (docs/api.md §13)
-MAX_FINALIZE_AFTER_S = INT64_MAX // 1000  # closes_at + finalize_after_s stays a 64-bit millisecond count
+# closes_at + finalize_after_s stays a 64-bit millisecond count; a round number that JSON Schema
+# readers holding numbers as doubles read exactly (OpenAPI ``maximum``).
+MAX_FINALIZE_AFTER_S = 10**12
 
 
 class Policy(str, enum.Enum):

@@ -80,7 +80,8 @@ def _season_part(v: str) -> str:
 TimestampMs = Annotated[
     int,
     BeforeValidator(_epoch_ms),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string", "format": "date-time"}],
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": MIN_MS, "maximum": MAX_MS},
+                              {"type": "string", "format": "date-time"}],
                     "description": "Epoch milliseconds (integer) or an RFC 3339 string with a zone.",
                     "examples": ["2026-12-01T00:00:00Z"]}),
 ]
@@ -163,7 +164,7 @@ class BoardCreate(BaseModel):
 
 
 class NextSeasonIn(BaseModel):
-    season: Annotated[str, Field(min_length=1, max_length=64, examples=["S8"],
+    season: Annotated[str, Field(min_length=1, max_length=64, pattern=rf"^{ID_PART.pattern}$", examples=["S8"],
                                  description="The new board id's season part, `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`."),
                       AfterValidator(_season_part)]
     closes_at: TimestampMs | None = Field(None, description="The new season's scheduled close (none by default).")
