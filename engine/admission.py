@@ -42,7 +42,7 @@ class Admission:
         O(1).
         """
         event_id = ev.event_id
-        fp = fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at)
+        fp = fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, ev.metadata)
         dedup = self.dedup
         seen = dedup.check(event_id, fp)
         if seen is Seen.DUPLICATE:
@@ -53,7 +53,8 @@ class Admission:
         if quarantined is None and self.decided:
             quarantined = self._decided_event(event_id)
         if quarantined is not None:  # the window forgot it, the quarantine did not
-            same = (quarantined.player_id, quarantined.value, quarantined.achieved_at, quarantined.submitted_at) == ev.content
+            same = (quarantined.player_id, quarantined.value, quarantined.achieved_at, quarantined.submitted_at,
+                    quarantined.metadata) == ev.content
             return Outcome.DUPLICATE_IGNORED if same else Outcome.REJECTED_EVENT_ID_CONFLICT
         dedup.add(event_id, fp)
         self._pending.append(event_id)
@@ -94,9 +95,10 @@ class Admission:
         else:
             return verdicts
         verdicts[hold] = code[reason]
+        metas = cols.metadata()
         for i in hold.tolist():
             self._hold(ScoreEvent(cols.board_id, cols.event_ids[i], cols.player_ids[i], int(cols.values[i]),
-                                  int(cols.achieved[i]), int(cols.submitted[i])), reason)
+                                  int(cols.achieved[i]), int(cols.submitted[i]), metas[i]), reason)
         return verdicts
 
     def replay_columns(self, cols: ScoreColumns, verdicts: np.ndarray) -> None:
@@ -107,10 +109,13 @@ class Admission:
         if not len(keep):
             return
         self.dedup.remember_many([cols.event_ids[i] for i in keep.tolist()], fingerprints(cols)[keep])
+        metas = None
         for i in keep.tolist():
             if verdicts[i] != R.APPLY:
+                metas = cols.metadata() if metas is None else metas
                 self._hold(ScoreEvent(cols.board_id, cols.event_ids[i], cols.player_ids[i], int(cols.values[i]),
-                                      int(cols.achieved[i]), int(cols.submitted[i])), R.outcome_of(int(verdicts[i])))
+                                      int(cols.achieved[i]), int(cols.submitted[i]), metas[i]),
+                           R.outcome_of(int(verdicts[i])))
 
     def commit(self) -> None:
         """The admitted events are durable: make their ids final. O(k)."""
@@ -129,7 +134,7 @@ class Admission:
         """Fold a logged admission verdict back in (recovery): the same
         state ``admit`` built, whatever today's dedup settings say."""
         if verdict is None or verdict in (Outcome.HELD_FOR_CORRECTION, Outcome.HELD_FOR_REVIEW):
-            self.dedup.remember(ev.event_id, fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at))
+            self.dedup.remember(ev.event_id, fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, ev.metadata))
             if verdict is not None:
                 self._hold(ev, verdict)
 
@@ -138,7 +143,8 @@ class Admission:
         return d[1] if d else None
 
     def _hold(self, ev: ScoreEvent, reason: Outcome) -> Outcome:
-        self.held[ev.event_id] = HeldEvent(ev.event_id, ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, reason)
+        self.held[ev.event_id] = HeldEvent(ev.event_id, ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, reason,
+                                           ev.metadata)
         return reason
 
     def set_state(self, wanted: BoardState, position: int | None = None) -> BoardState:
@@ -177,7 +183,8 @@ class Admission:
 
     def to_state(self) -> dict:
         def held_list(h: HeldEvent) -> list:
-            return [h.event_id, h.player_id, h.value, h.achieved_at, h.submitted_at, h.reason.value]
+            out = [h.event_id, h.player_id, h.value, h.achieved_at, h.submitted_at, h.reason.value]
+            return out + [h.metadata] if h.metadata else out
 
         return {
             "state": self.state.value,
@@ -195,7 +202,7 @@ class Admission:
         a.dedup = DedupTable.from_state(dedup_retention, state["dedup"], spec.board_id)
 
         def held(x: list) -> HeldEvent:
-            return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]))
+            return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]), x[6] if len(x) > 6 else b"")
 
         a.held = {x[0]: held(x) for x in state["held"]}
         a.decided = {eid: (d, held(h)) for eid, d, h in state["decided"]}

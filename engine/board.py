@@ -108,7 +108,11 @@ class Board:
         at = np.flatnonzero(got.changed)
         if len(at):
             pids = cols.player_ids
-            self.ring.push_columns([pids[i] for i in at.tolist()], got.values[at], got.achieved[at])
+            metas = None
+            if cols.moffs is not None:
+                full = cols.metadata()
+                metas = [full[i] or None for i in at.tolist()]
+            self.ring.push_columns([pids[i] for i in at.tolist()], got.values[at], got.achieved[at], metadata=metas)
         return BatchResult(got.codes, versions)
 
     def apply(self, ev: ScoreEvent) -> EventResult:
@@ -123,7 +127,8 @@ class Board:
         if decision not in ("apply", "reject"):
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
         held = self.admission.take_decision(event_id, decision)
-        ev = ScoreEvent(self.spec.board_id, held.event_id, held.player_id, held.value, held.achieved_at, held.submitted_at)
+        ev = ScoreEvent(self.spec.board_id, held.event_id, held.player_id, held.value, held.achieved_at, held.submitted_at,
+                        held.metadata)
         if decision == "reject":
             self.partition.record_rejection(ev)
             return DecisionResult(event_id, decision, None, self.version)
@@ -241,8 +246,10 @@ class Board:
 
 
 def _reranked(rows: Sequence[Row], offset: int) -> list[RankedEntry]:
-    return [RankedEntry(offset + i + 1, r.player_id, r.value, r.achieved_at) for i, r in enumerate(rows)]
+    return [RankedEntry(offset + i + 1, r.player_id, r.value, r.achieved_at, None, r.metadata)
+            for i, r in enumerate(rows)]
 
 
 def _view(version: int, row: Row, rank: int | None) -> PlayerView:
-    return PlayerView(version, row.player_id, rank, row.value, row.achieved_at, row.status, row.row_version)
+    return PlayerView(version, row.player_id, rank, row.value, row.achieved_at, row.status, row.row_version,
+                      metadata=row.metadata)

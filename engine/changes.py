@@ -43,12 +43,13 @@ class ChangeRing:
             self.push(d)
 
     def push_columns(self, player_ids: list[str], values: np.ndarray, achieved: np.ndarray,
-                     status: RowStatus = RowStatus.ACTIVE) -> None:
+                     status: RowStatus = RowStatus.ACTIVE, metadata: list | None = None) -> None:
         """One delta per row, versions ``version + 1 ..``, each changing one
-        player's row to (value, achieved, status). O(1) Python objects."""
+        player's row to (value, achieved, status, metadata: None for all or
+        one bytes-or-None per row). O(1) Python objects."""
         k = len(player_ids)
         if k:
-            self._append(self.version + 1, (player_ids, values, achieved, status), k)
+            self._append(self.version + 1, (player_ids, values, achieved, status, metadata), k)
 
     def _append(self, first: int, chunk, k: int) -> None:
         self.version = first + k - 1
@@ -86,10 +87,11 @@ class ChangeRing:
             if isinstance(chunk, Delta):
                 out.append(chunk)
                 continue
-            pids, vals, achs, status = chunk  # type: ignore[misc]
+            pids, vals, achs, status, metas = chunk  # type: ignore[misc]
             lo = max(0, version + 1 - first)
-            out.extend(Delta(first + i, (RowChange(p, v, a, status),)) for i, p, v, a in zip(
-                range(lo, k), pids[lo:], vals[lo:].tolist(), achs[lo:].tolist()))
+            ms = metas[lo:] if metas is not None else [None] * (k - lo)
+            out.extend(Delta(first + i, (RowChange(p, v, a, status, m),)) for i, p, v, a, m in zip(
+                range(lo, k), pids[lo:], vals[lo:].tolist(), achs[lo:].tolist(), ms))
         return out
 
     def __len__(self) -> int:

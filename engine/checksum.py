@@ -1,7 +1,8 @@
 """A board checksum that any replay of the same log reproduces (docs/api.md §10).
 
 Each row hashes to a 128-bit xxh3 digest of a canonical encoding of
-(player, value, achieved_at, status, row version); the board checksum is
+(player, value, achieved_at, status, row version, and the row's metadata
+when it has some); the board checksum is
 the sum of the digests mod 2**128. A sum is independent of insertion
 order and of Python's hash seed, and it is additive: the checksum of a
 board split over k partitions is the sum of theirs, so k shards and one
@@ -16,9 +17,12 @@ MASK128 = (1 << 128) - 1
 _xxh128 = xxhash.xxh3_128_intdigest
 
 
-def row_digest(player_id: str, value: int, achieved_at: int, status: str, row_version: int) -> int:
-    data = f"{player_id}\x1f{value}\x1f{achieved_at}\x1f{status}\x1f{row_version}"
-    return _xxh128(data.encode("utf-8", "surrogatepass"))
+def row_digest(player_id: str, value: int, achieved_at: int, status: str, row_version: int,
+               metadata: bytes | None = None) -> int:
+    """A row's digest; its metadata (docs/api.md §13) counts only when it
+    has some, so a row without metadata hashes as it always did."""
+    data = f"{player_id}\x1f{value}\x1f{achieved_at}\x1f{status}\x1f{row_version}".encode("utf-8", "surrogatepass")
+    return _xxh128(data + b"\x1f" + metadata if metadata else data)
 
 
 def combine(sums) -> int:

@@ -31,6 +31,11 @@ class ScoreColumns(NamedTuple):
     values: np.ndarray  # int64
     achieved: np.ndarray  # int64, epoch ms
     submitted: np.ndarray  # int64, epoch ms
+    #: metadata (docs/api.md §13) as one arena: event i's canonical compact JSON
+    #: is ``meta[moffs[i]:moffs[i + 1]]`` (empty: none). Both None when no event
+    #: of the batch carries metadata (the common case costs nothing).
+    meta: np.ndarray | None = None  # uint8
+    moffs: np.ndarray | None = None  # int64, len + 1
 
     def __len__(self) -> int:  # type: ignore[override]
         return len(self.event_ids)
@@ -45,20 +50,34 @@ class ScoreColumns(NamedTuple):
         pids = [e[2] for e in events]
         nums = np.fromiter((x for e in events for x in (e[3], e[4], e[5])), dtype=np.int64, count=3 * n)
         nums = nums.reshape(n, 3)
+        metas = [e[6] for e in events]
+        meta, moffs = meta_columns(metas)
         return cls(board_id, ids, pids, np.ascontiguousarray(nums[:, 0]), np.ascontiguousarray(nums[:, 1]),
-                   np.ascontiguousarray(nums[:, 2]))
+                   np.ascontiguousarray(nums[:, 2]), meta, moffs)
+
+    def metadata(self) -> list[bytes]:
+        """Each event's metadata bytes (b"" none). O(n)."""
+        if self.moffs is None or self.meta is None:
+            return [b""] * len(self.event_ids)
+        raw, bounds = self.meta.tobytes(), self.moffs.tolist()
+        return [raw[bounds[i]:bounds[i + 1]] for i in range(len(self.event_ids))]
 
     def events(self) -> list[ScoreEvent]:
         """Back to one record per event (tests, cold paths)."""
         b = self.board_id
-        return [ScoreEvent(b, e, p, v, a, s) for e, p, v, a, s in zip(
-            self.event_ids, self.player_ids, self.values.tolist(), self.achieved.tolist(), self.submitted.tolist())]
+        return [ScoreEvent(b, e, p, v, a, s, m) for e, p, v, a, s, m in zip(
+            self.event_ids, self.player_ids, self.values.tolist(), self.achieved.tolist(), self.submitted.tolist(),
+            self.metadata())]
 
     def take(self, rows: np.ndarray) -> "ScoreColumns":
         """The sub-batch of the given row numbers, in that order."""
         idx = rows.tolist()
+        meta, moffs = None, None
+        if self.moffs is not None:
+            full = self.metadata()
+            meta, moffs = meta_columns([full[i] for i in idx])
         return ScoreColumns(self.board_id, [self.event_ids[i] for i in idx], [self.player_ids[i] for i in idx],
-                            self.values[rows], self.achieved[rows], self.submitted[rows])
+                            self.values[rows], self.achieved[rows], self.submitted[rows], meta, moffs)
 
 
 class BatchResult(NamedTuple):
@@ -66,6 +85,23 @@ class BatchResult(NamedTuple):
 
     codes: np.ndarray  # uint8, engine.records.CODE values
     versions: np.ndarray  # int64
+
+
+def meta_columns(metas: Sequence[bytes]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """One arena and offsets for per-event metadata bytes; (None, None) when
+    every item is empty. O(n) at C level.
+
+    >>> meta_columns([b"", b""])
+    (None, None)
+    >>> m, o = meta_columns([b"{}", b"", b'{"a":1}']); o.tolist(), m.tobytes()
+    ([0, 2, 2, 9], b'{}{"a":1}')
+    """
+    arena = b"".join(metas)
+    if not arena:
+        return None, None
+    moffs = np.zeros(len(metas) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, metas), np.int64, len(metas)), out=moffs[1:])
+    return np.frombuffer(arena, np.uint8).copy(), moffs
 
 
 def int64_column(a) -> np.ndarray:

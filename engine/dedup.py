@@ -75,21 +75,35 @@ def _content_kernel(pbuf, poffs, vals, achs, subs, out):
         out[i] = _mix(h, np.uint64(subs[i]))
 
 
+@numba.njit(cache=True)
+def _meta_kernel(mbuf, moffs, out):
+    """Mix each non-empty metadata slice into its event's fingerprint (an
+    event without metadata keeps the fingerprint it always had)."""
+    for i in range(len(out)):
+        if moffs[i + 1] > moffs[i]:
+            out[i] = _mix(out[i], hash_bytes(mbuf, moffs[i], moffs[i + 1]))
+
+
 def fingerprints(cols) -> np.ndarray:
     """The 64-bit content fingerprint of every event of a batch of columns:
-    the player id's UTF-8 bytes and the three int64s, in one numba pass."""
+    the player id's UTF-8 bytes, the three int64s and the metadata bytes
+    (when there are any), in one numba pass (two with metadata)."""
     pbuf, poffs = encode_ids(cols.player_ids)
     out = np.empty(len(cols.player_ids), np.uint64)
     _content_kernel(pbuf, poffs, _i64(cols.values), _i64(cols.achieved), _i64(cols.submitted), out)
+    if getattr(cols, "moffs", None) is not None:
+        _meta_kernel(cols.meta, cols.moffs, out)
     return out
 
 
-def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int) -> int:
+def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int, metadata: bytes = b"") -> int:
     """Stable 64-bit fingerprint of one event's content (as :func:`fingerprints`)."""
     pbuf, poffs = encode_ids([player_id])
     out = np.empty(1, np.uint64)
     _content_kernel(pbuf, poffs, np.array([value], np.int64), np.array([achieved_at], np.int64),
                     np.array([submitted_at], np.int64), out)
+    if metadata:
+        _meta_kernel(np.frombuffer(metadata, np.uint8), np.array([0, len(metadata)], np.int64), out)
     return int(out[0])
 
 

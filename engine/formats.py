@@ -26,16 +26,19 @@ from engine.errors import UnsupportedFormat
 
 #: Log record vocabulary: kinds and field layouts (records.KINDS), outcome codes
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
-#: schedule) replaces B for new boards.
-LOG_FORMAT = 2
+#: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
+LOG_FORMAT = 3
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
-ROUTER_STATE_FORMAT = 2
+#: 3: a held event with metadata has it as a 7th item (earlier holds load without).
+ROUTER_STATE_FORMAT = 3
 #: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters.
 SHARD_STATE_FORMAT = 1
 #: ``Partition.to_state``: players, row columns, journal (codes: records.CODE + journal audit codes).
 #: 2: the journal moved to disk (engine.journal: a bounded tail, store sizes, runs, player heads).
-PARTITION_STATE_FORMAT = 2
+#: 3: metadata (docs/api.md §13): the rows' metadata (``"meta"``) and the journal's (tail columns,
+#: store sizes, ``meta_from``); a format-2 state loads with no metadata anywhere.
+PARTITION_STATE_FORMAT = 3
 
 
 def state_format(state: dict, known: int, what: str) -> int:

@@ -15,6 +15,15 @@ may cost memory per event (issue 10 item 4):
   dedup window): an index from the 64-bit hash of an id to the row of the
   event that owned it (the one the comparator saw), verified on the id bytes.
 
+Each row also keeps its event's metadata (docs/api.md §13: canonical compact
+JSON, empty for none), so a redelivery is compared on it and an invalidation
+restores the metadata of the event that gives the row its value. On disk it
+is the ``meta`` file (the bytes) and the ``moffs`` file (per row from
+``meta_from`` on, the int64 end of its metadata in ``meta``): 8 bytes per
+row, on disk only. A journal begun by a FlowRank without metadata (a
+format-2 snapshot) starts its ``moffs`` at the row it had then
+(``meta_from``); its older rows carry none.
+
 Layout. The newest rows (at most ``tail_rows``, plus one batch) are columns
 in memory, with an open-addressing table over the ids they own, exactly as a
 batch kernel wants them. Between batches a full tail is *flushed*: its rows
@@ -198,6 +207,8 @@ class MemoryStore:
         state = state or {}
         self.rows = MemoryBlob(state.get("rows", b""))
         self.ids = MemoryBlob(state.get("ids", b""))
+        self.meta = MemoryBlob(state.get("meta", b""))
+        self.moffs = MemoryBlob(state.get("moffs", b""))
         self._runs: dict[int, tuple[bytes, bytes]] = {int(s): (h, r) for s, h, r in state.get("runs", [])}
 
     def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run:
@@ -213,6 +224,7 @@ class MemoryStore:
 
     def to_state(self, runs: list[Run]) -> dict:
         return {"memory": True, "rows": bytes(self.rows.data), "ids": bytes(self.ids.data),
+                "meta": bytes(self.meta.data), "moffs": bytes(self.moffs.data),
                 "runs": [[r.seq, *self._runs[r.seq]] for r in runs]}
 
     def close(self) -> None:
@@ -225,6 +237,8 @@ class Store(Protocol):
 
     rows: Any
     ids: Any
+    meta: Any
+    moffs: Any
 
     def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run: ...
     def load_run(self, seq: int, n: int) -> Run: ...
@@ -265,6 +279,9 @@ class Journal:
         self.prev = np.zeros(cap, np.int64)
         self.eoffs = np.zeros(cap + 1, np.int64)
         self.earena = np.zeros(1024, np.uint8)
+        self.moffs = np.zeros(cap + 1, np.int64)  # tail metadata: row t's is marena[moffs[t]:moffs[t + 1]]
+        self.marena = np.zeros(64, np.uint8)
+        self.meta_from = 0  # first row with an entry in the store's moffs file
         self.slots = np.full(128, -1, np.int64)
         self.heads = np.full(64, -1, np.int64)  # per player: newest row, -1 none
         self.invalid: set[int] = set()  # rows of invalidated events
@@ -283,9 +300,10 @@ class Journal:
                 size += size // 4 + 64
             self.heads = np.concatenate([self.heads, np.full(size - len(self.heads), -1, np.int64)])
 
-    def reserve(self, k: int, nbytes: int) -> None:
+    def reserve(self, k: int, nbytes: int, mbytes: int = 0) -> None:
         """Room for ``k`` more tail rows (all possibly owned) with ``nbytes``
-        of ids; flushes a full tail first (between batches only)."""
+        of ids and ``mbytes`` of metadata; flushes a full tail first (between
+        batches only)."""
         if self.n and self.n + k > self.tail_rows:
             self.flush()
         n = self.n
@@ -296,6 +314,12 @@ class Journal:
             for name in ("pid", "kind", "out", "val", "ach", "sub", "prev"):
                 setattr(self, name, _resized(getattr(self, name), size))
             self.eoffs = _resized(self.eoffs, size + 1)
+            self.moffs = _resized(self.moffs, size + 1)
+        if self.moffs[n] + mbytes > len(self.marena):
+            size = len(self.marena)
+            while self.moffs[n] + mbytes > size:
+                size *= 2
+            self.marena = _resized(self.marena, size)
         if self.eoffs[n] + nbytes > len(self.earena):
             size = len(self.earena)
             while self.eoffs[n] + nbytes > size:
@@ -310,10 +334,11 @@ class Journal:
             _rehash_owned(self.slots, self.eoffs, self.earena, rows)
 
     def append_one(self, p: int, eid: str, kind: int, v: int, a: int, s: int, code: int) -> int:
-        """Journal one row (an audit record); returns its row number."""
+        """Journal one row (an audit record, no metadata); returns its row number."""
         raw = eid.encode("utf-8", "surrogatepass")
         self.reserve(1, len(raw))
         n = self.n
+        self.moffs[n + 1] = self.moffs[n]
         self.pid[n], self.kind[n], self.val[n], self.ach[n], self.sub[n], self.out[n] = p, kind, v, a, s, code
         self.prev[n] = self.heads[p]
         self.heads[p] = self.base + n
@@ -341,6 +366,8 @@ class Journal:
         rec["elen"] = np.diff(self.eoffs[: n + 1])
         rec["eoff"] = self.store.ids.size + self.eoffs[:n]
         self.store.ids.append(self.earena[: self.eoffs[n]].tobytes())
+        self.store.moffs.append((self.store.meta.size + self.moffs[1: n + 1]).astype("<i8").tobytes())
+        self.store.meta.append(self.marena[: self.moffs[n]].tobytes())
         self.store.rows.append(rec.tobytes())
         hashes = hash_ids(self.earena, self.eoffs, owned)
         order = np.argsort(hashes, kind="stable")
@@ -350,6 +377,7 @@ class Journal:
         self.n = 0
         self.owned = 0
         self.eoffs[0] = 0
+        self.moffs[0] = 0
         self.slots = np.full(128, -1, np.int64)
         self._merge_runs()
 
@@ -383,6 +411,20 @@ class Journal:
             return self.earena[self.eoffs[t]:self.eoffs[t + 1]].tobytes()
         x = np.frombuffer(self.store.rows.read(r * ROW.itemsize, ROW.itemsize), ROW)[0]
         return self.store.ids.read(int(x["eoff"]), int(x["elen"]))
+
+    def meta_bytes(self, r: int) -> bytes:
+        """The metadata of row ``r``'s event (b"" none)."""
+        if r >= self.base:
+            t = r - self.base
+            return self.marena[self.moffs[t]:self.moffs[t + 1]].tobytes()
+        i = r - self.meta_from
+        if i < 0:
+            return b""
+        if i == 0:
+            start, end = 0, int(np.frombuffer(self.store.moffs.read(0, 8), "<i8")[0])
+        else:
+            start, end = (int(x) for x in np.frombuffer(self.store.moffs.read(8 * (i - 1), 16), "<i8"))
+        return self.store.meta.read(start, end - start) if end > start else b""
 
     def event_id(self, r: int) -> str:
         return decode_id(self.id_bytes(r))
@@ -435,7 +477,8 @@ class Journal:
     def nbytes(self) -> int:
         """Bytes in memory (the tail, the heads, the invalidated rows)."""
         n = self.n
-        return 45 * n + 8 * (n + 1) + int(self.eoffs[n]) + self.slots.nbytes + self.heads.nbytes + 40 * len(self.invalid)
+        return (45 * n + 16 * (n + 1) + int(self.eoffs[n]) + int(self.moffs[n]) + self.slots.nbytes + self.heads.nbytes
+                + 40 * len(self.invalid))
 
     # ----------------------------------------------------------- snapshots
 
@@ -443,10 +486,13 @@ class Journal:
         n = self.n
         cols = {name: getattr(self, name)[:n].tobytes() for name in ("pid", "kind", "out", "val", "ach", "sub", "prev")}
         return {
-            "format": 2,
+            "format": 3,
             "tail": cols,
             "eoffs": self.eoffs[: n + 1].tobytes(),
             "earena": self.earena[: self.eoffs[n]].tobytes(),
+            "moffs": self.moffs[: n + 1].tobytes(),
+            "marena": self.marena[: self.moffs[n]].tobytes(),
+            "meta_from": self.meta_from,
             "owner": self.slots.tobytes(),
             "owned": self.owned,
             "heads": self.heads.tobytes(),
@@ -476,6 +522,12 @@ class Journal:
         eoffs = np.frombuffer(state["eoffs"], np.int64)
         n = len(eoffs) - 1
         j._load_tail(tail, eoffs, state["earena"])
+        if "moffs" in state:
+            moffs = np.frombuffer(state["moffs"], np.int64)
+            j.reserve(0, 0, int(moffs[-1]))
+            j.moffs[: n + 1] = moffs
+            j.marena[: moffs[-1]] = np.frombuffer(state["marena"], np.uint8)
+        j.meta_from = state.get("meta_from", state["base"])  # format 2: the stored rows carry no metadata
         j.slots = np.frombuffer(state["owner"], np.int64).copy()
         j.owned = state["owned"]
         j.heads = np.frombuffer(state["heads"], np.int64).copy()
@@ -523,6 +575,7 @@ class Journal:
                 getattr(self, name)[:n] = np.frombuffer(tail[name], dtype)
         self.eoffs[: n + 1] = eoffs
         self.earena[: eoffs[n]] = np.frombuffer(earena, np.uint8)
+        self.moffs[: n + 1] = 0
 
     @classmethod
     def _from_columns(cls, state: dict, place: StorePlace | None, tail_rows: int) -> "Journal":

@@ -90,11 +90,12 @@ class ScoreEvent(NamedTuple):
     value: int
     achieved_at: int
     submitted_at: int
+    metadata: bytes = b""  # canonical compact JSON of the event's metadata object; b"" none (docs/api.md §13)
 
     @property
-    def content(self) -> tuple[str, int, int, int]:
+    def content(self) -> tuple[str, int, int, int, bytes]:
         """What a redelivery must repeat for the id to count as a duplicate."""
-        return (self.player_id, self.value, self.achieved_at, self.submitted_at)
+        return (self.player_id, self.value, self.achieved_at, self.submitted_at, self.metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,7 @@ class RowChange(NamedTuple):
     value: int
     achieved_at: int
     status: RowStatus
+    metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
 
 
 class Delta(NamedTuple):
@@ -143,6 +145,7 @@ class RankedEntry(NamedTuple):
     value: int
     achieved_at: int
     tied_rank: int | None = None  # competition rank (1, 1, 3), only when asked (?ties=competition)
+    metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ class PlayerView:
     approximate: bool = False
     rank_error_bound: int | None = None
     tied_rank: int | None = None  # competition rank, only when asked (?ties=competition)
+    metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +207,7 @@ class HeldEvent:
     achieved_at: int
     submitted_at: int
     reason: Outcome  # HELD_FOR_CORRECTION | HELD_FOR_REVIEW
+    metadata: bytes = b""  # the held event's metadata (canonical compact JSON; b"" none)
 
 
 @dataclass(frozen=True, slots=True)

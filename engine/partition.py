@@ -14,6 +14,11 @@ State (no Python object per player or per event):
 * ``players``: :class:`~engine.players.PlayerTable`, id <-> int32 index;
 * rows, indexed by player: ``val``, ``ach``, ``sub`` (int64), ``rv`` (row
   version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED);
+* ``meta``: the rows' metadata (docs/api.md §13), bytes of canonical compact
+  JSON only for the players whose row has some, and ``has_meta`` (uint8 per
+  player) to find them without a Python step per player: a row keeps the
+  metadata of the event that gave it its current value (best / fastest: the
+  best event; cumulative: the latest applied one);
 * ``index``: :class:`~engine.rank_index.RankIndex` of the ACTIVE rows' keys;
 * ``journal``: :class:`~engine.journal.Journal`, every event seen, for
   invalidation recompute, redeliveries past the dedup window and history:
@@ -39,7 +44,7 @@ import numpy as np
 
 from engine import records as R
 from engine.checksum import row_digest
-from engine.columns import ScoreColumns, int64_column as _i64
+from engine.columns import ScoreColumns, int64_column as _i64, meta_columns
 from engine.errors import EventNotFound
 from engine.formats import PARTITION_STATE_FORMAT, state_format
 from engine.journal import (
@@ -58,7 +63,7 @@ from engine.journal import (
     owner_find,
 )
 from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
-from engine.players import PlayerTable, encode_ids
+from engine.players import PlayerTable, encode_ids, same_bytes
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 from engine.rank_index import RankIndex
 
@@ -74,6 +79,7 @@ _CANDIDATES = np.array(sorted(_C[o] for o in (
     Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER)), np.uint8)
 _CANDIDATE_SET = frozenset(_CANDIDATES.tolist())
 _OUT_OF_RANGE = R.CODE[Outcome.REJECTED_TOTAL_OUT_OF_RANGE]  # audit of a refused invalidation
+_NO_META = np.zeros(0, np.uint8)  # a batch without metadata: an empty arena (offsets all 0)
 
 
 def _codes(policy: Policy) -> np.ndarray:
@@ -95,9 +101,10 @@ class Row(NamedTuple):
     status: RowStatus
     row_version: int
     key: RankKey | None
+    metadata: bytes | None = None  # canonical compact JSON, None when the row has none
 
     def change(self) -> RowChange:
-        return RowChange(self.player_id, self.value, self.achieved_at, self.status)
+        return RowChange(self.player_id, self.value, self.achieved_at, self.status, self.metadata)
 
 
 class Invalidation(NamedTuple):
@@ -118,14 +125,16 @@ class Applied(NamedTuple):
 
 
 @numba.njit(cache=True)
-def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, ebuf, eoffs,
+def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, ebuf, eoffs, mbuf, moffs,
                   r_val, r_ach, r_sub, r_rv, r_st,
-                  j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_prev, j_eoffs, j_earena, jn, slots, base, heads,
-                  prior, prior_pid, prior_val, prior_ach, prior_sub,
+                  j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_prev, j_eoffs, j_earena, j_moffs, j_marena,
+                  jn, slots, base, heads,
+                  prior, prior_pid, prior_val, prior_ach, prior_sub, prior_meta,
                   out_code, out_changed, out_val, out_ach):
     """Apply a batch in order. Returns (tail rows now, newly owned, changes).
     ``prior[x] >= 0``: event x's id is owned by a stored journal row, whose
-    player and content are ``prior_*[x]``."""
+    player and content are ``prior_*[x]`` (``prior_meta[x]``: its metadata
+    equals event x's). Event x's metadata is ``mbuf[moffs[x]:moffs[x + 1]]``."""
     owned = 0
     changes = 0
     big = np.int64(9223372036854775807)
@@ -134,6 +143,7 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
         p = idx[x]
         v, a, s = vals[x], achs[x], subs[x]
         s0, s1 = eoffs[x], eoffs[x + 1]
+        m0, m1 = moffs[x], moffs[x + 1]
         verdict = verdicts[x]
         own = False
         changed = False
@@ -142,10 +152,12 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
         else:
             r = owner_find(slots, j_eoffs, j_earena, ebuf, s0, s1)
             if r >= 0:  # an id older than the dedup window, seen here before
-                same = j_pid[r] == p and j_val[r] == v and j_ach[r] == a and j_sub[r] == s
+                same = (j_pid[r] == p and j_val[r] == v and j_ach[r] == a and j_sub[r] == s
+                        and same_bytes(j_marena, j_moffs[r], j_moffs[r + 1], mbuf, m0, m1))
                 code = codes[4] if same else codes[5]
             elif prior[x] >= 0:  # the same, its row already on disk
-                same = prior_pid[x] == p and prior_val[x] == v and prior_ach[x] == a and prior_sub[x] == s
+                same = (prior_pid[x] == p and prior_val[x] == v and prior_ach[x] == a and prior_sub[x] == s
+                        and prior_meta[x])
                 code = codes[4] if same else codes[5]
             elif pol == 2 and not (0 < v <= max_time):
                 code = codes[3]
@@ -194,6 +206,10 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
         for k in range(s1 - s0):
             j_earena[e0 + k] = ebuf[s0 + k]
         j_eoffs[jn + 1] = e0 + (s1 - s0)
+        q0 = j_moffs[jn]
+        for k in range(m1 - m0):
+            j_marena[q0 + k] = mbuf[m0 + k]
+        j_moffs[jn + 1] = q0 + (m1 - m0)
         if own:
             owner_add(slots, j_eoffs, j_earena, jn)
             owned += 1
@@ -213,6 +229,8 @@ class Partition:
         self.sub = np.zeros(64, np.int64)
         self.rv = np.zeros(64, np.int32)
         self.st = np.zeros(64, np.uint8)
+        self.has_meta = np.zeros(64, np.uint8)
+        self.meta: dict[int, bytes] = {}
         self.index = RankIndex()
         self.journal = Journal() if journal is None else journal
         self.journal.ensure_players(len(self.val))
@@ -244,7 +262,8 @@ class Partition:
         idx = self.players.intern(cols.player_ids)
         self._reserve_rows(len(self.players))
         ebuf, eoffs = encode_ids(cols.event_ids)
-        self.journal.reserve(n, len(ebuf))
+        mbuf, moffs = (cols.meta, cols.moffs) if cols.moffs is not None else (_NO_META, np.zeros(n + 1, np.int64))
+        self.journal.reserve(n, len(ebuf), len(mbuf))
         if verdicts is None:
             verdicts = np.zeros(n, np.uint8)
         touched = np.unique(idx)
@@ -255,34 +274,66 @@ class Partition:
         changed = np.empty(n, np.bool_)
         out_val = np.zeros(n, np.int64)
         out_ach = np.zeros(n, np.int64)
-        prior, pp, pv, pa, ps = self._prior(ebuf, eoffs, verdicts)
+        prior, pp, pv, pa, ps, pm = self._prior(ebuf, eoffs, verdicts, mbuf, moffs)
         jn, owned, changes = _apply_kernel(
             self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
-            _i64(cols.submitted), verdicts, kind, ebuf, eoffs,
+            _i64(cols.submitted), verdicts, kind, ebuf, eoffs, mbuf, moffs,
             self.val, self.ach, self.sub, self.rv, self.st,
-            j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.prev, j.eoffs, j.earena, j.n, j.slots, j.base, j.heads,
-            prior, pp, pv, pa, ps,
+            j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.prev, j.eoffs, j.earena, j.moffs, j.marena,
+            j.n, j.slots, j.base, j.heads,
+            prior, pp, pv, pa, ps, pm,
             codes, changed, out_val, out_ach)
         j.n, j.owned = int(jn), j.owned + int(owned)
         self.changes += int(changes)
+        if self.meta or cols.moffs is not None:
+            self._keep_metadata(idx, changed, mbuf, moffs)
         self._move(touched, was_active, old_p, old_t)
         return Applied(codes, changed, out_val, out_ach)
 
-    def _prior(self, ebuf: np.ndarray, eoffs: np.ndarray, verdicts: np.ndarray) -> tuple:
+    def _keep_metadata(self, idx: np.ndarray, changed: np.ndarray, mbuf: np.ndarray, moffs: np.ndarray) -> None:
+        """Each changed row takes the metadata of the batch's last event that
+        changed it (best / fastest: the new best; cumulative: the latest
+        applied). Numpy to find them; a Python step only per changed player
+        that has or gets metadata."""
+        xs = np.flatnonzero(changed)
+        if not len(xs):
+            return
+        rev = xs[::-1]
+        players, first = np.unique(idx[rev], return_index=True)
+        last = rev[first]
+        lens = moffs[last + 1] - moffs[last]
+        gets = lens > 0
+        loses = ~gets & (self.has_meta[players] != 0)
+        meta = self.meta
+        for p in players[loses].tolist():
+            meta.pop(p, None)
+        self.has_meta[players[loses]] = 0
+        if gets.any():
+            raw = mbuf.tobytes()
+            for p, x in zip(players[gets].tolist(), last[gets].tolist()):
+                meta[p] = raw[moffs[x]:moffs[x + 1]]
+            self.has_meta[players[gets]] = 1
+
+    def _prior(self, ebuf: np.ndarray, eoffs: np.ndarray, verdicts: np.ndarray, mbuf: np.ndarray,
+               moffs: np.ndarray) -> tuple:
         """Stored journal rows owning the batch's ids (redeliveries from before
-        the tail), and their player and content, for the kernel."""
+        the tail), and their player and content, for the kernel (metadata: a
+        bool, equal to the event's)."""
         n = len(verdicts)
         j = self.journal
         prior = np.full(n, -1, np.int64)
         content = [np.zeros(n, np.int32), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
+        same_meta = np.zeros(n, np.bool_)
         if j.runs:
             sel = np.flatnonzero(verdicts == 0)
             prior[sel] = j.find_stored(ebuf, eoffs, sel)
             for x in np.flatnonzero(prior >= 0).tolist():
-                pid, _, _, v, a, s, _ = j.record(int(prior[x]))
+                r = int(prior[x])
+                pid, _, _, v, a, s, _ = j.record(r)
                 for col, item in zip(content, (pid, v, a, s)):
                     col[x] = item
-        return (prior, *content)
+                same_meta[x] = j.meta_bytes(r) == mbuf[moffs[x]:moffs[x + 1]].tobytes()
+        return (prior, *content, same_meta)
 
     def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray) -> None:
         """Move the touched players' index keys to their rows' current keys."""
@@ -306,7 +357,7 @@ class Partition:
             size = len(self.val)
             while n > size:
                 size += size // 4 + 64  # 1.25x: at most a quarter of the rows allocated ahead
-            for name in ("val", "ach", "sub", "rv", "st"):
+            for name in ("val", "ach", "sub", "rv", "st", "has_meta"):
                 a = getattr(self, name)
                 b = np.zeros(size, a.dtype)
                 b[: len(a)] = a
@@ -319,7 +370,7 @@ class Partition:
         outcome = R.outcome_of(int(got.codes[0]))
         if not got.changed[0]:
             return outcome, None
-        return outcome, RowChange(ev.player_id, int(got.values[0]), int(got.achieved[0]), ACTIVE)
+        return outcome, RowChange(ev.player_id, int(got.values[0]), int(got.achieved[0]), ACTIVE, ev.metadata or None)
 
     def record(self, ev: ScoreEvent, outcome: Outcome, kind: int = KIND_SCORE) -> None:
         """Journal an event decided before apply (duplicate, held, conflict)."""
@@ -389,7 +440,7 @@ class Partition:
         for q in j.newest_first(p):
             _, kind, out, _, _, newest_sub, _ = j.record(q)
             if kind != KIND_INVALIDATION and out in _CANDIDATE_SET and q not in j.invalid:
-                return self._set_row(p, (int(self.val[p]) - v, latest, newest_sub))
+                return self._set_row(p, (int(self.val[p]) - v, latest, newest_sub), j.meta_bytes(q))
         return self._recompute(p)
 
     def _recompute(self, p: int) -> RowChange | None:
@@ -398,18 +449,21 @@ class Partition:
         for r in j.rows_of(p):
             _, kind, out, v, a, s, _ = j.record(r)
             if kind != KIND_INVALIDATION and out in _CANDIDATE_SET and r not in j.invalid:
-                cand.append((v, a, s))
+                cand.append((v, a, s, r))
         if not cand:
             return self._set_row(p, None)
         if self._pol == 1:
-            return self._set_row(p, (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2]))
+            return self._set_row(p, (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2]),
+                                 j.meta_bytes(cand[-1][3]))
         pid = self.players.id_of(p)
         wkey = self._wire_key
-        return self._set_row(p, min(cand, key=lambda c: wkey(c[0], c[1], c[2], pid)))
+        best = min(cand, key=lambda c: wkey(c[0], c[1], c[2], pid))
+        return self._set_row(p, best[:3], j.meta_bytes(best[3]))
 
-    def _set_row(self, p: int, new: tuple[int, int, int] | None) -> RowChange | None:
-        """Player p's row becomes ``new`` (None: INVALIDATED); one version step
-        when that changes anything."""
+    def _set_row(self, p: int, new: tuple[int, int, int] | None, meta: bytes = b"") -> RowChange | None:
+        """Player p's row becomes ``new`` with metadata ``meta`` (None:
+        INVALIDATED, the metadata kept); one version step when that changes
+        anything."""
         touched = np.array([p], np.int32)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
@@ -418,10 +472,17 @@ class Partition:
                 return None
             self.st[p] = ST_INVALID
         else:
-            if self.st[p] == ST_ACTIVE and (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == new:
+            if (self.st[p] == ST_ACTIVE and (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == new
+                    and self.meta.get(p, b"") == meta):
                 return None
             self.val[p], self.ach[p], self.sub[p] = new
             self.st[p] = ST_ACTIVE
+            if meta:
+                self.meta[p] = meta
+                self.has_meta[p] = 1
+            elif self.has_meta[p]:
+                del self.meta[p]
+                self.has_meta[p] = 0
         self.rv[p] += 1
         self.changes += 1
         self._move(touched, was_active, old_p, old_t)
@@ -439,7 +500,7 @@ class Partition:
         v, a, s = int(self.val[p]), int(self.ach[p]), int(self.sub[p])
         active = self.st[p] == ST_ACTIVE
         return Row(pid, v, a, s, ACTIVE if active else INVALIDATED_STATUS, int(self.rv[p]),
-                   self._wire_key(v, a, s, pid) if active else None)
+                   self._wire_key(v, a, s, pid) if active else None, self.meta.get(p))
 
     def _lookup(self, player_ids: Sequence[str]) -> np.ndarray:
         idx = self.players.lookup(player_ids)
@@ -478,6 +539,10 @@ class Partition:
         vals, achs, subs = self.val[ids].tolist(), self.ach[ids].tolist(), self.sub[ids].tolist()
         rvs, active = self.rv[ids].tolist(), (self.st[ids] == ST_ACTIVE).tolist()
         key = self._wire_key
+        if self.meta:
+            get = self.meta.get
+            return [Row(pid, v, a, s, ACTIVE if on else INVALIDATED_STATUS, rv, key(v, a, s, pid) if on else None,
+                        get(p)) for pid, v, a, s, rv, on, p in zip(names, vals, achs, subs, rvs, active, ids.tolist())]
         return [Row(pid, v, a, s, ACTIVE if on else INVALIDATED_STATUS, rv, key(v, a, s, pid) if on else None)
                 for pid, v, a, s, rv, on in zip(names, vals, achs, subs, rvs, active)]
 
@@ -568,13 +633,14 @@ class Partition:
         additive across partitions (see :mod:`engine.checksum`)."""
         total = 0
         for r in self.all_rows():
-            total += row_digest(r.player_id, r.value, r.achieved_at, r.status.value, r.row_version)
+            total += row_digest(r.player_id, r.value, r.achieved_at, r.status.value, r.row_version, r.metadata)
         return total & ((1 << 128) - 1)
 
     def nbytes(self) -> int:
         """Bytes of the per-player state: ids, rows and the rank index."""
         n = len(self.players)
-        return self.players.nbytes() + n * (8 * 3 + 4 + 1 + 8) + self.index.nbytes()  # + journal head
+        meta = sum(len(m) + 80 for m in self.meta.values())  # bytes object + dict slot, only rows with metadata
+        return self.players.nbytes() + n * (8 * 3 + 4 + 1 + 1 + 8) + self.index.nbytes() + meta  # + journal head
 
     # --------------------------------------------------------------- snapshots
 
@@ -587,7 +653,16 @@ class Partition:
             "rows": {name: getattr(self, name)[:n].tobytes() for name in ("val", "ach", "sub", "rv", "st")},
             "journal": self.journal.to_state(),
             "changes": self.changes,
+            "meta": self._meta_state(),
         }
+
+    def _meta_state(self) -> dict:
+        """The rows' metadata as columns: players (int32), offsets, one arena."""
+        players = np.flatnonzero(self.has_meta[: len(self.players)]).astype(np.int32)
+        items = [self.meta[p] for p in players.tolist()]
+        arena, offs = meta_columns(items)
+        return {"players": players.tobytes(), "offs": b"" if offs is None else offs.tobytes(),
+                "arena": b"" if arena is None else arena.tobytes()}
 
     @classmethod
     def from_state(cls, policy: Policy, max_plausible_time_ms: int, state: dict,
@@ -602,6 +677,13 @@ class Partition:
         for name in ("val", "ach", "sub", "rv", "st"):
             a = getattr(p, name)
             a[:n] = np.frombuffer(state["rows"][name], a.dtype)
+        meta = state.get("meta")  # absent before format 3: no metadata
+        if meta is not None and meta["players"]:
+            players = np.frombuffer(meta["players"], np.int32)
+            offs = np.frombuffer(meta["offs"], np.int64).tolist()
+            raw = meta["arena"]
+            p.meta = {int(q): raw[offs[k]:offs[k + 1]] for k, q in enumerate(players.tolist())}
+            p.has_meta[players] = 1
         p.journal = Journal.from_state(state["journal"], journal, tail_rows)
         p.journal.ensure_players(len(p.val))
         if "owner" not in state["journal"]:  # a snapshot without the owner table: rebuild it
@@ -639,6 +721,8 @@ class Partition:
         assert np.all(self.rv[:n][self.st[:n] != ST_NONE] >= 1)
         j = self.journal
         assert np.all(j.pid[: j.n] < n)
+        assert set(np.flatnonzero(self.has_meta[:n]).tolist()) == set(self.meta), "has_meta disagrees with meta"
+        assert all(self.meta.values()), "an empty metadata entry"
         assert self.changes >= 0
 
 

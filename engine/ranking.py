@@ -1,7 +1,7 @@
 """Pure merges that turn per-partition answers into board answers.
 
-A partition answers with *entries* ``(key, value, achieved_at)`` already in
-rank order (``key = (primary, tie, player_id)``). Every board-level read is
+A partition answers with *entries* ``(key, value, achieved_at[, metadata])``
+already in rank order (``key = (primary, tie, player_id)``). Every board-level read is
 one of these merges, so one partition and k partitions give the same
 answer by construction (the shard-equivalence property tests check it).
 """
@@ -14,15 +14,16 @@ from typing import Iterable, Sequence
 
 from engine.model import RankedEntry
 
-Entry = tuple  # (key, value, achieved_at)
+Entry = tuple  # (key, value, achieved_at[, metadata bytes or None])
 
 
 def entries_of(rows) -> list[Entry]:
-    return [(r.key, r.value, r.achieved_at) for r in rows]
+    return [(r.key, r.value, r.achieved_at, r.metadata) for r in rows]
 
 
 def ranked(entries: Iterable[Entry], first_rank: int) -> list[RankedEntry]:
-    return [RankedEntry(first_rank + i, e[0][2], e[1], e[2]) for i, e in enumerate(entries)]
+    return [RankedEntry(first_rank + i, e[0][2], e[1], e[2], None, e[3] if len(e) > 3 else None)
+            for i, e in enumerate(entries)]
 
 
 def merge_top(per_partition: Sequence[Sequence[Entry]], offset: int, limit: int) -> list[RankedEntry]:

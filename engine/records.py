@@ -28,6 +28,11 @@ BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
 BOARD2 = "K"
 #: Either board-creation kind (``K`` followed ``B`` in log format 2).
 BOARD_KINDS = frozenset({BOARD, BOARD2})
+SCORES_META, DECIDE_META = "M", "E"
+#: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
+SCORE_BATCHES = (SCORES, SCORES_META)
+#: Both decision kinds (``E`` is ``D`` plus the held event's metadata).
+DECISIONS = (DECIDE, DECIDE_META)
 
 
 class RecordKind(NamedTuple):
@@ -54,6 +59,12 @@ KINDS: dict[str, RecordKind] = {
                        "score events of one board partition from one sequencing cycle, as columns: lists of "
                        "str, little-endian int64 arrays as bytes, verdicts uint8 bytes (0 = apply, else a "
                        "CODE); one frame, one offset; an event is (offset, row)"),
+    SCORES_META: RecordKind("scores_meta", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
+                                            "submitted", "verdicts", "meta", "meta_offsets"),
+                            "a scores record whose events carry metadata (docs/api.md §13): the fields of C, then "
+                            "the metadata arena (canonical compact JSON, bytes) and little-endian int64 offsets "
+                            "(one more than events; an empty slice: none). Written only when some event of the "
+                            "frame carries metadata, so logs without metadata are unchanged"),
     SCORE: RecordKind("score", ("board_id", "event_id", "player_id", "value", "achieved_at", "submitted_at",
                                 "verdict"),
                       "one score event (logs written before the columnar record; still replayed, no "
@@ -63,6 +74,10 @@ KINDS: dict[str, RecordKind] = {
     DECIDE: RecordKind("decision", ("board_id", "event_id", "decision", "reason", "moderator", "player_id",
                                     "value", "achieved_at", "submitted_at"),
                        "quarantine decision (\"apply\" | \"reject\") on a held event, with the held event"),
+    DECIDE_META: RecordKind("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id",
+                                              "value", "achieved_at", "submitted_at", "metadata"),
+                            "a decision whose held event carries metadata: the fields of D, then the metadata "
+                            "(canonical compact JSON, bytes); written only then"),
 }
 
 # Outcome codes as logged: append-only (a code never changes meaning). 0 means "apply".
@@ -92,6 +107,22 @@ def check_kind(offset: int, rec: list) -> None:
             f"(kinds {''.join(KINDS)}); it was written by a newer FlowRank or is damaged")
 
 
+def decide_record(board_id: str, event_id: str, decision: str, reason, moderator, held) -> list:
+    """The log record of a quarantine decision on ``held`` (a HeldEvent):
+    ``E`` when the held event carries metadata, else ``D``."""
+    rec = [DECIDE, board_id, event_id, decision, reason, moderator, held.player_id, held.value, held.achieved_at,
+           held.submitted_at]
+    if held.metadata:
+        rec[0] = DECIDE_META
+        rec.append(held.metadata)
+    return rec
+
+
+def decided_event(rec: list) -> ScoreEvent:
+    """The held event a ``D`` / ``E`` record decides on."""
+    return ScoreEvent(rec[1], rec[2], rec[6], rec[7], rec[8], rec[9], rec[10] if rec[0] == DECIDE_META else b"")
+
+
 def board_record(spec: BoardSpec) -> list:
     return [BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
             spec.closes_at, spec.finalize_after_s]
@@ -119,15 +150,25 @@ def verdict_of(rec: list) -> Outcome | None:
 
 
 def scores_record(cols: ScoreColumns, partition: int, verdicts: np.ndarray) -> list:
-    """One columnar record for a partition's share of a cycle's events."""
-    return [SCORES, cols.board_id, partition, cols.event_ids, cols.player_ids, _le64(cols.values),
-            _le64(cols.achieved), _le64(cols.submitted), np.asarray(verdicts, np.uint8).tobytes()]
+    """One columnar record for a partition's share of a cycle's events
+    (``M`` when some event carries metadata, else ``C``)."""
+    rec = [SCORES, cols.board_id, partition, cols.event_ids, cols.player_ids, _le64(cols.values),
+           _le64(cols.achieved), _le64(cols.submitted), np.asarray(verdicts, np.uint8).tobytes()]
+    if cols.moffs is not None and cols.meta is not None:
+        rec[0] = SCORES_META
+        rec += [cols.meta.tobytes(), _le64(cols.moffs)]
+    return rec
 
 
 def columns_of(rec: list) -> tuple[ScoreColumns, np.ndarray]:
-    """A ``SCORES`` record's columns and verdicts (0 = apply)."""
+    """A ``SCORES`` (or ``SCORES_META``) record's columns and verdicts (0 = apply)."""
+    meta = moffs = None
+    if rec[0] == SCORES_META:
+        meta = np.frombuffer(rec[9], np.uint8).copy()
+        moffs = np.frombuffer(rec[10], "<i8").astype(np.int64)
     return (ScoreColumns(rec[1], rec[3], rec[4], np.frombuffer(rec[5], "<i8").astype(np.int64),
-                         np.frombuffer(rec[6], "<i8").astype(np.int64), np.frombuffer(rec[7], "<i8").astype(np.int64)),
+                         np.frombuffer(rec[6], "<i8").astype(np.int64), np.frombuffer(rec[7], "<i8").astype(np.int64),
+                         meta, moffs),
             np.frombuffer(rec[8], np.uint8).copy())
 
 
@@ -136,7 +177,7 @@ def logged_events(rec: list) -> Iterator[tuple[ScoreEvent, int]]:
     (either record kind; none for other records)."""
     if rec[0] == SCORE:
         yield event_of(rec), rec[7]
-    elif rec[0] == SCORES:
+    elif rec[0] in SCORE_BATCHES:
         cols, verdicts = columns_of(rec)
         yield from zip(cols.events(), verdicts.tolist())
 

@@ -339,10 +339,10 @@ class Router:
                 ctl.admission.state = BoardState(rec[2])
                 if ctl.admission.state is BoardState.FROZEN:
                     ctl.admission.freeze_position = offset
-        elif kind == R.SCORES or kind == R.SCORE:
+        elif kind in R.SCORE_BATCHES or kind == R.SCORE:
             ctl = self.boards.get(rec[1])
             if ctl is not None:
-                if kind == R.SCORES:
+                if kind in R.SCORE_BATCHES:
                     ctl.admission.replay_columns(*R.columns_of(rec))
                 else:
                     ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
@@ -351,7 +351,7 @@ class Router:
             ctl = self.boards.get(rec[1])
             if ctl is not None:
                 ctl.corrections += 1
-        elif kind == R.DECIDE:
+        elif kind in R.DECISIONS:
             ctl = self.boards.get(rec[1])
             if ctl is not None and rec[2] in ctl.admission.held:
                 held = ctl.admission.held.pop(rec[2])
@@ -703,8 +703,7 @@ class Router:
             ctl = self._ctl(d.board_id)
             pos = list(ctl.admission.held).index(d.event_id) if d.event_id in ctl.admission.held else None
             held = ctl.admission.take_decision(d.event_id, d.decision)
-            records.append([R.DECIDE, d.board_id, d.event_id, d.decision, d.reason, d.moderator,
-                            held.player_id, held.value, held.achieved_at, held.submitted_at])
+            records.append(R.decide_record(d.board_id, d.event_id, d.decision, d.reason, d.moderator, held))
 
             def undo():  # back in its log-order place, as a replay would list it
                 ctl.admission.decided.pop(d.event_id, None)
@@ -773,12 +772,12 @@ class Router:
 
     def _targets(self, rec: list) -> list[int]:
         kind = rec[0]
-        if kind == R.SCORES:
+        if kind in R.SCORE_BATCHES:
             ctl = self.boards.get(rec[1])
             return [] if ctl is None else [ctl.part_actor[rec[2]]]
         if kind in R.BOARD_KINDS:
             return list(range(self.t.n))
-        if kind == R.DECIDE:
+        if kind in R.DECISIONS:
             ctl = self.boards[rec[1]]
             return [ctl.part_actor[part_of(rec[6], ctl.spec.shards)]]
         if kind == R.INVALIDATE:
@@ -863,7 +862,8 @@ class Router:
             counts[outcome.value] += 1
             change = changed.get(row)
             if change is not None:
-                self._note_change(ctl, actor, [ev.player_id, change[0], change[1], "ACTIVE"], new_deltas)
+                # the row's metadata is now this event's: the new best, or the latest applied delta
+                self._note_change(ctl, actor, [ev.player_id, change[0], change[1], "ACTIVE", ev.metadata], new_deltas)
             out.append(EventResult(ev.event_id, outcome, ctl.version))
         return out
 
@@ -881,7 +881,7 @@ class Router:
     def _finish_record(self, rec: list, got: list, new_deltas) -> object:
         kind = rec[0]
         ctl = self.boards.get(rec[1])
-        if kind == R.DECIDE:
+        if kind in R.DECISIONS:
             a, (code, change) = got[0]
             self._note_change(ctl, a, change, new_deltas)
             outcome = None if code == 0 else R.outcome_of(code)
@@ -903,7 +903,8 @@ class Router:
             return
         ctl.version += 1
         ctl.actor_changes[actor] += 1
-        delta = Delta(ctl.version, (RowChange(change[0], change[1], change[2], _STATUS[change[3]]),))
+        meta = change[4] if len(change) > 4 and change[4] else None
+        delta = Delta(ctl.version, (RowChange(change[0], change[1], change[2], _STATUS[change[3]], meta),))
         ctl.ring.push(delta)
         new_deltas[ctl.spec.board_id].append(delta)
 
@@ -988,7 +989,7 @@ class Router:
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["top", board_id, fetch])
             version = sum(ans[0] for _, ans in answers.values())
-            lists = [[((e[0], e[1], e[2]), e[3], e[4]) for e in ans[1]] for _, ans in answers.values()]
+            lists = [_wire_entries(ans[1]) for _, ans in answers.values()]
             return {o for o, _ in answers.values()}, (version, lists)
 
         version, lists = await self._consistent(attempt, ctl)
@@ -1116,8 +1117,8 @@ class Router:
                 key = [row[6], row[7], row[0]]
                 answers = await self._fan(ctl, lambda a: ["nbrs", board_id, key, radius, radius])
                 rank = 1 + sum(ans[3] for _, ans in answers.values())
-                conv = lambda es: [((e[0], e[1], e[2]), e[3], e[4]) for e in es]  # noqa: E731
-                me = ((row[6], row[7], row[0]), row[1], row[2])
+                conv = _wire_entries
+                me = ((row[6], row[7], row[0]), row[1], row[2], row[8] if len(row) > 8 else None)
                 entries = merge_window(rank, me, [conv(a[1]) for _, a in answers.values()],
                                        [conv(a[2]) for _, a in answers.values()], radius)
                 offsets = {off} | {o for o, _ in answers.values()}
@@ -1168,7 +1169,7 @@ class Router:
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["mget", board_id, by_actor.get(a, [])])
             version = sum(ans[0] for _, ans in answers.values())
-            entries = [((e[0], e[1], e[2]), e[3], e[4]) for _, ans in answers.values() for e in ans[1]]
+            entries = [e for _, ans in answers.values() for e in _wire_entries(ans[1])]
             local = rank_locally(entries)
             return {o for o, _ in answers.values()}, Page(version, tuple(with_tied_ranks(local, 1) if ties else local))
 
@@ -1240,7 +1241,7 @@ class Router:
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["top", board_id, _ALL])
             version = sum(ans[0] for _, ans in answers.values())
-            lists = [[((e[0], e[1], e[2]), e[3], e[4]) for e in ans[1]] for _, ans in answers.values()]
+            lists = [_wire_entries(ans[1]) for _, ans in answers.values()]
             return {o for o, _ in answers.values()}, (version, lists)
 
         version, lists = await self._consistent(attempt, ctl)
@@ -1357,7 +1358,13 @@ def _archive_page(arch: ArchiveView, offset: int, limit: int, ties: bool) -> tup
     return tuple(page)
 
 
+def _wire_entries(es: list) -> list:
+    """Shard wire entries (engine.shard.entry) as ranking entries
+    ``(key, value, achieved_at, metadata)`` (metadata None when the row has none)."""
+    return [((e[0], e[1], e[2]), e[3], e[4], e[5] if len(e) > 5 else None) for e in es]
+
+
 def _player_view(version: int, row: list, rank: int | None, approximate: bool = False, bound: int | None = None) -> PlayerView:
     status = RowStatus.ACTIVE if row[4] else RowStatus.INVALIDATED
     return PlayerView(version, row[0], rank if row[4] else None, row[1], row[2], status, row[5], approximate,
-                      bound if approximate else None)
+                      bound if approximate else None, metadata=row[8] if len(row) > 8 else None)

@@ -9,7 +9,10 @@ Arguments and answers are lists (cheap to ship between processes).
 
 Wire shapes: an *entry* is ``[primary, tie, player_id, value, achieved_at]``;
 a *row* is ``[player_id, value, achieved_at, submitted_at, active,
-row_version, primary, tie]`` (primary/tie None when not ranked).
+row_version, primary, tie]`` (primary/tie None when not ranked); a *change*
+is ``[player_id, value, achieved_at, status]``. Each of them has one more
+item, the row's metadata (bytes of compact JSON), only when the row has
+metadata (docs/api.md §13).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from engine import records as R
 from engine.columns import ScoreColumns
 from engine.formats import SHARD_STATE_FORMAT, state_format
-from engine.model import BoardSpec, Outcome, ScoreEvent
+from engine.model import BoardSpec, Outcome
 from engine.journal import Journal, JournalPlace
 from engine.log.journal_files import FilePlace
 from engine.partition import KIND_DECISION, Applied, Partition
@@ -57,19 +60,23 @@ def _result_nbytes(result) -> int:
 
 def entry(row) -> list:
     k = row.key
+    if row.metadata:
+        return [k[0], k[1], row.player_id, row.value, row.achieved_at, row.metadata]
     return [k[0], k[1], row.player_id, row.value, row.achieved_at]
 
 
 def row_wire(row) -> list:
     k = row.key
-    return [row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
-            k[0] if k else None, k[1] if k else None]
+    out = [row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
+           k[0] if k else None, k[1] if k else None]
+    return out + [row.metadata] if row.metadata else out
 
 
 def change_wire(change) -> list | None:
     if change is None:
         return None
-    return [change.player_id, change.value, change.achieved_at, change.status.value]
+    out = [change.player_id, change.value, change.achieved_at, change.status.value]
+    return out + [change.metadata] if change.metadata else out
 
 
 class ShardCore:
@@ -127,11 +134,11 @@ class ShardCore:
         spec = self.specs.get(rec[1])
         if spec is None:
             return False
-        if kind == R.SCORES:
+        if kind in R.SCORE_BATCHES:
             return rec[2] in self.parts.get(spec.board_id, ())
         if kind == R.SCORE:  # self.parts holds only the partitions placed here
             return part_of(rec[3], spec.shards) in self.parts.get(spec.board_id, ())
-        if kind == R.DECIDE:
+        if kind in R.DECISIONS:
             return part_of(rec[6], spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.INVALIDATE:
             return spec.board_id in self.parts
@@ -233,7 +240,7 @@ class ShardCore:
 
     def _dispatch(self, rec: list, offset: int = -1):
         kind = rec[0]
-        if kind == R.SCORES:
+        if kind in R.SCORE_BATCHES:
             return self._apply_scores(offset, rec)
         if kind == R.SCORE:
             return self._apply_score(rec)
@@ -256,11 +263,11 @@ class ShardCore:
                     row, change, refused = partition.invalidate(event_id, correction_id)
                     return [row.player_id, row.key is not None, row.value, change_wire(change), refused]
             return None
-        if kind == R.DECIDE:
-            _, board_id, event_id, decision, _reason, _moderator, pid, value, achieved, submitted = rec
+        if kind in R.DECISIONS:
+            board_id, decision = rec[1], rec[3]
+            ev = R.decided_event(rec)
             spec = self.specs[board_id]
-            partition = self.parts[board_id][part_of(pid, spec.shards)]
-            ev = ScoreEvent(board_id, event_id, pid, value, achieved, submitted)
+            partition = self.parts[board_id][part_of(ev.player_id, spec.shards)]
             if decision == "reject":
                 partition.record_rejection(ev)
                 return [0, None]

@@ -23,7 +23,7 @@ stays bounded whatever the client does.
 from __future__ import annotations
 
 import asyncio
-import json
+import orjson
 import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Sequence
@@ -40,7 +40,7 @@ _CLOSE = None  # queue sentinel: end the stream
 
 def sse(event: str, version: int, data: dict | str) -> str:
     """One SSE message. ``data`` is JSON on a single line."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    payload = data if isinstance(data, str) else _dumps(data)
     return f"event: {event}\nid: {version}\ndata: {payload}\n\n"
 
 
@@ -52,9 +52,17 @@ def delta_message(base_version: int, version: int, changes_json: str) -> str:
     return sse("delta", version, f'{{"base_version":{base_version},"version":{version},"changes":{changes_json}}}')
 
 
+def _dumps(data) -> str:
+    """Compact JSON text (orjson: the rows' metadata is a Fragment, see gateway.render)."""
+    return orjson.dumps(data).decode()
+
+
 def _active_change(e: RankedEntry) -> dict:
-    return {"player_id": e.player_id, "value": e.value, "achieved_at": render.entry(e)["achieved_at"],
-            "status": "ACTIVE"}
+    out = {"player_id": e.player_id, "value": e.value, "achieved_at": render.format_timestamp(e.achieved_at),
+           "status": "ACTIVE"}
+    if e.metadata:
+        out["metadata"] = orjson.Fragment(e.metadata)
+    return out
 
 
 def window_diff(old: dict[str, RankedEntry], new: Sequence[RankedEntry], changed: dict[str, RowChange]) -> list[dict]:
@@ -64,7 +72,7 @@ def window_diff(old: dict[str, RankedEntry], new: Sequence[RankedEntry], changed
     for e in new:
         new_ids.add(e.player_id)
         prev = old.get(e.player_id)
-        if prev is None or prev.value != e.value or prev.achieved_at != e.achieved_at:
+        if prev is None or prev.value != e.value or prev.achieved_at != e.achieved_at or prev.metadata != e.metadata:
             out.append(_active_change(e))
     for pid in old:
         if pid not in new_ids and pid in changed:
@@ -233,7 +241,7 @@ class LiveHub:
                     changed[c.player_id] = c
         out = [_active_change(e) for e in g.entries]
         out.extend(render.change(c) for pid, c in changed.items() if pid not in g.window)
-        return delta_message(since, target, json.dumps(out, separators=(",", ":"), ensure_ascii=False)), target
+        return delta_message(since, target, _dumps(out)), target
 
     def unsubscribe(self, sub: Subscriber) -> None:
         if sub.closed:
@@ -308,7 +316,7 @@ class LiveHub:
             g.window = {e.player_id: e for e in page.entries}
             g.version = page.version
             if out:
-                self._broadcast(g, json.dumps(out, separators=(",", ":"), ensure_ascii=False))
+                self._broadcast(g, _dumps(out))
         finally:
             g.flushing = False
             if g.pending and g.subs and g.timer is None and not self._closing:

@@ -2,11 +2,18 @@
 
 Every timestamp leaves as ``YYYY-MM-DDTHH:MM:SS.sssZ``. Each function is
 O(size of the record).
+
+A row's ``metadata`` (docs/api.md §13) is there only when the row has some,
+as an :class:`orjson.Fragment` of the canonical compact JSON the engine
+keeps: it is written into the response as is, never parsed again, so these
+dicts are serialised with orjson (every route that returns them does).
 """
 
 from __future__ import annotations
 
 import functools
+
+from orjson import Fragment
 
 from engine.model import (
     BoardInfo,
@@ -58,26 +65,37 @@ def entry(e: RankedEntry) -> dict:
     out = {"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
     if e.tied_rank is not None:
         out["tied_rank"] = e.tied_rank
+    if e.metadata:
+        out["metadata"] = Fragment(e.metadata)
     return out
 
 
 def entries(es) -> list[dict]:
-    """Entries as JSON objects; ``tied_rank`` is there when the read asked for it."""
+    """Entries as JSON objects; ``tied_rank`` is there when the read asked
+    for it, ``metadata`` when the row has some."""
     fmt = format_timestamp
     if es and es[0].tied_rank is not None:
-        return [{"rank": e.rank, "tied_rank": e.tied_rank, "player_id": e.player_id, "value": e.value,
-                 "achieved_at": fmt(e.achieved_at)} for e in es]
-    return [{"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": fmt(e.achieved_at)}
-            for e in es]
+        out = [{"rank": e.rank, "tied_rank": e.tied_rank, "player_id": e.player_id, "value": e.value,
+                "achieved_at": fmt(e.achieved_at)} for e in es]
+    else:
+        out = [{"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": fmt(e.achieved_at)}
+               for e in es]
+    for d, e in zip(out, es):
+        if e.metadata:
+            d["metadata"] = Fragment(e.metadata)
+    return out
 
 
 def change(c: RowChange) -> dict:
-    return {
+    out = {
         "player_id": c.player_id,
         "value": c.value,
         "achieved_at": format_timestamp(c.achieved_at),
         "status": _v(c.status),
     }
+    if c.metadata:
+        out["metadata"] = Fragment(c.metadata)
+    return out
 
 
 def player(p: PlayerView) -> dict:
@@ -92,6 +110,7 @@ def player(p: PlayerView) -> dict:
         "rank_error_bound": p.rank_error_bound if p.approximate else None,
         "row_version": p.row_version,
         **({"tied_rank": p.tied_rank} if p.tied_rank is not None else {}),
+        **({"metadata": Fragment(p.metadata)} if p.metadata else {}),
     }
 
 

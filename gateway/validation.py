@@ -80,6 +80,53 @@ def check_int64(raw: object, field: str, what: str = "value") -> int:
     return raw
 
 
+MAX_METADATA_BYTES = 1024
+_META_FLOAT_LIMIT = 2.0**63  # orjson parses an integer past 64 bits as a float: refuse both alike
+
+
+def encode_metadata(raw: object, field: str) -> bytes:
+    """An event's ``metadata`` → its canonical encoding (docs/api.md §13), or
+    b"" when absent (None). Canonical: compact UTF-8 JSON with the keys of
+    every object sorted (``orjson`` ``OPT_SORT_KEYS``), so the same object
+    sent twice with its keys in another order is the same content. 422 when
+    it is not an object, when the encoding is over 1,024 bytes, or when it
+    holds a number that is not an integer within 64 bits or a finite float
+    of magnitude below 2**63, or a string with a lone surrogate. O(size).
+
+    >>> encode_metadata({"b": 1, "a": [True, None, "x"]}, "m")
+    b'{"a":[true,null,"x"],"b":1}'
+    >>> encode_metadata(None, "m")
+    b''
+    """
+    if raw is None:
+        return b""
+    if type(raw) is not dict:
+        raise ValidationFailed("metadata must be a JSON object.", field)
+    try:
+        enc = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        raise ValidationFailed(
+            "metadata must hold integers within 64 bits and strings without lone surrogates.", field) from None
+    if len(enc) > MAX_METADATA_BYTES:
+        raise ValidationFailed(
+            f"metadata must be at most {MAX_METADATA_BYTES} bytes as compact JSON; this is {len(enc)}.", field)
+    if (b"." in enc or b"e" in enc or b"E" in enc or b"null" in enc) and not _floats_ok(raw):
+        raise ValidationFailed(f"metadata numbers must be finite, and floats below {_META_FLOAT_LIMIT:.0f} in "
+                               "magnitude.", field)
+    return enc
+
+
+def _floats_ok(x: object) -> bool:
+    """No float in ``x`` is infinite, NaN or of magnitude >= 2**63."""
+    if type(x) is float:
+        return abs(x) < _META_FLOAT_LIMIT  # False for inf and nan
+    if type(x) is dict:
+        return all(_floats_ok(v) for v in x.values())
+    if type(x) is list:
+        return all(_floats_ok(v) for v in x)
+    return True
+
+
 _EVENT_REQUIRED = ("event_id", "board_id", "player_id", "value", "achieved_at")
 
 
@@ -99,6 +146,9 @@ def _fast_event(raw: object) -> ScoreEvent | None:
     if type(raw) is dict:
         eid, bid, pid = raw.get("event_id"), raw.get("board_id"), raw.get("player_id")
         value, at, sub = raw.get("value"), raw.get("achieved_at"), raw.get("submitted_at")
+        meta = raw.get("metadata")
+        if meta is not None:
+            return None  # the checked path encodes it, naming the field on errors
         if (type(eid) is str and type(pid) is str and type(bid) is str and type(value) is int and type(at) is int
                 and (sub is None or type(sub) is int)
                 and 0 < len(eid) <= MAX_ID_CHARS and 0 < len(pid) <= MAX_ID_CHARS
@@ -124,6 +174,7 @@ def _event_from_json_checked(raw: object, field: str) -> ScoreEvent:
     achieved_at = parse_timestamp(raw["achieved_at"], f"{field}.achieved_at")
     submitted_raw = raw.get("submitted_at")
     submitted_at = achieved_at if submitted_raw is None else parse_timestamp(submitted_raw, f"{field}.submitted_at")
+    metadata = encode_metadata(raw.get("metadata"), f"{field}.metadata")
     return ScoreEvent(
         board_id=board_id,
         event_id=event_id,
@@ -131,6 +182,7 @@ def _event_from_json_checked(raw: object, field: str) -> ScoreEvent:
         value=value,
         achieved_at=achieved_at,
         submitted_at=submitted_at,
+        metadata=metadata,
     )
 
 

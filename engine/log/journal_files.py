@@ -1,6 +1,6 @@
 """Journal stores on disk: one directory per partition (docs/storage.md, "Journals").
 
-The I/O half of :mod:`engine.journal`: ``rows`` and ``ids`` are append-only
+The I/O half of :mod:`engine.journal`: ``rows``, ``ids``, ``meta`` and ``moffs`` are append-only
 files (pwrite at the end, pread anywhere, never rewritten in place); each
 run is a file of sorted 64-bit hashes then their rows, read through
 ``np.memmap``; ``instance`` names this incarnation of the directory, so a
@@ -70,6 +70,8 @@ class FileStore:
             inst.write_text(self.instance)
             self.rows = FileBlob(self.dir / "rows")
             self.ids = FileBlob(self.dir / "ids")
+            self.meta = FileBlob(self.dir / "meta")
+            self.moffs = FileBlob(self.dir / "moffs")
             return
         try:
             self.instance = inst.read_text()
@@ -79,6 +81,9 @@ class FileStore:
             raise JournalLost(f"{self.dir} belongs to another journal")
         self.rows = FileBlob(self.dir / "rows", state["rows_size"])
         self.ids = FileBlob(self.dir / "ids", state["ids_size"])
+        # a snapshot from before metadata names no sizes: the files start empty (Journal.meta_from)
+        self.meta = FileBlob(self.dir / "meta", state.get("meta_size"))
+        self.moffs = FileBlob(self.dir / "moffs", state.get("moffs_size"))
 
     def _run_path(self, seq: int) -> Path:
         return self.dir / f"run-{seq:08d}"
@@ -109,19 +114,20 @@ class FileStore:
             pass
 
     def to_state(self, runs: list[Run]) -> dict:
-        self.rows.sync()
-        self.ids.sync()
+        for blob in (self.rows, self.ids, self.meta, self.moffs):
+            blob.sync()
         for seq in {r.seq for r in runs}:
             fd = os.open(self._run_path(seq), os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size}
+        return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size,
+                "meta_size": self.meta.size, "moffs_size": self.moffs.size}
 
     def close(self) -> None:
-        self.rows.close()
-        self.ids.close()
+        for blob in (self.rows, self.ids, self.meta, self.moffs):
+            blob.close()
 
 
 class FilePlace:

@@ -7,7 +7,8 @@ each page is rendered and sent before the next is read, so the bytes in flight
 are one page whatever the board's size. ``X-Board-Version`` names the version.
 
 * CSV (RFC 4180, CRLF line ends): ``rank,player_id,value,achieved_at,metadata``;
-  ``metadata`` is compact JSON, empty while rows carry none.
+  ``metadata`` is the row's compact JSON (quoted as any CSV field holding a
+  comma or a quote is), empty when the row has none.
 * JSON Lines: one object per row with the same fields; ``metadata`` is left
   out when there is none, as in every other read (docs/api.md §13).
 * ``?ties=competition`` adds each row's ``tied_rank`` (§13): a last CSV column
@@ -55,30 +56,37 @@ def csv_rows(entries: Sequence[RankedEntry], ties: bool = False) -> bytes:
     """CSV lines of ``entries`` (no header), as :mod:`csv` writes them with
     minimal quoting and CRLF ends; with ``ties`` a last ``tied_rank`` column.
     O(rows); one regex scan decides whether any player id of the page needs
-    quoting (ranks, values and timestamps never do)."""
+    quoting (ranks, values and timestamps never do); metadata, when a row
+    has some, is its compact JSON as one field."""
     stamps = format_timestamps([e.achieved_at for e in entries])
     ids = [e.player_id for e in entries]
     if _CSV_SPECIAL.search("".join(ids)) is not None:
         ids = [_csv_field(i) for i in ids]
+    metas = [_csv_field(e.metadata.decode("utf-8")) if e.metadata else "" for e in entries]
     if ties:
-        lines = [f"{e.rank},{pid},{e.value},{ts},,{e.tied_rank}\r\n" for e, pid, ts in zip(entries, ids, stamps)]
+        lines = [f"{e.rank},{pid},{e.value},{ts},{m},{e.tied_rank}\r\n"
+                 for e, pid, ts, m in zip(entries, ids, stamps, metas)]
     else:
-        lines = [f"{e.rank},{pid},{e.value},{ts},\r\n" for e, pid, ts in zip(entries, ids, stamps)]
+        lines = [f"{e.rank},{pid},{e.value},{ts},{m}\r\n" for e, pid, ts, m in zip(entries, ids, stamps, metas)]
     return "".join(lines).encode("utf-8")
 
 
 def jsonl_rows(entries: Sequence[RankedEntry], ties: bool = False) -> bytes:
     """JSON Lines of ``entries``, one object per row (``tied_rank`` after
-    ``rank`` with ``ties``, as in every read). O(rows)."""
+    ``rank`` with ``ties``, as in every read; ``metadata`` last when the row
+    has some). O(rows)."""
     stamps = format_timestamps([e.achieved_at for e in entries])
     dumps = orjson.dumps
     if ties:
-        return b"".join(
-            dumps({"rank": e.rank, "tied_rank": e.tied_rank, "player_id": e.player_id, "value": e.value,
-                   "achieved_at": ts}) + b"\n" for e, ts in zip(entries, stamps))
-    return b"".join(
-        dumps({"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": ts}) + b"\n"
-        for e, ts in zip(entries, stamps))
+        rows = [{"rank": e.rank, "tied_rank": e.tied_rank, "player_id": e.player_id, "value": e.value,
+                 "achieved_at": ts} for e, ts in zip(entries, stamps)]
+    else:
+        rows = [{"rank": e.rank, "player_id": e.player_id, "value": e.value, "achieved_at": ts}
+                for e, ts in zip(entries, stamps)]
+    for row, e in zip(rows, entries):
+        if e.metadata:
+            row["metadata"] = orjson.Fragment(e.metadata)
+    return b"".join(dumps(row) + b"\n" for row in rows)
 
 
 async def _body(first: Page, rest: AsyncIterator[Page], fmt: str, ties: bool) -> AsyncIterator[bytes]:

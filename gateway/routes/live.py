@@ -6,7 +6,8 @@ import asyncio
 from typing import Annotated, AsyncIterator, Callable
 
 from fastapi import Header, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+import orjson
+from fastapi.responses import Response, StreamingResponse
 
 from engine.errors import ValidationFailed
 
@@ -40,7 +41,7 @@ async def changes(
     body = render.changes(ch)
     if ch.kind == "snapshot":
         body["next_cursor"] = encode_cursor(*ch.next_cursor) if ch.next_cursor is not None else None
-    return JSONResponse(body)
+    return Response(orjson.dumps(body), media_type="application/json")  # orjson: metadata Fragments
 
 
 _SSE_DOC = {

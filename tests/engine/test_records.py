@@ -17,7 +17,7 @@ from engine import formats, journal, partition
 from engine import records as R
 from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
-from engine.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
+from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, Policy, ScoreEvent
 from engine.partition import Partition
 from engine.placement import part_of
 from engine.router import Router
@@ -53,6 +53,10 @@ RECORD_KINDS = {
                        "achieved_at", "submitted_at")),
     "K": ("scheduled board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                               "finalize_after_s")),
+    "M": ("scores_meta", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved", "submitted",
+                          "verdicts", "meta", "meta_offsets")),
+    "E": ("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
+                            "achieved_at", "submitted_at", "metadata")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -66,7 +70,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 2, "ROUTER_STATE_FORMAT": 2, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 2}
+FORMATS = {"LOG_FORMAT": 3, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
 
 
 def test_outcome_codes_are_pinned():
@@ -81,6 +85,7 @@ def test_record_kinds_are_pinned():
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
     assert R.BOARD_KINDS == {"B", "K"}
+    assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
 
 
 def test_record_builders_match_the_kinds_table():
@@ -107,6 +112,22 @@ def test_a_board_record_of_log_format_1_reads_without_a_schedule():
     spec = R.spec_of(["B", "g:m:s:x", "fastest_time", 3, 5000, 9])
     assert spec == BoardSpec("g:m:s:x", Policy.FASTEST_TIME, 3, 5000, 9)
     assert (spec.closes_at, spec.finalize_after_s) == (None, 3_600)
+
+
+def test_metadata_records_only_when_an_event_carries_some():
+    plain = ScoreEvent("b", "e1", "p1", 5, 10, 11)
+    meta = ScoreEvent("b", "e2", "p2", 6, 10, 11, b'{"k":1}')
+    assert R.scores_record(ScoreColumns.from_events([plain]), 0, np.zeros(1, np.uint8))[0] == R.SCORES
+    rec = R.scores_record(ScoreColumns.from_events([plain, meta]), 0, np.zeros(2, np.uint8))
+    assert rec[0] == R.SCORES_META and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
+    cols, _ = R.columns_of(rec)
+    assert cols.events() == [plain, meta]
+    held = HeldEvent("e2", "p2", 6, 10, 11, Outcome.HELD_FOR_REVIEW, b'{"k":1}')
+    d = R.decide_record("b", "e2", "apply", "ok", "mod", held)
+    assert d[0] == R.DECIDE_META and len(d) == 1 + len(R.KINDS[d[0]].fields)
+    assert R.decided_event(d) == meta._replace(event_id="e2")
+    plain_d = R.decide_record("b", "e2", "apply", "ok", "mod", HeldEvent("e2", "p2", 6, 10, 11, Outcome.HELD_FOR_REVIEW))
+    assert plain_d[0] == R.DECIDE and R.decided_event(plain_d).metadata == b""
 
 
 def test_journal_and_partition_codes_are_pinned():
