@@ -40,3 +40,28 @@ def ranking(policy: Policy, rows: dict) -> list[str]:
         return (-value, achieved, pid)
 
     return sorted(rows, key=key)
+
+
+def final_metadata(policy: Policy, events: list[ScoreEvent], invalid: set[str] = frozenset(),
+                   max_time: int = 86_400_000) -> dict[str, bytes]:
+    """player -> metadata of the event that gives the row its value (docs/api.md
+    §13), for the players :func:`final_rows` has: best_score / fastest_time:
+    the best event (the first to arrive among equal keys); cumulative: the
+    latest applied event (in arrival order). b"" when that event has none."""
+    seen: dict[str, ScoreEvent] = {}
+    for ev in events:
+        seen.setdefault(ev.event_id, ev)
+    by_player: dict[str, list[ScoreEvent]] = {}
+    for ev in seen.values():
+        if ev.event_id in invalid or (policy is Policy.FASTEST_TIME and not 0 < ev.value <= max_time):
+            continue
+        by_player.setdefault(ev.player_id, []).append(ev)
+    out = {}
+    for pid, evs in by_player.items():
+        if policy is Policy.CUMULATIVE:
+            out[pid] = evs[-1].metadata
+        elif policy is Policy.BEST_SCORE:
+            out[pid] = sorted(evs, key=lambda e: (-e.value, e.achieved_at))[0].metadata
+        else:
+            out[pid] = sorted(evs, key=lambda e: (e.value, e.submitted_at))[0].metadata
+    return out

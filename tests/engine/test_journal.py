@@ -35,11 +35,12 @@ def append_batch(j: Journal, rows: list, rnd: random.Random, n: int, owned_ids: 
     batch = []
     for _ in range(n):
         eid = rnd.choice(TRICKY) + str(rnd.randrange(200))
-        batch.append((rnd.randrange(12), eid, rnd.randrange(-5, 5), rnd.randrange(4), rnd.randrange(4)))
+        meta = b'{"m":%d}' % rnd.randrange(10**rnd.randrange(1, 9)) if rnd.random() < 0.5 else b""
+        batch.append((rnd.randrange(12), eid, rnd.randrange(-5, 5), rnd.randrange(4), rnd.randrange(4), meta))
     buf, offs = encode_ids([b[1] for b in batch])
-    j.reserve(len(batch), len(buf))
+    j.reserve(len(batch), len(buf), sum(len(b[5]) for b in batch))
     j.ensure_players(12)
-    for x, (p, eid, v, a, s) in enumerate(batch):
+    for x, (p, eid, v, a, s, meta) in enumerate(batch):
         t = j.n
         j.pid[t], j.kind[t], j.out[t], j.val[t], j.ach[t], j.sub[t] = p, KIND_SCORE, 1, v, a, s
         j.prev[t] = j.heads[p]
@@ -48,21 +49,25 @@ def append_batch(j: Journal, rows: list, rnd: random.Random, n: int, owned_ids: 
         raw = buf[offs[x]:offs[x + 1]]
         j.earena[e0:e0 + len(raw)] = raw
         j.eoffs[t + 1] = e0 + len(raw)
+        m0 = j.moffs[t]
+        j.marena[m0:m0 + len(meta)] = np.frombuffer(meta, np.uint8)
+        j.moffs[t + 1] = m0 + len(meta)
         j.n += 1
         r = j.base + t
         if eid not in owned_ids and j.find(eid) < 0:
             owner_add(j.slots, j.eoffs, j.earena, t)
             j.owned += 1
             owned_ids[eid] = r
-        rows.append((p, eid, v, a, s))
+        rows.append((p, eid, v, a, s, meta))
 
 
 def check(j: Journal, rows: list, owned_ids: dict) -> None:
     assert len(j) == len(rows)
-    for r, (p, eid, v, a, s) in enumerate(rows):
+    for r, (p, eid, v, a, s, meta) in enumerate(rows):
         got = j.record(r)
         assert (got[0], got[3], got[4], got[5]) == (p, v, a, s)
         assert j.event_id(r) == eid
+        assert j.meta_bytes(r) == meta
     for p in range(12):
         assert j.rows_of(p) == [r for r, row in enumerate(rows) if row[0] == p]
     for eid, r in owned_ids.items():
@@ -103,6 +108,32 @@ def test_a_snapshot_reopens_after_more_writes_and_merged_runs(tmp_path, tail):
     more_rows, more_owned = list(at), dict(owned_at)
     append_batch(again, more_rows, random.Random(1), 9, more_owned)  # and it goes on from there
     check(again, more_rows, more_owned)
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_a_snapshot_from_before_metadata_reopens_with_none_for_its_rows(tmp_path, kind):
+    """A format-2 journal (no metadata files or columns): its rows read back
+    with no metadata; rows written after it keep theirs (``meta_from``)."""
+    rnd = random.Random(11)
+    j = make(kind, tmp_path, 3)
+    rows: list = []
+    owned: dict = {}
+    for _ in range(6):
+        append_batch(j, rows, rnd, 4, owned)
+    state = msgpack.unpackb(msgpack.packb(j.to_state()))
+    state["format"] = 2
+    for key in ("moffs", "marena", "meta_from"):
+        state.pop(key)
+    for key in ("meta", "moffs", "meta_size", "moffs_size"):
+        state["store"].pop(key, None)
+    again = Journal.from_state(state, FilePlace(tmp_path / "j"), 3)
+    assert again.meta_from == state["base"] > 0
+    old = [(p, eid, v, a, s, b"") for p, eid, v, a, s, _ in rows]
+    check(again, old, owned)
+    for _ in range(6):
+        append_batch(again, old, rnd, 4, owned)
+    check(again, old, owned)
+    assert any(m for *_, m in old[state["base"]:])
 
 
 def test_lost_files_raise_journal_lost(tmp_path):

@@ -281,3 +281,110 @@ def test_rank_index_splits_and_empties_blocks():
         assert "not in the index" in str(exc)
     else:
         raise AssertionError("removing a missing key must fail loudly")
+
+
+# ------------------------------------------------------------------ metadata
+
+METAS = [b"", b"", b'{"a":1}', b'{"b":[2,"x"]}', b'{"k":"\xc3\xa9"}']
+
+
+@st.composite
+def meta_streams(draw, min_size=0, distinct_keys=False):
+    """Events with metadata (some without), and redeliveries of some (same
+    content, metadata included). ``distinct_keys``: no two events of a player
+    tie under any comparator (times are the event's number)."""
+    n = draw(st.integers(min_size, 30))
+    events = []
+    for i in range(n):
+        pid = draw(st.sampled_from(TRICKY_IDS[:6]))
+        a, s = (i, i) if distinct_keys else (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+        events.append(ScoreEvent(BOARD, f"e{i}", pid, draw(st.integers(-3, 3)), a, s, draw(st.sampled_from(METAS))))
+    redelivered = draw(st.lists(st.sampled_from(events), max_size=8)) if events else []
+    allev = events + redelivered
+    draw(st.randoms()).shuffle(allev)
+    return allev
+
+
+def row_metadata(p: Partition) -> dict:
+    return {r.player_id: r.metadata or b"" for r in p.all_rows() if r.key is not None}
+
+
+@settings(deadline=None, max_examples=120, suppress_health_check=[HealthCheck.too_slow])
+@given(policies, meta_streams(min_size=1), st.sampled_from([1, 3, 1000]), st.data())
+def test_metadata_follows_the_row_through_invalidation_and_snapshots(policy, events, batch, data):
+    p = applied(policy, events, batch)
+    assert row_metadata(p) == oracle.final_metadata(policy, events, max_time=3)
+    for r in p.top(0, 1000):  # reads carry it: ranked rows, single rows, changes
+        assert p.get(r.player_id).metadata == r.metadata
+    owned = [e.event_id for e in events if p.owns_event(e.event_id)]
+    never = {e.event_id for e in events if not p.owns_event(e.event_id)}
+    victims = data.draw(st.lists(st.sampled_from(owned), max_size=4, unique=True)) if owned else []
+    for i, eid in enumerate(victims):
+        inv = p.invalidate(eid, f"c{i}")
+        if inv.change is not None:
+            assert inv.change.metadata == inv.row.metadata
+        p._check()
+    want = oracle.final_metadata(policy, events, set(victims) | never, max_time=3)
+    assert row_metadata(p) == want
+    q = Partition.from_state(policy, 3, msgpack.unpackb(msgpack.packb(p.to_state())))
+    q._check()
+    assert row_metadata(q) == want and q.checksum_sum() == p.checksum_sum()
+    # a format-2 snapshot (before metadata): loads with none, and what comes after has it
+    old = msgpack.unpackb(msgpack.packb(p.to_state()))
+    old.pop("meta")
+    old["format"] = 2
+    for key in ("moffs", "marena", "meta_from"):
+        old["journal"].pop(key)
+    for key in ("meta", "moffs"):
+        old["journal"]["store"].pop(key)
+    r = Partition.from_state(policy, 3, old)
+    r._check()
+    assert row_metadata(r) == {pid: b"" for pid in want}
+    more = [e._replace(event_id=f"again-{e.event_id}") for e in events[:5]]
+    r.apply_columns(ScoreColumns.from_events(more, BOARD))
+    r._check()
+    stripped = [e._replace(metadata=b"") for e in events]  # what the format-2 journal knew
+    assert row_metadata(r) == oracle.final_metadata(policy, stripped + more, set(victims) | never, max_time=3)
+
+
+@settings(deadline=None, max_examples=120, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([Policy.BEST_SCORE, Policy.FASTEST_TIME]), meta_streams(min_size=1, distinct_keys=True),
+       st.randoms())
+def test_best_metadata_is_independent_of_arrival_order_and_duplicates(policy, events, rnd):
+    shuffled = events + rnd.sample(events, min(3, len(events)))
+    rnd.shuffle(shuffled)
+    a = applied(policy, events, 1000, tail=10**9)
+    b = applied(policy, shuffled, rnd.choice([1, 2, 7]), tail=rnd.choice([1, 2, 10**9]))
+    assert row_metadata(a) == row_metadata(b) == oracle.final_metadata(policy, events, max_time=3)
+
+
+def test_redelivery_with_other_metadata_is_a_conflict_in_the_tail_and_on_disk():
+    for tail in (10**9, 1):
+        p = Partition(Policy.BEST_SCORE, 3, Journal(tail_rows=tail))
+        ev = ScoreEvent(BOARD, "e", "p", 5, 1, 1, b'{"a":1}')
+        assert p.apply(ev)[0] is Outcome.APPLIED_FIRST_SCORE
+        p.apply(ScoreEvent(BOARD, "other", "q", 1, 1, 1))  # a flush in between when tail == 1
+        assert p.apply(ev)[0] is Outcome.DUPLICATE_IGNORED
+        assert p.apply(ev._replace(metadata=b'{"a":2}'))[0] is Outcome.REJECTED_EVENT_ID_CONFLICT
+        assert p.apply(ev._replace(metadata=b""))[0] is Outcome.REJECTED_EVENT_ID_CONFLICT
+        assert p.get("p").metadata == b'{"a":1}'
+
+
+def test_a_new_best_without_metadata_clears_it_and_costs_nothing_without_any():
+    p = Partition(Policy.BEST_SCORE, 3)
+    p.apply(ScoreEvent(BOARD, "e1", "p", 5, 1, 1, b'{"a":1}'))
+    assert p.get("p").metadata == b'{"a":1}' and p.get("p").change().metadata == b'{"a":1}'
+    p.apply(ScoreEvent(BOARD, "e2", "p", 4, 1, 1, b'{"b":1}'))  # not better: keeps the best's
+    assert p.get("p").metadata == b'{"a":1}'
+    p.apply(ScoreEvent(BOARD, "e3", "p", 6, 1, 1))
+    assert p.get("p").metadata is None and not p.meta
+    p._check()
+    # the checksum of rows without metadata is the one from before metadata existed
+    plain = Partition(Policy.BEST_SCORE, 3)
+    plain.apply(ScoreEvent(BOARD, "x", "p", 6, 1, 1))
+    from engine.checksum import row_digest
+    r = plain.get("p")
+    assert plain.checksum_sum() == row_digest(r.player_id, r.value, r.achieved_at, r.status.value, r.row_version)
+    with_meta = Partition(Policy.BEST_SCORE, 3)
+    with_meta.apply(ScoreEvent(BOARD, "x", "p", 6, 1, 1, b"{}"))
+    assert with_meta.checksum_sum() != plain.checksum_sum()

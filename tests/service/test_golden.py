@@ -27,8 +27,7 @@ from engine.errors import UnsupportedFormat
 from engine.log import SegmentedFileLog
 from engine.log.framing import encode_batch
 from engine.log.snapshots import decode_snapshot, encode_snapshot
-from engine.model import ScoreEvent
-from tests.fixtures.make_golden import observe, open_data, stop_without_snapshot
+from tests.fixtures.make_golden import observe, open_data, probe_event, stop_without_snapshot
 from tests.service.helpers import run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -43,6 +42,11 @@ def test_there_is_a_fixture_for_todays_formats():
     assert formats_now() in written, (
         "the on-disk formats changed (engine.formats, SEGMENT_VERSION, SNAP_VERSION): add a golden fixture "
         "for them with `python -m tests.fixtures.make_golden tests/fixtures/golden_vN` (docs/storage.md)")
+
+
+def _with_meta(expected: dict) -> bool:
+    """Whether a fixture pins metadata (written from log format 3 on)."""
+    return "metadata" in next(iter(expected["boards"].values()))
 
 
 def _copy(fixture: Path, tmp_path: Path) -> Path:
@@ -65,11 +69,11 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
     async def go():
         svc = await open_data(data, n_shards)
         try:
-            assert await observe(svc, expected["players"]) == expected["boards"]
+            assert await observe(svc, expected["players"], _with_meta(expected)) == expected["boards"]
             if "schedules" in expected:  # golden_v3 on: season schedules (K records, router format 2)
                 got = {b.board_id: [b.closes_at, b.finalize_after_s] for b in await svc.list_boards()}
                 assert got == expected["schedules"]
-            probes = [ScoreEvent(*p["event"]) for p in expected["probes"]]
+            probes = [probe_event(p["event"]) for p in expected["probes"]]
             results = [(await svc.submit([ev]))[0].outcome.value for ev in probes]  # one at a time: as pinned
             assert results == [p["outcome"] for p in expected["probes"]]
         finally:
@@ -95,6 +99,8 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
     board_kind = R.BOARD2 if expected["formats"]["log_format"] >= 2 else R.BOARD
     assert board_kind in kinds
     assert R.STATE in kinds[snap_offset:] and R.DECIDE in kinds[snap_offset:]
+    if expected["formats"]["log_format"] >= 3:  # metadata: scores and decisions that carry it
+        assert {R.SCORES_META, R.DECIDE_META} <= set(kinds)
 
 
 # ------------------------------------------------------- newer formats refuse
@@ -164,7 +170,7 @@ def test_a_snapshot_without_a_format_key_reads_as_format_1(tmp_path):
     async def go():
         svc = await open_data(data, expected["n_shards"])
         try:
-            assert await observe(svc, expected["players"]) == expected["boards"]
+            assert await observe(svc, expected["players"], _with_meta(expected)) == expected["boards"]
         finally:
             await stop_without_snapshot(svc)
 
