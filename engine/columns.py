@@ -73,9 +73,8 @@ class ScoreColumns(NamedTuple):
         """The sub-batch of the given row numbers, in that order."""
         idx = rows.tolist()
         meta, moffs = None, None
-        if self.moffs is not None:
-            full = self.metadata()
-            meta, moffs = meta_columns([full[i] for i in idx])
+        if self.moffs is not None and self.meta is not None:
+            meta, moffs = _take_slices(self.meta, self.moffs, np.asarray(rows, np.int64))
         return ScoreColumns(self.board_id, [self.event_ids[i] for i in idx], [self.player_ids[i] for i in idx],
                             self.values[rows], self.achieved[rows], self.submitted[rows], meta, moffs)
 
@@ -102,6 +101,25 @@ def meta_columns(metas: Sequence[bytes]) -> tuple[np.ndarray | None, np.ndarray 
     moffs = np.zeros(len(metas) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, metas), np.int64, len(metas)), out=moffs[1:])
     return np.frombuffer(arena, np.uint8).copy(), moffs
+
+
+def _take_slices(arena: np.ndarray, offs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The slices ``rows`` of an arena, as a new arena and offsets (None, None
+    when they are all empty). Numpy only: O(rows + bytes).
+
+    >>> m, o = _take_slices(np.frombuffer(b"ab" b"" b"cde", np.uint8), np.array([0, 2, 2, 5]), np.array([2, 0]))
+    >>> m.tobytes(), o.tolist()
+    (b'cdeab', [0, 3, 5])
+    """
+    starts = offs[rows]
+    lens = offs[rows + 1] - starts
+    total = int(lens.sum())
+    if not total:
+        return None, None
+    out_offs = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lens, out=out_offs[1:])
+    gather = np.repeat(starts - out_offs[:-1], lens) + np.arange(total, dtype=np.int64)
+    return arena[gather], out_offs
 
 
 def int64_column(a) -> np.ndarray:

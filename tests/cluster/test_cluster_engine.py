@@ -44,7 +44,8 @@ def test_seed_scenarios_on_ray(ray_session, loop, tmp_path, test_id):
 
 def _workload(seed: int, board: str):
     rnd = random.Random(seed)
-    events = [ScoreEvent(board, f"e{i}", f"p{rnd.randrange(60)}", rnd.randrange(-5, 20), rnd.randrange(8), rnd.randrange(8))
+    events = [ScoreEvent(board, f"e{i}", f"p{rnd.randrange(60)}", rnd.randrange(-5, 20), rnd.randrange(8), rnd.randrange(8),
+                         b'{"i":%d}' % i if i % 3 else b"")  # metadata (docs/api.md §13) on two events in three
               for i in range(600)]
     events += [rnd.choice(events) for _ in range(30)]
     rnd.shuffle(events)
@@ -65,15 +66,17 @@ async def _snapshot_of(client, board: str, events, invalid):
     for pid in players:
         try:
             v = await client.player(board, pid)
-            views.append((pid, v.rank, v.value, v.status.value))
+            views.append((pid, v.rank, v.value, v.status.value, v.metadata))
         except PlayerNotFound:  # every event of theirs was rejected (e.g. invalid timing)
             views.append((pid, None))
     ranked = [v[0] for v in views if len(v) > 1 and v[1]]
-    around = [(e.rank, e.player_id) for e in (await client.around(board, ranked[len(ranked) // 2], 3)).entries]
+    around = [(e.rank, e.player_id, e.metadata)
+              for e in (await client.around(board, ranked[len(ranked) // 2], 3)).entries]
     return {
-        "top": [(e.rank, e.player_id, e.value) for e in (await client.top(board, 0, 1000)).entries],
+        "top": [(e.rank, e.player_id, e.value, e.metadata) for e in (await client.top(board, 0, 1000)).entries],
         "views": views, "around": around,
-        "subset": [(e.rank, e.player_id) for e in (await client.ranked_subset(board, players[::3])).entries],
+        "subset": [(e.rank, e.player_id, e.metadata)
+                   for e in (await client.ranked_subset(board, players[::3])).entries],
         "checksum": (await client.checksum(board)).checksum,
         "version": (await client.board(board)).version,
     }
@@ -100,7 +103,9 @@ def test_ray_shards_equal_local_single_shard(ray_session, loop, tmp_path, policy
         finally:
             await svc.close()
 
-    assert loop.run_until_complete(run_ray()) == loop.run_until_complete(run_local())
+    ray, local = loop.run_until_complete(run_ray()), loop.run_until_complete(run_local())
+    assert ray == local
+    assert any(t[3] for t in local["top"])  # rows with metadata came back
 
 
 def test_killed_shard_actor_loses_no_acknowledged_event(ray_session, loop, tmp_path):
