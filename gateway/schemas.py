@@ -9,7 +9,7 @@ documents that body.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
 
@@ -204,6 +204,8 @@ class EventIn(BaseModel):
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
     submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
+    metadata: dict[str, Any] | None = Field(None, description="A JSON object of at most 1,024 bytes as compact "
+                                            "JSON with sorted keys; part of the event's content (§13).")
 
 
 class EventBatchIn(BaseModel):
@@ -236,6 +238,8 @@ class EntryOut(_Out):
     player_id: str
     value: int
     achieved_at: Timestamp
+    metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
+                                            "value (§13); left out when there is none.")
 
 
 class TopOut(_Out):
@@ -259,6 +263,8 @@ class PlayerOut(_Out):
                                   "(null when `rank` is null).")
     row_version: int = Field(0, description="Extension: grows by 1 on every change of this player's row "
                                             "(apply or correction); compare it to detect a concurrent change.")
+    metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
+                                            "value (§13); left out when there is none.")
     stale_ms: StaleMs = None
 
 
@@ -279,6 +285,8 @@ class ChangeOut(_Out):
     value: int
     achieved_at: Timestamp
     status: RowStatus
+    metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
+                                            "value (§13); left out when there is none.")
 
 
 class DeltaOut(_Out):
