@@ -50,8 +50,8 @@ class ScoreColumns(NamedTuple):
         pids = [e[2] for e in events]
         nums = np.fromiter((x for e in events for x in (e[3], e[4], e[5])), dtype=np.int64, count=3 * n)
         nums = nums.reshape(n, 3)
-        metas = [e[6] for e in events]
-        meta, moffs = meta_columns(metas)
+        # plain 6-tuples (benchmarks, tests) carry no metadata; a ScoreEvent always has the field
+        meta, moffs = meta_columns([e[6] for e in events]) if n and len(events[0]) > 6 else (None, None)
         return cls(board_id, ids, pids, np.ascontiguousarray(nums[:, 0]), np.ascontiguousarray(nums[:, 1]),
                    np.ascontiguousarray(nums[:, 2]), meta, moffs)
 
