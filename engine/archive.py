@@ -94,7 +94,7 @@ class ArchiveRows(NamedTuple):
 def rows_from_wire(parts: Sequence[Sequence[bytes]]) -> ArchiveRows:
     """The rows of many partitions, each as :meth:`engine.partition.Partition.columns`
     answers them (``[id bytes, id offsets, values, achieved, submitted, row
-    versions, active]``), as one :class:`ArchiveRows`. O(rows + id bytes)."""
+    versions, active, metadata]``), as one :class:`ArchiveRows`. O(rows + id bytes)."""
     arenas = [np.frombuffer(p[0], np.uint8) for p in parts]
     offsets = [np.frombuffer(p[1], "<i8") for p in parts]
     total = np.zeros(1, np.int64)
@@ -107,8 +107,12 @@ def rows_from_wire(parts: Sequence[Sequence[bytes]]) -> ArchiveRows:
         return np.concatenate([np.frombuffer(p[k], dtype) for p in parts] or [np.zeros(0, dtype)])
 
     arena = np.concatenate(arenas) if arenas else np.zeros(0, np.uint8)
+    metas = None  # a partition's 8th column: one bytes per row, or [] when none has metadata
+    if any(len(p) > 7 and p[7] for p in parts):
+        metas = [m or None for p, offs in zip(parts, offsets)
+                 for m in (p[7] if len(p) > 7 and p[7] else [b""] * (len(offs) - 1))]
     return ArchiveRows(arena, np.concatenate(shifted), col(2).astype(np.int64), col(3).astype(np.int64),
-                       col(4).astype(np.int64), col(5).astype(np.int64), col(6, "u1").astype(bool))
+                       col(4).astype(np.int64), col(5).astype(np.int64), col(6, "u1").astype(bool), metas)
 
 
 class ArchiveInfo(NamedTuple):
@@ -178,7 +182,7 @@ def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows) -> li
     o = id_offsets.tolist()
     for i, (v, a, r) in enumerate(zip(value.tolist(), achieved.tolist(), rv.tolist())):
         status = "ACTIVE" if i < ranked else "INVALIDATED"
-        total += row_digest(decode_id(raw[o[i]:o[i + 1]]), v, a, status, r)
+        total += row_digest(decode_id(raw[o[i]:o[i + 1]]), v, a, status, r, metas[i] if metas else None)
     del raw, o
     data = {
         "value": value.astype("<i8").tobytes(), "achieved": achieved.astype("<i8").tobytes(),
@@ -327,8 +331,14 @@ class ArchiveView:
         base = offs[0]
         raw = self.id_bytes[base:offs[-1]].tobytes()
         ids = [decode_id(raw[a - base:b - base]) for a, b in zip(offs, offs[1:])]
-        return [RankedEntry(start + k + 1, pid, v, a) for k, (pid, v, a) in
-                enumerate(zip(ids, self.value[start:stop].tolist(), self.achieved[start:stop].tolist()))]
+        moffs = self.meta_offsets[start:stop + 1].tolist()
+        if moffs[-1] == moffs[0]:  # no row of the slice has metadata
+            metas: list = [None] * (stop - start)
+        else:
+            mraw = self.meta_bytes[moffs[0]:moffs[-1]].tobytes()
+            metas = [mraw[a - moffs[0]:b - moffs[0]] or None for a, b in zip(moffs, moffs[1:])]
+        return [RankedEntry(start + k + 1, pid, v, a, None, m) for k, (pid, v, a, m) in
+                enumerate(zip(ids, self.value[start:stop].tolist(), self.achieved[start:stop].tolist(), metas))]
 
     def top(self, offset: int, limit: int) -> list[RankedEntry]:
         """Ranks ``offset+1 .. offset+limit``."""
@@ -354,13 +364,13 @@ class ArchiveView:
         ranked = i < self.ranked
         return PlayerView(version, self.player_id(i), i + 1 if ranked else None, int(self.value[i]),
                           int(self.achieved[i]), RowStatus.ACTIVE if ranked else RowStatus.INVALIDATED,
-                          int(self.row_version[i]))
+                          int(self.row_version[i]), metadata=self.metadata(i))
 
     def subset(self, player_ids: Sequence[str]) -> list[RankedEntry]:
         """The ranked rows among ``player_ids``, ranked locally 1..k (the
         archive's order is the comparator's)."""
         rows = sorted({r for r in self.find_many(list(dict.fromkeys(player_ids))) if 0 <= r < self.ranked})
-        return [RankedEntry(k + 1, self.player_id(r), int(self.value[r]), int(self.achieved[r]))
+        return [RankedEntry(k + 1, self.player_id(r), int(self.value[r]), int(self.achieved[r]), None, self.metadata(r))
                 for k, r in enumerate(rows)]
 
     def _check(self) -> None:

@@ -524,14 +524,18 @@ class Partition:
 
     def columns(self) -> list:
         """Every row (any status) as wire columns, for an archive: ``[id bytes,
-        id offsets, values, achieved, submitted, row versions, active]``: the
-        ids' UTF-8 bytes in one buffer, the numbers as little-endian int64 bytes,
-        ``active`` as uint8 bytes; no Python object per row. O(n)."""
+        id offsets, values, achieved, submitted, row versions, active,
+        metadata]``: the ids' UTF-8 bytes in one buffer, the numbers as
+        little-endian int64 bytes, ``active`` as uint8 bytes; metadata one
+        bytes per row (b"" none), or an empty list when no row has any (no
+        Python object per row then). O(n)."""
         ids = np.flatnonzero(self.st[: len(self.players)] != ST_NONE)
         arena, offs = self.players.bytes_of(ids)
+        get = self.meta.get
         return [arena.tobytes(), offs.astype("<i8").tobytes(), self.val[ids].astype("<i8").tobytes(),
                 self.ach[ids].astype("<i8").tobytes(), self.sub[ids].astype("<i8").tobytes(),
-                self.rv[ids].astype("<i8").tobytes(), (self.st[ids] == ST_ACTIVE).astype(np.uint8).tobytes()]
+                self.rv[ids].astype("<i8").tobytes(), (self.st[ids] == ST_ACTIVE).astype(np.uint8).tobytes(),
+                [get(p, b"") for p in ids.tolist()] if self.meta else []]
 
     def _rows_at(self, ids: np.ndarray) -> list[Row]:
         """Rows of many players: column gathers, then one record each."""

@@ -101,7 +101,8 @@ class Workload:
         self.counter += 1
         t = rng.randrange(4)
         ev = ScoreEvent(board_id, f"e{self.counter}", f"p{rng.randrange(self.players)}", rng.randrange(-1, 10),
-                        t, t + rng.randrange(2))
+                        t, t + rng.randrange(2),
+                        b'{"n":%d}' % self.counter if self.counter % 2 else b"")  # metadata on every other event
         sent.append(ev)
         return ev
 

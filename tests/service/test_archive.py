@@ -91,6 +91,9 @@ def test_every_read_answers_the_same_after_archiving_and_after_restarts(tmp_path
             assert after[b].pop("info").state is BoardState.ARCHIVED
             before[b].pop("info")
             assert after[b] == before[b], b
+        # rows with metadata (docs/api.md §13) answer it from the archive too
+        assert any(e.metadata for b in BOARDS for page in after[b][("top", False)] for e in page.entries)
+        assert any(getattr(v, "metadata", None) for b in BOARDS for k, v in after[b].items() if k[0] == "player")
         await svc.snapshot()
         for core_state in (svc.store.load_latest(f"shard-{i}")[1] for i in range(len(svc.cores))):
             assert [p for p in core_state["parts"] if p[0] in BOARDS] == []  # no rows in the snapshots
