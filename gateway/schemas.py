@@ -198,14 +198,17 @@ class StateIn(BaseModel):
 
 
 class EventIn(BaseModel):
+    """A score event. It may also carry ``"metadata"``: a JSON object of at most 1,024 bytes as compact
+    JSON with sorted keys, part of the event's content (docs/api.md §13: integers within 64 bits, finite
+    floats below 2^63 in magnitude, no lone surrogates). It is not listed among the properties because
+    JSON Schema cannot state its size limit (a generated client would send objects the server refuses)."""
+
     event_id: EventId
     board_id: BoardId
     player_id: PlayerId
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
     submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
-    metadata: dict[str, Any] | None = Field(None, description="A JSON object of at most 1,024 bytes as compact "
-                                            "JSON with sorted keys; part of the event's content (§13).")
 
 
 class EventBatchIn(BaseModel):
