@@ -209,6 +209,8 @@ class Load:
                     wait = t0 + sent / rate - time.monotonic()
                     if wait > 0:
                         await asyncio.sleep(wait)
+                    elif wait < -1.0:  # fell behind (a slow answer): drop the debt, never burst to catch up
+                        t0 -= wait
                 body = {"events": self.batch(size, idx)}
                 sent += size
                 try:
@@ -280,10 +282,11 @@ class Load:
 
 async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batch: int, writers: int,
                readers: int, read_rate: float, subscribers: int, sample_s: float, calibrate_s: float,
-               fraction: float, warmup_fraction: float, seed: int, log=print) -> dict:
+               fraction: float, warmup_fraction: float, seed: int, server_args: tuple[str, ...] = (),
+               log=print) -> dict:
     from tests.chaos.harness import KEYS, Server  # noqa: PLC0415 - the owned server of the chaos runs
 
-    server = Server(workdir, engine=engine, shards=2)
+    server = Server(workdir, engine=engine, shards=2, extra_args=server_args)
     try:
         log(f"soak: starting {engine} server on {server.url}")
         server.start()
@@ -293,13 +296,18 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
             assert r.status_code == 201, r.text
         load = Load(server.url, KEYS, players, seed)
 
-        # capacity: full speed for calibrate_s
+        # capacity: full speed for calibrate_s (longer while nothing is acknowledged yet: a
+        # server still warming up must not make the steady phase unpaced)
         tasks = [asyncio.create_task(load.writer(i, batch, None)) for i in range(writers)]
         t0 = time.monotonic()
         await asyncio.sleep(calibrate_s)
+        while load.win.acked == 0 and time.monotonic() - t0 < calibrate_s + 120:
+            await asyncio.sleep(1.0)
         load.stop.set()
         await asyncio.gather(*tasks)
         capacity = load.take().acked / (time.monotonic() - t0)
+        if capacity <= 0:
+            raise RuntimeError("no event was acknowledged while measuring capacity")
         target = capacity * fraction
         log(f"soak: capacity {capacity:,.0f} events/s (batches of {batch}, {writers} writers); "
             f"steady ingest at {target:,.0f}/s")
@@ -406,6 +414,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fraction", type=float, default=0.5, help="steady ingest as a fraction of capacity")
     ap.add_argument("--warmup-fraction", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dedup-retention", type=int, default=None,
+                    help="the server's --dedup-retention (default: the server's own); a window that fills "
+                         "within the warm-up lets RSS drift show what is not bounded")
     ap.add_argument("--out", default=None, help="output directory (default results/soak-<UTC time>)")
     a = ap.parse_args(argv)
     params = {k: v for k, v in vars(a).items() if k != "out"}
@@ -419,7 +430,9 @@ def main(argv=None) -> int:
         res = asyncio.run(soak(work, minutes=a.minutes, engine=a.engine, players=a.players, batch=a.batch,
                                writers=a.writers, readers=a.readers, read_rate=a.read_rate,
                                subscribers=a.subscribers, sample_s=a.sample_s, calibrate_s=a.calibrate_s,
-                               fraction=a.fraction, warmup_fraction=a.warmup_fraction, seed=a.seed))
+                               fraction=a.fraction, warmup_fraction=a.warmup_fraction, seed=a.seed,
+                               server_args=() if a.dedup_retention is None
+                               else ("--dedup-retention", str(a.dedup_retention))))
     finally:
         if res is not None and res["failure"] is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -60,11 +60,13 @@ def H(role: str) -> dict:
 class Server:
     """One ``flowrank serve`` subprocess (restartable on the same data dir)."""
 
-    def __init__(self, workdir: Path, engine: str = "local", shards: int = 2, port: int | None = None):
+    def __init__(self, workdir: Path, engine: str = "local", shards: int = 2, port: int | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.engine = engine
         self.shards = shards
+        self.extra_args = tuple(extra_args)  # more `flowrank serve` flags
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
         self.owned: Owned | None = None  # benchmarks.processes: own session, marker, SIGTERM unwinds
@@ -103,7 +105,7 @@ class Server:
             env["RAY_TMPDIR"] = str(self.ray_tmp)
         cmd = [sys.executable, "-m", "gateway", "serve", "--engine", self.engine, "--data-dir", str(self.data_dir),
                "--port", str(self.port), "--keys", str(self.keys_file), "--shards", str(self.shards),
-               "--shard-actors", str(self.shards), "--write-rate", "100000", "--read-rate", "100000"]
+               "--shard-actors", str(self.shards), "--write-rate", "100000", "--read-rate", "100000", *self.extra_args]
         out = open(self.workdir / f"server-{self.starts}.log", "wb")
         t0 = time.monotonic()
         self.owned = Owned(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
