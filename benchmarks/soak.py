@@ -27,6 +27,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import statistics
 import tempfile
 import time
@@ -157,7 +158,7 @@ def session_memory(server) -> list[dict]:
     rows = []
     for proc in server.session_procs():
         try:
-            name = " ".join(proc.cmdline())[:80]
+            name = " ".join(proc.cmdline()).replace(sys.prefix, "<venv>")[:80]  # no machine paths in outputs
         except Exception:  # noqa: BLE001 - a process that just exited
             continue
         st = _status_kb(proc.pid)
