@@ -226,6 +226,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def nearest_rank(values: Sequence[float], q: float) -> float | None:
+    """The sample at rank round(q * (n - 1)) of the sorted ``values`` (0 <= q <= 1),
+    None for no samples: a value that was observed (chaos and soak outputs)."""
+    s = sorted(values)
+    if not s:
+        return None
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
 def latency_samples(call: Callable[[Any], Any], args: Iterable[Any], warmup: int = 100) -> list[float]:
     """Per-call latencies in ms of ``call(a)`` for each ``a``, sequential.
 

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from . import nearest_rank
 from .machine import describe, header
 
 
@@ -40,7 +41,7 @@ def summary(kills: list[dict]) -> dict:
         out[kind] = {
             "kills": len(xs),
             "p50_s": statistics.median(xs),
-            "p99_s": xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))],
+            "p99_s": nearest_rank(xs, 0.99),
             "max_s": xs[-1],
         }
     return out

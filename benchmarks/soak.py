@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx
 
+from . import nearest_rank
 from .machine import describe, header
 
 BOARD = "soak:solo:S1:global"
@@ -45,12 +46,7 @@ BASE_MS = 1_790_000_000_000
 # ---------------------------------------------------------------- analysis (pure)
 
 
-def p(xs: list[float], q: float) -> float | None:
-    """Nearest-rank quantile, None for no samples."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+p = nearest_rank  # read p50/p99 per window, medians of samples
 
 
 def slope_per_minute(ts: list[float], ys: list[float | None]) -> float | None:
