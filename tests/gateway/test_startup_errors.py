@@ -199,3 +199,29 @@ def test_log_corruption_reported_by_a_ray_actor_is_recognised():
     wrapped = RuntimeError("task failed")
     wrapped.__cause__ = LogCorruption("log segment /d/log/01.log: short segment header at byte offset 0")
     assert se.classify(wrapped, None).exit_code == se.EXIT_LOG_CORRUPT
+
+
+def test_bound_socket_gives_accepted_connections_tcp_nodelay():
+    """asyncio sets TCP_NODELAY on an accepted connection only when its socket
+    names TCP; without it a keep-alive response (head, then body) waits for the
+    client's delayed ACK, 40 ms per request. Checked on the server's side of a
+    real loopback connection accepted through ``bind``'s socket."""
+    import asyncio
+
+    async def main() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def connected(reader, writer):
+            sock = writer.get_extra_info("socket")
+            seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        sock = se.bind("127.0.0.1", 0)
+        server = await asyncio.start_server(connected, sock=sock)
+        async with server:
+            _, w = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+            value = await asyncio.wait_for(seen, 10)
+            w.close()
+        return value
+
+    assert asyncio.run(main()) != 0
