@@ -17,6 +17,16 @@ Layout (little-endian; every section starts at a multiple of 8)::
     ...    sections, see SECTIONS
     u64    xxh3_64 of every byte before it (the trailer)
 
+With a history (format 2), the archive also holds every journal row of the
+board (docs/api.md §10, history), grouped per player: the player's *slot*
+is their row (found by the lookup above), or, for a player who has events
+but no row (every event held, refused or a duplicate), ``rows + k`` with
+``k`` found through the ``x_*`` sections the same way. ``h_offsets[slot] ..
+h_offsets[slot + 1]`` are the slot's events in application order, as
+columns (``h_*``: kind, outcome code, invalidated flag, value, achieved,
+submitted, event id and metadata bytes with offsets). A history read is one
+lookup plus one slice of each column: O(log n + that player's events).
+
 Rows ``0 .. ranked-1`` are the ranked (ACTIVE) rows, best first: row ``i``
 has rank ``i + 1``. Rows ``ranked .. rows-1`` are the INVALIDATED rows in
 player-id order. Player ids are found through ``hashes`` (the xxh3_64 of
@@ -38,23 +48,32 @@ import json
 import struct
 from typing import NamedTuple, Sequence
 
+import numba
 import numpy as np
 import xxhash
 
 from engine.checksum import MASK128, render, row_digest
 from engine.errors import UnsupportedFormat
-from engine.model import PlayerView, Policy, RankedEntry, RowStatus
-from engine.players import decode_id, encode_ids, gather
+from engine.journal import KIND_NAMES, JournalColumns
+from engine.model import HistoryEntry, PlayerView, Policy, RankedEntry, RowStatus
+from engine.partition import outcome_name
+from engine.players import decode_id, encode_ids, gather, same_bytes
 
 MAGIC = b"FRARCHV1"
 #: What :func:`encode` writes; a reader refuses a newer one (engine.formats rules).
-ARCHIVE_FORMAT = 1
+ARCHIVE_FORMAT = 2  # 2: the history sections (a format-1 archive has none)
 #: Section name -> numpy dtype ("bytes" sections are raw uint8).
 SECTIONS = {
     "value": "<i8", "achieved": "<i8", "submitted": "<i8", "row_version": "<i8",
     "id_offsets": "<i8", "id_bytes": "u1", "meta_offsets": "<i8", "meta_bytes": "u1",
     "hashes": "<u8", "hash_rows": "<i8",
+    # the history (format 2)
+    "h_offsets": "<i8", "h_kind": "u1", "h_outcome": "u1", "h_invalid": "u1", "h_value": "<i8",
+    "h_achieved": "<i8", "h_submitted": "<i8", "h_eid_offsets": "<i8", "h_eid_bytes": "u1",
+    "h_meta_offsets": "<i8", "h_meta_bytes": "u1",
+    "x_id_offsets": "<i8", "x_id_bytes": "u1", "x_hashes": "<u8", "x_hash_rows": "<i8",
 }
+HISTORY_SECTIONS = tuple(k for k in SECTIONS if k[:2] in ("h_", "x_"))
 _U64 = struct.Struct("<Q")
 
 
@@ -115,6 +134,88 @@ def rows_from_wire(parts: Sequence[Sequence[bytes]]) -> ArchiveRows:
                        col(4).astype(np.int64), col(5).astype(np.int64), col(6, "u1").astype(bool), metas)
 
 
+class ArchiveHistory(NamedTuple):
+    """Every journal row of a board (any order across players, application
+    order within each player's), as columns: ``player`` (int64 per row)
+    indexes the ids in ``player_bytes`` / ``player_offsets`` (each player
+    once); ``cols`` are the rows (their ``pid`` is not used)."""
+
+    player_bytes: np.ndarray
+    player_offsets: np.ndarray
+    player: np.ndarray
+    cols: JournalColumns
+
+    @classmethod
+    def of_parts(cls, parts: Sequence[tuple[np.ndarray, np.ndarray, JournalColumns]]) -> "ArchiveHistory":
+        """From each partition's ``(id bytes, id offsets, journal columns)``,
+        whose ``pid`` indexes that partition's ids. O(rows + bytes)."""
+        arenas, offsets, players, base, at = [], [np.zeros(1, np.int64)], [], 0, 0
+        for buf, offs, cols in parts:
+            arenas.append(np.asarray(buf, np.uint8))
+            offsets.append(np.asarray(offs, np.int64)[1:] + at)
+            players.append(np.asarray(cols.pid, np.int64) + base)
+            base += len(offs) - 1
+            at += len(buf)
+        return cls(np.concatenate(arenas) if arenas else np.zeros(0, np.uint8), np.concatenate(offsets),
+                   np.concatenate(players) if players else np.zeros(0, np.int64),
+                   JournalColumns.concat([p[2] for p in parts]))
+
+
+@numba.njit(cache=True)
+def _match_ids(hashes, hash_rows, id_bytes, id_offsets, q_hashes, q_bytes, q_offsets):
+    """For each query id (its hash and bytes), the row whose id it is, or -1:
+    a binary search over the sorted ``hashes``, verified on the bytes."""
+    out = np.full(len(q_hashes), -1, np.int64)
+    n = len(hashes)
+    for k in range(len(q_hashes)):
+        h = q_hashes[k]
+        i = np.searchsorted(hashes, h)
+        while i < n and hashes[i] == h:
+            r = hash_rows[i]
+            if same_bytes(id_bytes, id_offsets[r], id_offsets[r + 1], q_bytes, q_offsets[k], q_offsets[k + 1]):
+                out[k] = r
+                break
+            i += 1
+    return out
+
+
+def _history_sections(n: int, id_bytes: np.ndarray, id_offsets: np.ndarray, sorted_hashes: np.ndarray,
+                      hash_rows: np.ndarray, hist: ArchiveHistory) -> dict[str, bytes]:
+    """The ``h_*`` and ``x_*`` sections: each history player's slot (their
+    row, else ``n + k`` for the k-th player with events and no row), the rows
+    ordered by slot (stable: application order within a player kept), the
+    per-slot offsets. O(rows log rows) in numpy, nothing per row in Python."""
+    q_offs = np.asarray(hist.player_offsets, np.int64)
+    q_bytes = np.ascontiguousarray(hist.player_bytes, np.uint8)
+    q_hashes = id_hashes(q_bytes, q_offs)
+    slot = _match_ids(sorted_hashes, hash_rows, id_bytes, id_offsets, q_hashes, q_bytes, q_offs)
+    player = np.asarray(hist.player, np.int64)
+    counts = np.bincount(player, minlength=len(slot)) if len(player) else np.zeros(len(slot), np.int64)
+    extra = np.flatnonzero((slot < 0) & (counts > 0))
+    slot[extra] = n + np.arange(len(extra), dtype=np.int64)
+    x_bytes, x_offs = gather(q_bytes, q_offs, extra)
+    x_hashes = q_hashes[extra]
+    x_order = np.argsort(x_hashes, kind="stable")
+    ev_slot = slot[player]
+    order = np.argsort(ev_slot, kind="stable")
+    h_offsets = np.zeros(n + len(extra) + 1, np.int64)
+    if len(ev_slot):
+        np.cumsum(np.bincount(ev_slot, minlength=n + len(extra)), out=h_offsets[1:])
+    c = hist.cols
+    eid_bytes, eid_offs = gather(np.ascontiguousarray(c.earena, np.uint8), np.asarray(c.eoffs, np.int64), order)
+    meta_bytes, meta_offs = gather(np.ascontiguousarray(c.marena, np.uint8), np.asarray(c.moffs, np.int64), order)
+    i8 = lambda a: np.asarray(a, np.int64)[order].astype("<i8").tobytes()  # noqa: E731
+    u1 = lambda a: np.asarray(a)[order].astype(np.uint8).tobytes()  # noqa: E731
+    return {
+        "h_offsets": h_offsets.astype("<i8").tobytes(), "h_kind": u1(c.kind), "h_outcome": u1(c.out),
+        "h_invalid": u1(c.invalid), "h_value": i8(c.val), "h_achieved": i8(c.ach), "h_submitted": i8(c.sub),
+        "h_eid_offsets": eid_offs.astype("<i8").tobytes(), "h_eid_bytes": eid_bytes.tobytes(),
+        "h_meta_offsets": meta_offs.astype("<i8").tobytes(), "h_meta_bytes": meta_bytes.tobytes(),
+        "x_id_offsets": x_offs.astype("<i8").tobytes(), "x_id_bytes": x_bytes.tobytes(),
+        "x_hashes": x_hashes[x_order].astype("<u8").tobytes(), "x_hash_rows": x_order.astype("<i8").tobytes(),
+    }
+
+
 class ArchiveInfo(NamedTuple):
     board_id: str
     policy: Policy
@@ -160,10 +261,13 @@ def rank_order(policy: Policy, rows: ArchiveRows) -> np.ndarray:
     return np.concatenate((order, np.asarray(rest, np.int64))).astype(np.int64)
 
 
-def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows) -> list[bytes]:
-    """The archive of a board at ``version`` as byte chunks to write in order.
-    Deterministic: the same rows (in any order) give the same bytes. O(n log n),
-    with no Python object kept per row (memory: a few columns of the board)."""
+def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows,
+           history: ArchiveHistory | None = None) -> list[bytes]:
+    """The archive of a board at ``version`` as byte chunks to write in order,
+    with ``history`` (every journal row of the board) when given.
+    Deterministic: the same rows (in any order) and the same history give the
+    same bytes. O(n log n + events log events), with no Python object kept per
+    row or event (memory: a few columns of the board and of its history)."""
     n = rows.n
     order = rank_order(policy, rows)
     ranked = int(np.count_nonzero(np.asarray(rows.active, bool)))
@@ -192,8 +296,12 @@ def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows) -> li
         "meta_bytes": b"" if metas is None else b"".join(m or b"" for m in metas),
         "hashes": hashes[by_hash].astype("<u8").tobytes(), "hash_rows": by_hash.astype("<i8").tobytes(),
     }
+    if history is not None:
+        data.update(_history_sections(n, id_bytes, id_offsets, hashes[by_hash], by_hash, history))
     header = {"format": ARCHIVE_FORMAT, "board_id": board_id, "policy": policy.value, "version": int(version),
               "rows": n, "ranked": ranked, "checksum": render(total & MASK128), "sections": {}}
+    if history is not None:
+        header["events"] = history.cols.n
     # Section offsets depend on the header's length, which depends on the offsets: fix the
     # header's size first (offsets as fixed-width numbers), then fill them in.
     width = 20
@@ -270,6 +378,8 @@ class ArchiveView:
         self.row_version, self.id_offsets, self.id_bytes = cols["row_version"], cols["id_offsets"], cols["id_bytes"]
         self.meta_offsets, self.meta_bytes = cols["meta_offsets"], cols["meta_bytes"]
         self.hashes, self.hash_rows = cols["hashes"], cols["hash_rows"]
+        #: The history columns (docs/storage.md), or None: a format-1 archive has no history.
+        self.hist = {k: cols[k] for k in HISTORY_SECTIONS} if "h_offsets" in cols else None
         self.ranked = self.info.ranked
         self._descending = self.info.policy is not Policy.FASTEST_TIME
 
@@ -314,6 +424,43 @@ class ArchiveView:
                 i += 1
             out.append(found)
         return out
+
+    def history_slot(self, player_id: str) -> int:
+        """The history slot of ``player_id`` (their row, else past the rows), or -1. O(log n)."""
+        i = self.find(player_id)
+        if i >= 0 or self.hist is None:
+            return i
+        x = self.hist
+        raw = np.frombuffer(player_id.encode("utf-8", "surrogatepass"), np.uint8)
+        q = _match_ids(x["x_hashes"], x["x_hash_rows"], x["x_id_bytes"], x["x_id_offsets"],
+                       id_hashes(raw, np.array([0, len(raw)], np.int64)), raw, np.array([0, len(raw)], np.int64))
+        return -1 if q[0] < 0 else self.info.rows + int(q[0])
+
+    def history(self, player_id: str) -> list[HistoryEntry] | None:
+        """Every event of ``player_id`` on the board, in application order, as
+        the history route answers it (none for an unknown player); None when
+        the archive has no history (format 1). O(log n + the player's events)."""
+        x = self.hist
+        if x is None:
+            return None
+        slot = self.history_slot(player_id)
+        if slot < 0:
+            return []
+        a, b = int(x["h_offsets"][slot]), int(x["h_offsets"][slot + 1])
+        if b <= a:
+            return []
+        eo, mo = x["h_eid_offsets"][a:b + 1].tolist(), x["h_meta_offsets"][a:b + 1].tolist()
+        eraw, mraw = x["h_eid_bytes"][eo[0]:eo[-1]].tobytes(), x["h_meta_bytes"][mo[0]:mo[-1]].tobytes()
+        return [HistoryEntry(decode_id(eraw[e0 - eo[0]:e1 - eo[0]]), KIND_NAMES[k], v, ach, outcome_name(o), bool(inv),
+                             mraw[m0 - mo[0]:m1 - mo[0]])
+                for e0, e1, m0, m1, k, o, inv, v, ach in zip(
+                    eo, eo[1:], mo, mo[1:], x["h_kind"][a:b].tolist(), x["h_outcome"][a:b].tolist(),
+                    x["h_invalid"][a:b].tolist(), x["h_value"][a:b].tolist(), x["h_achieved"][a:b].tolist())]
+
+    @property
+    def history_events(self) -> int:
+        """How many journal rows the history holds (0 without one)."""
+        return 0 if self.hist is None else len(self.hist["h_kind"])
 
     def metadata(self, i: int) -> bytes | None:
         """Row ``i``'s metadata bytes (compact JSON), or None."""
@@ -384,3 +531,13 @@ class ArchiveView:
             assert self.find(self.player_id(i)) == i
         ids = [self._raw_id(i) for i in range(self.ranked, n)]
         assert ids == sorted(ids)
+        if self.hist is not None:
+            x = self.hist
+            extra = len(x["x_id_offsets"]) - 1
+            assert len(x["h_offsets"]) == n + extra + 1 and int(x["h_offsets"][-1]) == len(x["h_kind"])
+            assert np.all(np.diff(x["h_offsets"]) >= 0)
+            assert sorted(x["x_hash_rows"].tolist()) == list(range(extra))
+            for k in range(extra):
+                pid = decode_id(x["x_id_bytes"][x["x_id_offsets"][k]:x["x_id_offsets"][k + 1]].tobytes())
+                assert self.find(pid) == -1 and self.history_slot(pid) == n + k
+                assert x["h_offsets"][n + k + 1] > x["h_offsets"][n + k]  # an extra player has events

@@ -208,7 +208,7 @@ class Board:
         return list(self.admission.held.values())
 
     def history(self, player_id: str) -> list[HistoryEntry]:
-        return [HistoryEntry(h[0], h[1], h[2], h[3], h[5]) for h in self.partition.player_history(player_id)]
+        return [HistoryEntry(h[0], h[1], h[2], h[3], h[5], h[6], h[7]) for h in self.partition.player_history(player_id)]
 
     def checksum(self) -> Checksum:
         return Checksum(self.version, checksum_mod.render(self.partition.checksum_sum()))

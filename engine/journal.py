@@ -52,7 +52,7 @@ partition from the log.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, NamedTuple, Protocol
 
 import numba
 import numpy as np
@@ -79,6 +79,67 @@ class JournalPlace:
 
     root: str | None = None
     tail_rows: int = TAIL_ROWS
+
+
+class JournalColumns(NamedTuple):
+    """Consecutive journal rows as columns (what an archive keeps of a
+    partition's history, docs/storage.md "Archives"): per row the player's
+    index, kind, outcome code, value, achieved_at, submitted_at, whether a
+    later invalidation made its event invalid, and its event id and metadata
+    (b"" none) as byte arenas with int64 offsets (``rows + 1``, from 0)."""
+
+    pid: np.ndarray
+    kind: np.ndarray
+    out: np.ndarray
+    val: np.ndarray
+    ach: np.ndarray
+    sub: np.ndarray
+    earena: np.ndarray
+    eoffs: np.ndarray
+    marena: np.ndarray
+    moffs: np.ndarray
+    invalid: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """How many rows."""
+        return len(self.pid)
+
+    @classmethod
+    def empty(cls) -> "JournalColumns":
+        z8, zi = np.zeros(0, np.uint8), np.zeros(0, np.int64)
+        return cls(np.zeros(0, np.int32), z8, z8, zi, zi, zi, z8, np.zeros(1, np.int64), z8, np.zeros(1, np.int64),
+                   np.zeros(0, np.bool_))
+
+    @classmethod
+    def concat(cls, parts: "list[JournalColumns]") -> "JournalColumns":
+        """Rows of many chunks, in order (arenas joined, offsets shifted)."""
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+
+        def offsets(name: str) -> np.ndarray:
+            out, base = [np.zeros(1, np.int64)], 0
+            for p in parts:
+                o = getattr(p, name)
+                out.append(o[1:] + base)
+                base += int(o[-1])
+            return np.concatenate(out)
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) if f not in ("eoffs", "moffs") else offsets(f)
+                     for f in cls._fields))
+
+    def to_wire(self) -> list[bytes]:
+        """Little-endian bytes, one per column (what a shard sends the router)."""
+        return [np.ascontiguousarray(c, WIRE_DTYPES[f]).tobytes() for f, c in zip(self._fields, self)]
+
+    @classmethod
+    def from_wire(cls, wire: list[bytes]) -> "JournalColumns":
+        return cls(*(np.frombuffer(b, WIRE_DTYPES[f]) for f, b in zip(cls._fields, wire)))
+
+
+WIRE_DTYPES = {"pid": "<i4", "kind": "u1", "out": "u1", "val": "<i8", "ach": "<i8", "sub": "<i8", "earena": "u1",
+               "eoffs": "<i8", "marena": "u1", "moffs": "<i8", "invalid": "?"}
 
 
 class JournalLost(Exception):
@@ -428,6 +489,52 @@ class Journal:
 
     def event_id(self, r: int) -> str:
         return decode_id(self.id_bytes(r))
+
+    def columns(self, start: int, stop: int) -> "JournalColumns":
+        """Rows ``start .. stop-1`` (clamped to the journal) as columns: stored
+        rows read back in one pass over each file (rows, ids, moffs, meta),
+        tail rows sliced from memory. No Python object per row. O(rows + their
+        id and metadata bytes)."""
+        start, stop = max(0, start), min(len(self), stop)
+        parts = []
+        if start < min(stop, self.base):
+            parts.append(self._stored_columns(start, min(stop, self.base)))
+        if max(start, self.base) < stop:
+            a, b = max(start, self.base) - self.base, stop - self.base
+            parts.append(JournalColumns(
+                self.pid[a:b].astype(np.int32), self.kind[a:b].copy(), self.out[a:b].copy(),
+                self.val[a:b].copy(), self.ach[a:b].copy(), self.sub[a:b].copy(),
+                self.earena[self.eoffs[a]:self.eoffs[b]].copy(), self.eoffs[a:b + 1] - self.eoffs[a],
+                self.marena[self.moffs[a]:self.moffs[b]].copy(), self.moffs[a:b + 1] - self.moffs[a],
+                np.zeros(b - a, np.bool_)))
+        cols = JournalColumns.concat(parts)
+        if self.invalid and cols.n:
+            rows = np.arange(start, start + cols.n, dtype=np.int64)
+            cols.invalid[:] = np.isin(rows, np.fromiter(self.invalid, np.int64, count=len(self.invalid)))
+        return cols
+
+    def _stored_columns(self, start: int, stop: int) -> "JournalColumns":
+        k = stop - start
+        rec = np.frombuffer(self.store.rows.read(start * ROW.itemsize, k * ROW.itemsize), ROW)
+        if len(rec) != k:
+            raise JournalLost(f"the journal rows end before row {stop}")
+        e0 = int(rec["eoff"][0])
+        earena = np.frombuffer(self.store.ids.read(e0, int(rec["eoff"][-1] + rec["elen"][-1]) - e0), np.uint8)
+        eoffs = np.zeros(k + 1, np.int64)
+        eoffs[1:] = rec["eoff"].astype(np.int64) - e0 + rec["elen"]
+        moffs = np.zeros(k + 1, np.int64)  # rows before meta_from carry none
+        first = max(start, self.meta_from)
+        if first < stop:
+            i = first - self.meta_from
+            ends = np.frombuffer(self.store.moffs.read(8 * i, 8 * (stop - first)), "<i8").astype(np.int64)
+            m0 = 0 if i == 0 else int(np.frombuffer(self.store.moffs.read(8 * (i - 1), 8), "<i8")[0])
+            marena = np.frombuffer(self.store.meta.read(m0, int(ends[-1]) - m0), np.uint8)
+            moffs[first - start + 1:] = ends - m0
+        else:
+            marena = np.zeros(0, np.uint8)
+        return JournalColumns(rec["pid"].astype(np.int32), (rec["kind"] & ~np.uint8(OWNED)).astype(np.uint8),
+                              rec["out"].copy(), rec["val"].astype(np.int64), rec["ach"].astype(np.int64),
+                              rec["sub"].astype(np.int64), earena, eoffs, marena, moffs, np.zeros(k, np.bool_))
 
     def newest_first(self, player: int) -> Iterator[int]:
         """Rows of one player, newest first, read one by one as asked for."""

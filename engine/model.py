@@ -217,6 +217,8 @@ class HistoryEntry:
     value: int | None
     achieved_at: int | None
     outcome: str
+    invalidated: bool = False  # a later invalidation made this event invalid
+    metadata: bytes = b""  # the event's metadata (canonical compact JSON; b"" none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from engine.journal import (
     REJECTED,
     TAIL_ROWS,
     Journal,
+    JournalColumns,
     StorePlace,
     owner_add,
     owner_find,
@@ -79,7 +80,12 @@ _CANDIDATES = np.array(sorted(_C[o] for o in (
     Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER)), np.uint8)
 _CANDIDATE_SET = frozenset(_CANDIDATES.tolist())
 _OUT_OF_RANGE = R.CODE[Outcome.REJECTED_TOTAL_OUT_OF_RANGE]  # audit of a refused invalidation
-_NO_META = np.zeros(0, np.uint8)  # a batch without metadata: an empty arena (offsets all 0)
+_NO_META = np.zeros(0, np.uint8)
+
+
+def outcome_name(code: int) -> str:
+    """The history's name of a journal outcome code."""
+    return AUDIT_NAMES.get(code) or R.outcome_of(code).value  # a batch without metadata: an empty arena (offsets all 0)
 
 
 def _codes(policy: Policy) -> np.ndarray:
@@ -619,8 +625,10 @@ class Partition:
         return [[r.key[0], r.key[1], r.key[2]] for r in self._rows_at(sel)]
 
     def player_history(self, player_id: str) -> list[tuple]:
-        """``(event_id, kind, value, achieved_at, submitted_at, outcome)`` per
-        event of the player, in application order."""
+        """``(event_id, kind, value, achieved_at, submitted_at, outcome,
+        invalidated, metadata)`` per event of the player, in application
+        order: ``invalidated`` whether a later invalidation made the event
+        invalid, ``metadata`` its compact JSON (b"" none)."""
         p = int(self.players.lookup([player_id])[0])
         if p < 0:
             return []
@@ -628,9 +636,14 @@ class Partition:
         out = []
         for r in j.rows_of(p):
             _, kind, code, v, a, s, _ = j.record(r)
-            name = AUDIT_NAMES.get(code) or R.outcome_of(code).value
-            out.append((j.event_id(r), KIND_NAMES[kind], v, a, s, name))
+            out.append((j.event_id(r), KIND_NAMES[kind], v, a, s, outcome_name(code), r in j.invalid, j.meta_bytes(r)))
         return out
+
+    def history_chunk(self, start: int, count: int) -> tuple[JournalColumns, int]:
+        """Journal rows ``start .. start+count-1`` as columns (their ``pid``
+        indexes :attr:`players`) and how many rows the journal has: an
+        archive reads a partition's history this way, chunk by chunk."""
+        return self.journal.columns(start, start + count), len(self.journal)
 
     def checksum_sum(self) -> int:
         """Sum mod 2**128 of a stable per-row hash: order-independent and

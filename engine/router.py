@@ -34,8 +34,9 @@ import numpy as np
 from engine import checksum as checksum_mod
 from engine import records as R
 from engine.admission import Admission
-from engine.archive import ArchiveView, encode, rows_from_wire
+from engine.archive import ArchiveHistory, ArchiveView, encode, rows_from_wire
 from engine.changes import ChangeRing
+from engine.journal import JournalColumns
 from engine.columns import ScoreColumns
 from engine.errors import (
     BoardArchived,
@@ -126,6 +127,7 @@ class RouterConfig:
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
     max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
     schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
+    history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
 
 
 @dataclass
@@ -475,8 +477,9 @@ class Router:
         if found is None:
             rows = rows_from_wire(parts)
             del got, parts, answers
-            chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows)
-            del rows
+            history = await self._history_of(ctl)
+            chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows, history)
+            del rows, history
             await asyncio.to_thread(self.archives.save, board_id, chunks)
             del chunks
             found = await asyncio.to_thread(self.archives.open, board_id)
@@ -490,6 +493,29 @@ class Router:
         await self._fan(ctl, lambda a: ["drop", board_id])
         await asyncio.to_thread(release_memory)  # the build's buffers (and in-process shards' rows) go back
         log.info("board %r archived at version %d: %d rows", board_id, version, len(found))
+
+    async def _history_of(self, ctl: BoardCtl) -> ArchiveHistory:
+        """Every journal row of an ARCHIVED board, read from each partition in
+        chunks of ``cfg.history_chunk_rows`` (one read per chunk, its rows as
+        numpy columns). The shards no longer change an ARCHIVED board's
+        partitions, so the chunks need no common cut."""
+        board_id, step = ctl.spec.board_id, self.cfg.history_chunk_rows
+        parts = []
+        for part, actor in enumerate(ctl.part_actor):
+            chunks, ids, start, total = [], None, 0, 1
+            while start < total:
+                _, (_, ans) = await self.reads.ask(actor, ["hcols", board_id, part, start, step])
+                if ans is None:
+                    raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but partition {part} is no longer on "
+                                             "its shard: restore the archive file from a backup.")
+                total, wire, got_ids = ans
+                ids = got_ids if got_ids is not None else ids
+                cols = JournalColumns.from_wire(wire)
+                chunks.append(cols)
+                start += max(cols.n, 1)
+            assert ids is not None
+            parts.append((np.frombuffer(ids[0], np.uint8), np.frombuffer(ids[1], "<i8"), JournalColumns.concat(chunks)))
+        return ArchiveHistory.of_parts(parts)
 
     # --------------------------------------------------------- season schedule
 
@@ -781,6 +807,8 @@ class Router:
             ctl = self.boards[rec[1]]
             return [ctl.part_actor[part_of(rec[6], ctl.spec.shards)]]
         if kind == R.INVALIDATE:
+            return self.boards[rec[1]].actors
+        if kind == R.STATE and rec[2] == BoardState.ARCHIVED.value:  # its partitions stop changing
             return self.boards[rec[1]].actors
         return []
 
@@ -1294,11 +1322,14 @@ class Router:
     async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]:
         ctl = self._ctl(board_id)
         if ctl.archive is not None:
-            raise BoardArchived(f"Board {board_id!r} is ARCHIVED: its final rows are kept, its event history is "
-                                "not (the event log still holds every event).", "board_id")
+            got = ctl.archive.history(player_id)
+            if got is None:  # written by a FlowRank before archives kept the history (format 1)
+                raise BoardArchived(f"Board {board_id!r} was archived without its event history (archive format 1); "
+                                    "the event log still holds every event.", "board_id")
+            return got
         owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
         _, (_, items) = await self.reads.ask(owner, ["hist", board_id, player_id])
-        return [HistoryEntry(h[0], h[1], h[2], h[3], h[5]) for h in items]
+        return [HistoryEntry(h[0], h[1], h[2], h[3], h[5], h[6], h[7]) for h in items]
 
     async def checksum(self, board_id: str) -> Checksum:
         ctl = self._ctl(board_id)

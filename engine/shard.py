@@ -44,6 +44,7 @@ RESULT_CACHE_BYTES = 64 << 20  # ... and at most this many bytes of them (a 10k-
 DEAD = R.CODE[Outcome.DEAD_LETTERED]
 UNKNOWN_SEASON = R.CODE[Outcome.REJECTED_UNKNOWN_SEASON]
 ACTIVE = "ACTIVE"
+ARCHIVED = "ARCHIVED"
 
 
 _NONE = object()
@@ -87,6 +88,10 @@ class ShardCore:
         self.journals = journals
         self.specs: dict[str, BoardSpec] = {}
         self.parts: dict[str, dict[int, Partition]] = {}  # board -> part number -> partition
+        # Boards whose ARCHIVED record applied here: their partitions no longer change (a score
+        # event is only held, as after the drop), so the history an archive copies is the same
+        # whenever it is built (docs/storage.md, "Archives").
+        self.archived: set[str] = set()
         self.applied_offset = -1
         self.dead_letters: list[list] = []  # [offset, board_id, event_id, error]
         self._dead_offsets: set[int] = set()
@@ -142,6 +147,8 @@ class ShardCore:
             return part_of(rec[6], spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.INVALIDATE:
             return spec.board_id in self.parts
+        if kind == R.STATE:
+            return rec[2] == ARCHIVED and spec.board_id in self.parts
         return False
 
     def _apply_record(self, offset: int, rec: list):
@@ -188,7 +195,7 @@ class ShardCore:
         if spec is None:
             return [UNKNOWN_SEASON, None]
         partition = self.parts.get(spec.board_id, {}).get(part_of(rec[3], spec.shards))
-        if partition is None:  # an ARCHIVED board whose rows were dropped
+        if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: nothing changes
             return [rec[7], None]
         ev = R.event_of(rec)
         if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
@@ -207,7 +214,7 @@ class ShardCore:
         if spec is None:
             return [bytes([UNKNOWN_SEASON]) * len(cols), b"", b"", b""]
         partition = self.parts.get(spec.board_id, {}).get(rec[2])
-        if partition is None:  # an ARCHIVED board whose rows were dropped: events are only held
+        if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: events are only held
             return [verdicts.astype(np.uint8).tobytes(), b"", b"", b""]
         for o, row in self._dead_rows:
             if o == offset:
@@ -273,6 +280,8 @@ class ShardCore:
                 return [0, None]
             outcome, change = partition.apply(ev, kind=KIND_DECISION)
             return [R.CODE[outcome], change_wire(change)]
+        if kind == R.STATE and rec[2] == ARCHIVED:  # the router sends only this state change here
+            self.archived.add(rec[1])
         return None  # state changes live in the router
 
     # ------------------------------------------------------------------- reads
@@ -332,6 +341,8 @@ class ShardCore:
             return [version, format(sum(p.checksum_sum() for p in parts), "x")]  # > 64 bits: msgpack-safe text
         if op == "rows":  # every row (any status) as columns, for an archive
             return [version, [p.columns() for p in parts]]
+        if op == "hcols":  # one chunk of one partition's journal, for an archive's history
+            return [version, self.history_chunk(board_id, req[2], req[3], req[4])]
         if op == "drop":  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
             return [version, self.drop(board_id)]
         if op == "sample":
@@ -342,6 +353,23 @@ class ShardCore:
             keys.sort()
             return [version, sum(len(p) for p in parts), keys]
         raise ValueError(f"unknown read op {op!r}")
+
+    def history_chunk(self, board_id: str, part: int, start: int, count: int) -> list | None:
+        """Journal rows ``start .. start+count-1`` of partition ``part`` as
+        ``[total rows, columns, player ids]``: the columns as
+        :meth:`engine.journal.JournalColumns.to_wire` bytes, the player ids
+        (``[UTF-8 bytes, int64 offsets]`` of every player the partition
+        knows, which ``pid`` indexes) only with the first chunk. None when the
+        partition is not here. O(count + their bytes)."""
+        partition = self.parts.get(board_id, {}).get(part)
+        if partition is None:
+            return None
+        cols, total = partition.history_chunk(start, count)
+        ids = None
+        if start == 0:
+            arena, offs = partition.players.bytes_of(np.arange(len(partition.players), dtype=np.int64))
+            ids = [arena.tobytes(), offs.astype("<i8").tobytes()]
+        return [total, cols.to_wire(), ids]
 
     def drop(self, board_id: str) -> int:
         """Forget the board's partitions here, journal files included, keeping
@@ -380,6 +408,7 @@ class ShardCore:
             "specs": [R.board_record(s) for s in self.specs.values()],
             "parts": [[b, n, p.to_state()] for b, ps in self.parts.items() for n, p in ps.items()],
             "dead_letters": self.dead_letters,
+            "archived": sorted(self.archived),
         }
 
     def _journal_place(self, board_id: str, part: int) -> FilePlace | None:
@@ -408,6 +437,7 @@ class ShardCore:
             core.parts.setdefault(board_id, {})[n] = Partition.from_state(
                 spec.policy, spec.max_plausible_time_ms, pstate, core._journal_place(board_id, n), journals.tail_rows)
         core.dead_letters = [list(d) for d in state["dead_letters"]]
+        core.archived = set(state.get("archived", ()))  # absent: a snapshot from before it was kept
         core._dead_offsets = {d[0] for d in core.dead_letters if len(d) == 4}
         core._dead_rows = {(d[0], d[4]) for d in core.dead_letters if len(d) > 4}
         return core

@@ -150,13 +150,17 @@ def invalidation(r: InvalidationResult) -> dict:
 
 
 def history(h: HistoryEntry) -> dict:
-    return {
+    out = {
         "event_id": h.event_id,
         "kind": h.kind,
         "value": h.value,
         "achieved_at": None if h.achieved_at is None else format_timestamp(h.achieved_at),
         "outcome": _v(h.outcome),
+        "invalidated": h.invalidated,
     }
+    if h.metadata:
+        out["metadata"] = Fragment(h.metadata)
+    return out
 
 
 def checksum(c: Checksum) -> dict:

@@ -356,6 +356,9 @@ class HistoryEntryOut(_Out):
     value: int | None
     achieved_at: Timestamp | None
     outcome: str
+    invalidated: bool = Field(description="Whether a later invalidation made this event invalid.")
+    metadata: dict[str, Any] | None = Field(None, description="The event's metadata (§13) as it was sent, in "
+                                            "canonical form; left out when it had none.")
 
 
 class HistoryOut(_Out):

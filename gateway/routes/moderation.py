@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import orjson
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from engine.model import Invalidation, QuarantineDecision
 
@@ -62,9 +63,11 @@ async def invalidate(board_id: BoardIdPath, body: InvalidationIn, request: Reque
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/history", response_model=HistoryOut,
             responses={**error_responses(404), 410: {"model": ErrorBody, "description": (
-                "`BOARD_ARCHIVED`: an ARCHIVED board keeps its final rows, not its event history.")}},
+                "`BOARD_ARCHIVED`: only for a board archived by a FlowRank older than the archive history "
+                "(archive format 1); an ARCHIVED board answers its history from its archive.")}},
             summary="Every event of a player in log order (moderator)")
 @access(Permission.MODERATE)
 async def history(board_id: BoardIdPath, player_id: PlayerIdPath, request: Request):
     entries = await gw(request).engine.history(board_id, player_id)
-    return JSONResponse({"player_id": player_id, "events": [render.history(h) for h in entries]})
+    body = {"player_id": player_id, "events": [render.history(h) for h in entries]}
+    return Response(orjson.dumps(body), media_type="application/json")  # orjson: metadata Fragments

@@ -132,7 +132,7 @@ def test_digest_detects_damage_and_a_newer_format_is_refused():
     bad[len(bad) // 2] ^= 1
     assert not digest_ok(read(bytes(bad)), len(bad))
     assert not digest_ok(read(data[:-1]), len(data) - 1)
-    newer = data.replace(b'"format":1', b'"format":9', 1)
+    newer = data.replace(b'"format":2', b'"format":9', 1)
     with pytest.raises(UnsupportedFormat):
         ArchiveView(newer)
     with pytest.raises(UnsupportedFormat):
@@ -203,3 +203,158 @@ def _event(it):
 
     pid, v, a, s, _, _ = it
     return ScoreEvent("g:m:s:x", f"e-{pid}", pid, v, a, s)
+
+
+# ------------------------------------------------------------------ history
+
+
+def _archive_with_history(parts, policy, board="g:m:s:x"):
+    """What the router builds: every partition's rows and whole journal (engine.router._history_of)."""
+    import numpy as np
+
+    from engine.archive import ArchiveHistory, rows_from_wire
+
+    rows = rows_from_wire([p.columns() for p in parts])
+    hist = ArchiveHistory.of_parts([(*p.players.bytes_of(np.arange(len(p.players))), p.journal.columns(0, len(p.journal)))
+                                    for p in parts])
+    data = b"".join(encode(board, policy, 9, rows, hist))
+    return data, ArchiveView(data)
+
+
+def _live_history(parts, pid):
+    from engine.model import HistoryEntry
+
+    for p in parts:
+        got = p.player_history(pid)
+        if got:
+            return [HistoryEntry(h[0], h[1], h[2], h[3], h[5], h[6], h[7]) for h in got]
+    return []
+
+
+def _play(policy, seed, n_parts=3, tail=4, ids=None, events=300):
+    """Partitions driven like a board: batches with redeliveries, conflicts and
+    held events (verdicts decided before apply), implausible times, metadata on
+    some events, invalidations (some repeated), decisions applied and rejected."""
+    import numpy as np
+
+    from engine import records as R
+    from engine.columns import ScoreColumns
+    from engine.journal import Journal
+    from engine.model import Outcome, ScoreEvent
+    from engine.partition import KIND_DECISION, Partition
+    from engine.placement import part_of
+
+    rng = random.Random(seed)
+    print("seed", seed)
+    ids = ids or TRICKY + [f"q{i}" for i in range(10)] + ["only-held", "only-dup"]
+    parts = [Partition(policy, 50, Journal(tail_rows=tail)) for _ in range(n_parts)]
+    verdicts_of = [R.CODE[Outcome.DUPLICATE_IGNORED], R.CODE[Outcome.REJECTED_EVENT_ID_CONFLICT],
+                   R.CODE[Outcome.HELD_FOR_CORRECTION]]
+    applied: list[tuple[int, str]] = []
+    k = 0
+    while k < events:
+        batch = []
+        for _ in range(rng.randrange(1, 12)):
+            pid = rng.choice(ids)
+            meta = b'{"k":%d,"s":"\xc3\xa9"}' % k if rng.random() < 0.4 else b""
+            batch.append((ScoreEvent("g:m:s:x", f"e{k}-{pid}", pid, rng.randrange(-5, 60), rng.randrange(5),
+                                     rng.randrange(5), meta),
+                          verdicts_of[2] if pid == "only-held" else verdicts_of[0] if pid == "only-dup"
+                          else rng.choice(verdicts_of) if rng.random() < 0.2 else R.APPLY))
+            k += 1
+        by_part: dict = {}
+        for ev, v in batch:
+            by_part.setdefault(part_of(ev.player_id, n_parts), []).append((ev, v))
+        for n, got in by_part.items():
+            parts[n].apply_columns(ScoreColumns.from_events([e for e, _ in got]),
+                                   np.array([v for _, v in got], np.uint8))
+            applied += [(n, e.event_id) for e, v in got if v == R.APPLY]
+        if rng.random() < 0.3 and applied:
+            n, eid = rng.choice(applied)
+            if parts[n].owns_event(eid):  # an implausible time never reached the comparator
+                parts[n].invalidate(eid, f"corr-{k}")
+        if rng.random() < 0.1:
+            pid = rng.choice([i for i in ids if not i.startswith("only-")])
+            ev = ScoreEvent("g:m:s:x", f"held-{k}", pid, rng.randrange(60), 1, 1, b'{"d":1}')
+            p = parts[part_of(pid, n_parts)]
+            p.apply(ev, kind=KIND_DECISION) if rng.random() < 0.5 else p.record_rejection(ev)
+    return parts
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("seed", range(4))
+def test_history_round_trips_every_players_events(policy, seed):
+    parts = _play(policy, seed)
+    data, view = _archive_with_history(parts, policy)
+    view._check()
+    ids = TRICKY + [f"q{i}" for i in range(10)] + ["only-held", "only-dup"]
+    total = 0
+    for pid in ids + ["never", "q", "日", "p\ud800", "only-hel"]:
+        want = _live_history(parts, pid)
+        assert view.history(pid) == want, pid
+        total += len(want)
+    assert total == view.history_events == sum(len(p.journal) for p in parts)
+    hist = [h for pid in ids for h in view.history(pid)]
+    assert any(h.invalidated for h in hist) and any(h.metadata for h in hist)
+    assert {"DUPLICATE_IGNORED", "REJECTED_EVENT_ID_CONFLICT", "HELD_FOR_CORRECTION"} <= {h.outcome for h in hist}
+    # a player whose every event was held or a duplicate has no row, only a history
+    for pid in ("only-held", "only-dup"):
+        assert view.history(pid) and view.find(pid) == -1 and view.history_slot(pid) >= len(view)
+    # the history section is part of the bytes: the same journal gives the same archive
+    again, _ = _archive_with_history(parts, policy)
+    assert again == data
+
+
+def test_history_of_many_events_per_player_and_players_without_events():
+    from engine.journal import Journal
+    from engine.model import Policy as P, ScoreEvent
+    from engine.partition import Partition
+
+    p = Partition(P.CUMULATIVE, 10**9, Journal(tail_rows=64))
+    for k in range(40):  # 2,000 events of one player, flushed to the journal's store in 64-row chunks
+        p.apply_columns(__import__("engine.columns", fromlist=["ScoreColumns"]).ScoreColumns.from_events(
+            [ScoreEvent("g:m:s:x", f"e{k}-{i}", "whale", i, k, k, b'{"i":%d}' % i if i % 3 else b"")
+             for i in range(50)]))
+    p.invalidate("e3-7", "c-1")
+    p.invalidate("e3-7", "c-2")  # already invalidated: audited again
+    _, view = _archive_with_history([p], P.CUMULATIVE)
+    got = view.history("whale")
+    assert got == _live_history([p], "whale") and len(got) == 2002
+    assert [h.outcome for h in got[-2:]] == ["INVALIDATED", "ALREADY_INVALIDATED"]
+    assert [h.event_id for h in got if h.invalidated] == ["e3-7"]
+    # rows without events cannot exist on a shard, but an archive of rows and an empty history answers []
+    rows = rows_of([("a", 1, 0, 0, 1, True), ("b", 2, 0, 0, 1, False)])
+    from engine.archive import ArchiveHistory
+    from engine.journal import JournalColumns
+    import numpy as np
+
+    empty = ArchiveHistory(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64), JournalColumns.empty())
+    view = ArchiveView(b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 1, rows, empty)))
+    view._check()
+    assert view.history("a") == [] and view.history("zz") == [] and view.history_events == 0
+
+
+def test_an_archive_without_history_says_so():
+    _, view = build(random_items(random.Random(6), 10))
+    assert view.hist is None and view.history("p1") is None and view.history_events == 0
+
+
+def test_history_from_partitions_split_in_chunks_equals_one_read():
+    """The router reads each journal in chunks (JournalColumns.concat of
+    Journal.columns windows): any chunking gives the same archive."""
+    import numpy as np
+
+    from engine.archive import ArchiveHistory, rows_from_wire
+    from engine.journal import JournalColumns
+
+    parts = _play(Policy.BEST_SCORE, 11, tail=5)
+    rows = rows_from_wire([p.columns() for p in parts])
+    whole = b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 9, rows, ArchiveHistory.of_parts(
+        [(*p.players.bytes_of(np.arange(len(p.players))), p.journal.columns(0, len(p.journal))) for p in parts])))
+    for step in (1, 3, 7, 1000):
+        chunked = []
+        for p in parts:
+            cols = [JournalColumns.from_wire(p.history_chunk(s, step)[0].to_wire())
+                    for s in range(0, len(p.journal), step)]
+            chunked.append((*p.players.bytes_of(np.arange(len(p.players))), JournalColumns.concat(cols)))
+        assert b"".join(encode("g:m:s:x", Policy.BEST_SCORE, 9, rows, ArchiveHistory.of_parts(chunked))) == whole

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.journal import KIND_SCORE, Journal, JournalLost, MemoryStore, Run, owner_add, probe_run
+from engine.journal import KIND_SCORE, Journal, JournalColumns, JournalLost, MemoryStore, Run, owner_add, probe_run
 from engine.log.journal_files import FilePlace, FileStore
 from engine.players import encode_ids
 
@@ -74,6 +74,30 @@ def check(j: Journal, rows: list, owned_ids: dict) -> None:
         assert j.find(eid) == r
     assert j.find("never-seen") == -1
     assert j.n <= max(j.tail_rows, 50)  # memory: the tail stays bounded
+    check_columns(j)
+
+
+def check_columns(j: Journal) -> None:
+    """Journal.columns over windows inside the store, across its edge with
+    the tail, inside the tail and past the end: the rows one by one."""
+    n = len(j)
+    kept, j.invalid = j.invalid, set(range(0, n, 3)) | j.invalid
+    try:
+        for a, b in [(0, n), (0, 1), (n // 3, 2 * n // 3 + 1), (max(0, j.base - 2), j.base + 2), (j.base, n),
+                     (n - 1, n + 5), (n, n), (-3, 2)]:
+            cols = j.columns(a, b)
+            rs = range(max(0, a), min(n, b))
+            assert cols.n == len(rs) and len(cols.eoffs) == len(cols.moffs) == len(rs) + 1
+            for k, r in enumerate(rs):
+                got = (cols.pid[k], cols.kind[k], cols.out[k], cols.val[k], cols.ach[k], cols.sub[k])
+                assert tuple(int(x) for x in got) == j.record(r)[:6]
+                assert cols.earena[cols.eoffs[k]:cols.eoffs[k + 1]].tobytes() == j.id_bytes(r)
+                assert cols.marena[cols.moffs[k]:cols.moffs[k + 1]].tobytes() == j.meta_bytes(r)
+                assert bool(cols.invalid[k]) == (r in j.invalid)
+            back = JournalColumns.from_wire(cols.to_wire())
+            assert all(np.array_equal(x, y) for x, y in zip(back, cols))
+    finally:
+        j.invalid = kept
 
 
 @pytest.mark.parametrize("kind", ["memory", "file"])

@@ -1,9 +1,10 @@
 """Reads of an ARCHIVED board over HTTP (docs/api.md §13, archive): every read
 route answers byte for byte as it did before archiving (top pages and their
 cursors, player views, around, friends, ranked subsets, /changes snapshot
-pages, CSV and JSON Lines export, board info, checksum, ?ties=competition);
-history is 410 BOARD_ARCHIVED; writes stay held; the live window opens with a
-snapshot from the archive."""
+pages, CSV and JSON Lines export, board info, checksum, ?ties=competition,
+each player's history), metadata included in every one of them; writes stay
+held (and out of the history); the live window opens with a snapshot from the
+archive."""
 
 from __future__ import annotations
 
@@ -33,9 +34,14 @@ async def _load(c: httpx.AsyncClient) -> None:
     r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": 3}, headers=H("admin"))
     assert r.status_code == 201, r.text
     events = [{"event_id": f"e-{i}", "board_id": BOARD, "player_id": pid, "value": (i * 37) % 7 * 100,
-               "achieved_at": 1_793_527_500_000 + (i % 4) * 1000} for i, pid in enumerate(PLAYERS)]
+               "achieved_at": 1_793_527_500_000 + (i % 4) * 1000,
+               **({"metadata": {"skin": f"s{i}", "ü": [i, None]}} if i % 2 else {})} for i, pid in enumerate(PLAYERS)]
     r = await c.post("/v1/events", json={"events": events}, headers=H("game_server"))
     assert r.status_code == 200, r.text
+    again = [dict(events[1], metadata={"other": 1}), events[3], dict(events[4], event_id="e-4b", value=1)]
+    r = await c.post("/v1/events", json={"events": again}, headers=H("game_server"))  # conflict, duplicate, worse
+    assert [x["outcome"] for x in r.json()["results"]] == ["REJECTED_EVENT_ID_CONFLICT", "DUPLICATE_IGNORED",
+                                                           "REJECTED_NOT_AN_IMPROVEMENT"], r.text
     r = await c.post(f"/v1/boards/{BOARD}/invalidations", json={"event_id": "e-5", "reason": "cheat", "moderator": "m"},
                      headers=H("moderator"))
     assert r.status_code == 200, r.text
@@ -78,7 +84,15 @@ async def _reads(c: httpx.AsyncClient) -> dict:
         r = await c.get(f"{b}/export", params={"format": fmt}, headers=H("moderator"))
         out[("export", fmt)] = (r.status_code, r.headers.get("x-board-version"), r.text)
     out["approx"] = await _get(c, f"{b}/players/p-3", approximate="true")
+    for pid in PLAYERS + ["p-nobody"]:
+        out[("history", pid)] = await _get(c, f"{b}/players/{pid}/history", "moderator")
     return out
+
+
+def _metadata_in(reads: dict) -> set:
+    """The reads (by kind) whose answer carries some metadata."""
+    return {k[0] if isinstance(k, tuple) else k for k, v in reads.items() if '"metadata"' in str(v).replace("'", '"')
+            or (isinstance(k, tuple) and k[0] == "export" and "skin" in v[2])}
 
 
 async def test_every_read_route_answers_the_same_after_archiving():
@@ -100,8 +114,16 @@ async def test_every_read_route_answers_the_same_after_archiving():
         after = await _reads(c)
         for k in before:
             assert after[k] == before[k], k
-        status, body = await _get(c, f"/v1/boards/{BOARD}/players/p-1/history", "moderator")
-        assert status == 410 and body["error"]["code"] == "BOARD_ARCHIVED"
+        hist = after[("history", "p-1")]
+        assert hist[0] == 200 and [e["outcome"] for e in hist[1]["events"]] == ["APPLIED_FIRST_SCORE",
+                                                                                 "REJECTED_EVENT_ID_CONFLICT"]
+        assert [e.get("metadata") for e in hist[1]["events"]] == [{"skin": "s1", "ü": [1, None]}, {"other": 1}]
+        hist = after[("history", "p-5")][1]["events"]
+        assert [(e["kind"], e["invalidated"], e["outcome"]) for e in hist] == [
+            ("score", True, "APPLIED_FIRST_SCORE"), ("invalidation", False, "INVALIDATED")]
+        assert after[("history", "p-nobody")] == (200, {"player_id": "p-nobody", "events": []})
+        assert _metadata_in(after) >= {"top", "player", "around", "friends", "subset", "changes", "export",
+                                       "history"}
         r = await c.post("/v1/events", json={"events": [{"event_id": "late", "board_id": BOARD, "player_id": "p-1",
                                                           "value": 10**6, "achieved_at": 1}]}, headers=H("game_server"))
         assert r.json()["results"][0]["outcome"] == "HELD_FOR_CORRECTION"

@@ -1,8 +1,11 @@
 """ARCHIVED boards through the service (docs/api.md §13, archive): every read
-answers the same before and after archiving, after a restart from snapshots
-and after a replay of the whole log; the shards no longer hold the board's
-partitions (nor their journal files, nor in their snapshots); a crash in the
-middle of archiving is finished at the next start; writes stay refused."""
+answers the same before and after archiving, each player's event history
+included (invalidation marks and metadata too), after a restart from
+snapshots and after a replay of the whole log; the shards no longer hold the
+board's partitions (nor their journal files, nor in their snapshots); a crash
+in the middle of archiving is finished at the next start; writes stay
+refused, and events held after the move to ARCHIVED stay out of the history
+whether or not the archive is written yet."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import os
 
 import pytest
 
-from engine.errors import BoardArchived, FlowRankError, InvalidTransition, PlayerNotFound, PlayerNotRanked
+from engine.errors import FlowRankError, InvalidTransition, PlayerNotFound, PlayerNotRanked
 from engine.model import BoardState, Invalidation, Outcome, ScoreEvent
 from tests.service.helpers import SPECS, Workload, copy_dir, crash, drop_snapshots, open_service, run
 
@@ -41,6 +44,8 @@ async def reads_of(svc, board_id: str) -> dict:
                 break
         out[("changes", ties)] = pages
         out[("export", ties)] = [p async for p in svc.export(board_id, page_rows=5, ties=ties)]
+    for pid in PLAYERS:
+        out[("history", pid)] = await svc.history(board_id, pid)
     for pid in PLAYERS:
         try:
             approx = await svc.approximate_player(board_id, pid)
@@ -93,6 +98,11 @@ def test_every_read_answers_the_same_after_archiving_and_after_restarts(tmp_path
             assert after[b] == before[b], b
         # rows with metadata (docs/api.md §13) answer it from the archive too
         assert any(e.metadata for b in BOARDS for page in after[b][("top", False)] for e in page.entries)
+        # so does the history: events with metadata, invalidated ones, audits, held events, conflicts
+        hist = [h for b in BOARDS for k, v in after[b].items() if k[0] == "history" for h in v]
+        assert len(hist) > 100 and any(h.metadata for h in hist) and any(h.invalidated for h in hist)
+        assert {h.kind for h in hist} == {"score", "invalidation", "decision"}
+        assert {"DUPLICATE_IGNORED", "REJECTED_EVENT_ID_CONFLICT", "HELD_FOR_CORRECTION"} <= {h.outcome for h in hist}
         assert any(getattr(v, "metadata", None) for b in BOARDS for k, v in after[b].items() if k[0] == "player")
         await svc.snapshot()
         for core_state in (svc.store.load_latest(f"shard-{i}")[1] for i in range(len(svc.cores))):
@@ -114,12 +124,13 @@ def test_every_read_answers_the_same_after_archiving_and_after_restarts(tmp_path
     run(go())
 
 
-def test_writes_stay_refused_and_history_says_archived(tmp_path):
+def test_writes_stay_refused_and_the_history_stops_at_the_move_to_archived(tmp_path):
     async def go():
         data, svc, w, before = await written(tmp_path, seed=3)
         try:
             await archive_all(svc)
             b = BOARDS[0]
+            history = {pid: await svc.history(b, pid) for pid in PLAYERS}
             version = (await svc.board(b)).version
             res = await svc.submit([ScoreEvent(b, "late-1", "p1", 10**6, 5, 5)])
             assert res[0].outcome is Outcome.HELD_FOR_CORRECTION and res[0].version == version
@@ -128,9 +139,7 @@ def test_writes_stay_refused_and_history_says_archived(tmp_path):
                 await svc.invalidate(Invalidation(b, w.applied[b][0], "cheat", "mod"))
             with pytest.raises(InvalidTransition):
                 await svc.set_state(b, BoardState.OPEN)
-            with pytest.raises(BoardArchived) as exc:
-                await svc.history(b, "p1")
-            assert exc.value.status == 410
+            assert {pid: await svc.history(b, pid) for pid in PLAYERS} == history  # the held event is not in it
             assert (await svc.board(b)).version == version
             assert svc.stats()["dead_letters"] == []
             assert_dropped(svc, results=False)
@@ -165,6 +174,12 @@ def test_a_crash_while_archiving_is_finished_at_the_next_start(tmp_path, stage):
         now = await reads_of(svc, b)
         now.pop("info")
         assert now == {k: v for k, v in before.items() if k != "info"}
+        # held after the move to ARCHIVED: in the quarantine, not in the history (nor after the restart)
+        res = await svc.submit([ScoreEvent(b, "late-x", "p1", 10**6, 5, 5, b'{"late":1}')])
+        assert res[0].outcome is Outcome.HELD_FOR_CORRECTION
+        assert await svc.history(b, "p1") == before[("history", "p1")]
+        before["quarantine"] = await svc.quarantine(b)
+        assert before["quarantine"][-1].event_id == "late-x"
         await crash(svc)
         failing["on"] = False
         svc = await open_service(data, delta_retention=5, fault_hook=hook)
