@@ -26,6 +26,25 @@ async def test_invalidation_scenario_g(seeded):
     hist = (await c.get(f"/v1/boards/{BOARD}/players/p-ava/history", headers=H("moderator"))).json()
     assert [h["kind"] for h in hist["events"]] == ["score", "invalidation"]
     assert hist["events"][0]["achieved_at"] == "2026-11-01T09:58:00.000Z"
+    assert [h["invalidated"] for h in hist["events"]] == [True, False]  # the event, then its invalidation
+    assert all("metadata" not in h for h in hist["events"])  # the seed events carry none
+
+
+async def test_history_carries_each_events_metadata(seeded):
+    c = seeded.client
+    events = [{"event_id": f"m-{i}", "board_id": BOARD, "player_id": "p-meta", "value": v,
+               "achieved_at": "2026-11-01T10:00:00Z", **({"metadata": m} if m is not None else {})}
+              for i, (v, m) in enumerate([(10, {"b": 1, "a": "é"}), (5, None), (20, {"run": [1, 2.5]})])]
+    r = await c.post("/v1/events", json={"events": events + [dict(events[0], metadata={"x": 1})]},
+                     headers=H("game_server"))
+    assert [x["outcome"] for x in r.json()["results"]][-1] == "REJECTED_EVENT_ID_CONFLICT"
+    r = await c.get(f"/v1/boards/{BOARD}/players/p-meta/history", headers=H("moderator"))
+    assert r.status_code == 200 and '"metadata":{"a":"é","b":1}' in r.content.decode()  # canonical, as stored
+    hist = r.json()["events"]
+    assert [h.get("metadata") for h in hist] == [{"a": "é", "b": 1}, None, {"run": [1, 2.5]}, {"x": 1}]
+    assert [h["outcome"] for h in hist] == ["APPLIED_FIRST_SCORE", "REJECTED_NOT_AN_IMPROVEMENT", "APPLIED_NEW_BEST",
+                                            "REJECTED_EVENT_ID_CONFLICT"]
+    assert not any(h["invalidated"] for h in hist)
 
 
 async def test_quarantine_scenario_h_and_decisions(seeded):

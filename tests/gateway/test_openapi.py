@@ -44,6 +44,9 @@ def test_every_route_is_documented_with_error_bodies():
     assert "413" in events["responses"]
     history = spec["paths"]["/v1/boards/{board_id}/players/{player_id}/history"]["get"]
     assert "BOARD_ARCHIVED" in history["responses"]["410"]["description"]  # found by schemathesis (ST103)
+    assert "format 1" in history["responses"]["410"]["description"]  # only an archive without history
+    entry = spec["components"]["schemas"]["HistoryEntryOut"]
+    assert {"invalidated", "metadata"} <= set(entry["properties"]) and "invalidated" in entry["required"]
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
 
 

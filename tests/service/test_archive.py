@@ -229,3 +229,33 @@ def test_a_lost_archive_after_the_drop_refuses_to_invent_an_empty_board(tmp_path
             await svc.close()
 
     run(go())
+
+
+def test_an_archive_without_history_answers_every_other_read_and_history_410(monkeypatch):
+    """A board archived by a FlowRank from before the history sections (archive
+    format 1, rows only): every other read still answers from it; the
+    history is 410 BOARD_ARCHIVED, as it was then."""
+    import engine.router as router_mod
+    from engine.errors import BoardArchived
+    from engine.service import LocalService
+
+    real = router_mod.encode
+    monkeypatch.setattr(router_mod, "encode", lambda b, p, v, rows, history=None: real(b, p, v, rows))
+
+    async def go():
+        svc = await LocalService.open(n_shards=2)
+        try:
+            w = Workload(4)
+            await w.full(svc, rounds=2)
+            b = BOARDS[0]
+            top = await svc.top(b, 0, 5)
+            await archive_all(svc)
+            assert svc.router.boards[b].archive.hist is None
+            assert await svc.top(b, 0, 5) == top
+            with pytest.raises(BoardArchived) as exc:
+                await svc.history(b, "p1")
+            assert exc.value.status == 410
+        finally:
+            await svc.close()
+
+    run(go())
