@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Callable, Protocol, Sequence
 
+from engine.export import Chunk
 from engine.model import (
     BoardInfo,
     BoardSpec,
@@ -95,12 +96,14 @@ class EngineClient(Protocol):
         version (ViewExpired once it is gone). ``deltas_only``: never read a
         snapshot; answer an empty one when the deltas are gone."""
 
-    def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Page]:
-        """Every ranked row at one pinned version, best first, in pages of at most
-        ``page_rows`` (docs/api.md §13). The first page comes even for an empty
-        board (its version names the cut); every page has that version. With
-        ``ties`` entries carry ``tied_rank``. Raises BoardNotFound when the first
-        page is awaited."""
+    def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Chunk]:
+        """Every ranked row at one pinned version, best first, as column chunks
+        (:class:`engine.export.Chunk`) of at most ``page_rows`` rows (docs/api.md
+        §13). The first chunk comes even for an empty board (its version names
+        the cut); every chunk has that version. With ``ties`` chunks carry
+        ``tied_rank``. Raises BoardNotFound when the first chunk is awaited.
+        Memory does not grow with the board: the rows are pinned in spill files
+        on the shards and merged a block at a time."""
 
     async def quarantine(self, board_id: str) -> list[HeldEvent]: ...
 

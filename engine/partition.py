@@ -46,6 +46,7 @@ from engine import records as R
 from engine.checksum import row_digest
 from engine.columns import ScoreColumns, int64_column as _i64, meta_columns
 from engine.errors import EventNotFound
+from engine.export import Block, metadata_arena
 from engine.formats import PARTITION_STATE_FORMAT, state_format
 from engine.journal import (
     ALREADY_INVALIDATED,
@@ -542,6 +543,21 @@ class Partition:
                 self.ach[ids].astype("<i8").tobytes(), self.sub[ids].astype("<i8").tobytes(),
                 self.rv[ids].astype("<i8").tobytes(), (self.st[ids] == ST_ACTIVE).astype(np.uint8).tobytes(),
                 [get(p, b"") for p in ids.tolist()] if self.meta else []]
+
+    def ranked_block(self, start: int, stop: int) -> Block:
+        """Ranked rows ``start .. stop - 1`` (local rank order, clamped) as an
+        export block (:mod:`engine.export`): the index keys, values,
+        achieved_at, id bytes and metadata, gathered as columns; a Python step
+        only per row that has metadata. O(log n + k)."""
+        prim, tie, ids = self.index.slice(start, stop)
+        arena, offs = self.players.bytes_of(ids)
+        has = self.has_meta[ids] != 0 if len(ids) else np.zeros(0, bool)
+        if has.any():
+            get = self.meta.get
+            mb, mo = metadata_arena([get(p) if h else None for p, h in zip(ids.tolist(), has.tolist())])
+        else:
+            mb, mo = np.zeros(0, np.uint8), np.zeros(len(ids) + 1, np.int64)
+        return Block(prim, tie, self.val[ids], self.ach[ids], arena, offs, mb, mo)
 
     def _rows_at(self, ids: np.ndarray) -> list[Row]:
         """Rows of many players: column gathers, then one record each."""

@@ -25,6 +25,7 @@ import asyncio
 import bisect
 import logging
 import time
+import uuid
 from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
@@ -38,6 +39,7 @@ from engine.archive import ArchiveHistory, ArchiveView, encode, rows_from_wire
 from engine.changes import ChangeRing
 from engine.journal import JournalColumns
 from engine.columns import ScoreColumns
+from engine.export import Block, Chunk, Merge, TiedRanks
 from engine.errors import (
     BoardArchived,
     BoardExists,
@@ -89,6 +91,7 @@ from engine.ranking import (
     with_tied_ranks,
 )
 from engine.log.archives import ArchiveStore, MemoryArchiveStore
+from engine.log.spill import SpillReader
 from engine import season
 from engine.season import next_state
 
@@ -126,6 +129,8 @@ class RouterConfig:
     approx_sample_points: int = 256
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
     max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
+    export_block_rows: int = 16_384  # rows per spill block: an export holds one per partition
+    export_read_files: bool = True  # open spill files here when possible (False: always ask the shards; tests)
     schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
     history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
 
@@ -1281,32 +1286,108 @@ class Router:
             self._trim_views(self.cfg.max_snapshot_rows)
         return version, view
 
-    async def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Page]:
-        """Every ranked row of the board at one version, best first, as pages of
-        at most ``page_rows`` entries (docs/api.md §13, export).
+    async def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Chunk]:
+        """Every ranked row of the board at one version, best first, as column
+        chunks of at most ``page_rows`` rows (docs/api.md §13, export).
 
-        The rows are the /changes snapshot view of the board's current version
-        (:meth:`_snapshot_view`, shared with every client paging that version);
-        this iterator holds the view until it ends, so the cache evicting it
-        midway changes nothing and writes made meanwhile never show. The first
-        page is yielded even when the board is empty, so a caller learns the
-        version before any row. ``ties``: entries carry ``tied_rank`` (§13).
-        Raises BoardNotFound on the first step.
-        Materialising is O(n log k) for n rows on k shards, each page O(page_rows).
+        The version is pinned without a copy of the board here: in one
+        consistent cut every shard writes its partitions' ranked rows, in rank
+        order, to spill files (:meth:`_spill`); this iterator then merges them
+        a block at a time (:class:`engine.export.Merge`) and removes them when
+        it ends, however it ends. Writes made meanwhile never show. An
+        ARCHIVED board's chunks are slices of its archive. The first chunk
+        comes even when the board is empty, so a caller learns the version
+        before any row. ``ties``: chunks carry ``tied_rank`` (§13). Raises
+        BoardNotFound on the first step. Memory: a block per partition and
+        the chunk in hand, whatever the board's size; time O(n log k) for n
+        rows over k partitions (the shards' writing included).
         """
         if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
             raise ValidationFailed("page_rows must be a positive integer.", "page_rows")
         ctl = self._ctl(board_id)
-        if ctl.archive is not None:  # pages straight from the archive: nothing materialised
+        tied = TiedRanks() if ties else None
+        if ctl.archive is not None:  # slices of the archive: nothing spilled
             arch = ctl.archive
-            yield Page(arch.info.version, _archive_page(arch, 0, page_rows, ties))
-            for start in range(page_rows, arch.ranked, page_rows):
-                yield Page(arch.info.version, _archive_page(arch, start, page_rows, ties))
+            for start in range(0, max(arch.ranked, 1), page_rows):
+                rows = _archive_block(arch, start, min(start + page_rows, arch.ranked))
+                yield Chunk(arch.info.version, start + 1, rows, tied.of(start + 1, rows.value) if tied else None)
             return
-        version, view = await self._snapshot_view(ctl, None, keep=0)
-        yield Page(version, _page_of(view, 0, page_rows, ties))
-        for start in range(page_rows, len(view), page_rows):
-            yield Page(version, _page_of(view, start, page_rows, ties))
+        version, files = await self._spill(ctl, min(page_rows, self.cfg.export_block_rows))
+        sources = await self._spill_sources(ctl, files)
+        try:
+            merge = Merge([f[4] for f in files])
+            rank = 1
+            while True:
+                for s in merge.wants():
+                    merge.feed(s, await sources[s].next())
+                got = merge.take()
+                if got is None:
+                    break
+                for a in range(0, got.rows, page_rows):
+                    part = got.slice(a, min(a + page_rows, got.rows))
+                    yield Chunk(version, rank, part, tied.of(rank, part.value) if tied else None)
+                    rank += part.rows
+            if rank == 1:
+                yield Chunk(version, 1, Block.empty(), tied.of(1, Block.empty().value) if tied else None)
+        finally:
+            await self._close_sources(ctl, sources, files[0][1] if files else None)
+
+    async def _spill(self, ctl: BoardCtl, block_rows: int) -> tuple[int, list]:
+        """One consistent cut in which every shard writes the board's
+        partitions to spill files: ``(version, [(actor, token, part, path,
+        rows)])``. A cut whose shards answered from different log offsets is
+        removed and taken again (:meth:`_consistent`)."""
+        board_id = ctl.spec.board_id
+
+        async def attempt():
+            token = uuid.uuid4().hex
+            try:
+                answers = await self._fan(ctl, lambda a: ["spill", board_id, token, block_rows])
+            except BaseException:
+                await self._drop_spills(ctl, token)
+                raise
+            offsets = {o for o, _ in answers.values()}
+            if len(offsets) > 1:
+                await self._drop_spills(ctl, token)
+            version = sum(ans[0] for _, ans in answers.values())
+            files = [(a, token, part, path, rows) for a, (_, ans) in answers.items() for part, path, rows in ans[1]]
+            return offsets, (version, files)
+
+        return await self._consistent(attempt, ctl)
+
+    async def _spill_sources(self, ctl: BoardCtl, files: list) -> list:
+        """A block source per spill file: the file itself when this process
+        can open it (its name removed at once, so the data goes with the last
+        close whatever happens), else frames asked of its shard."""
+        sources: list = []
+        try:
+            for actor, token, part, path, _ in files:
+                reader = SpillReader.open(path, token) if self.cfg.export_read_files else None
+                sources.append(_FileSource(reader) if reader is not None else
+                               _ShardSource(self.reads, actor, ctl.spec.board_id, token, part))
+        except BaseException:
+            await self._close_sources(ctl, sources, None)
+            await self._drop_spills(ctl, files[0][1])
+            raise
+        return sources
+
+    async def _close_sources(self, ctl: BoardCtl, sources: list, token: str | None) -> None:
+        """Close the open files; shards still holding files of ``token`` remove them."""
+        for src in sources:
+            if isinstance(src, _FileSource):
+                src.close()
+        remote = {src.actor for src in sources if isinstance(src, _ShardSource)}
+        if token is not None and remote:
+            await self._drop_spills(ctl, token, remote)
+
+    async def _drop_spills(self, ctl: BoardCtl, token: str, actors: set | None = None) -> None:
+        """Ask shards to remove the spill files of ``token`` (best effort: a
+        shard that is down empties its spill directory when it starts)."""
+        for a in ctl.actors if actors is None else sorted(actors):
+            try:
+                await self.reads.ask(a, ["spill_drop", ctl.spec.board_id, token])
+            except Exception:
+                log.warning("could not remove export spill files %s on shard %d", token, a)
 
     def _trim_views(self, max_rows: int) -> None:
         """Evict least recently used views until they hold at most ``max_rows``
@@ -1379,6 +1460,50 @@ def _page_of(prefix, offset: int, limit: int, ties: bool) -> tuple:
     if ties and page:
         page = with_tied_ranks(page, first_tied_in_prefix(prefix, offset))
     return tuple(page)
+
+
+class _FileSource:
+    """Blocks of a spill file this process opened."""
+
+    def __init__(self, reader: SpillReader) -> None:
+        self.reader = reader
+
+    async def next(self) -> Block:
+        block = self.reader.next()
+        if block is None:
+            raise StorageUnavailable("An export's spill file ended early; retry the export.")
+        return block
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class _ShardSource:
+    """Blocks of a spill file on a shard this process cannot open (another
+    node): one shard read per block, the file's frames as the shard reads them."""
+
+    def __init__(self, reads: _Reads, actor: int, board_id: str, token: str, part: int) -> None:
+        self.reads, self.actor, self.board_id, self.token, self.part = reads, actor, board_id, token, part
+        self.at: int | None = None
+
+    async def next(self) -> Block:
+        _, (_, (raw, at)) = await self.reads.ask(self.actor, ["spill_read", self.board_id, self.token, self.part,
+                                                              self.at])
+        if not raw:
+            raise StorageUnavailable("An export's spill file ended early; retry the export.")
+        self.at = at
+        return Block.decode(raw)
+
+
+def _archive_block(arch: ArchiveView, start: int, stop: int) -> Block:
+    """Ranked rows ``start .. stop - 1`` of an archive as an export block (views of its columns)."""
+    value, achieved = arch.value[start:stop], arch.achieved[start:stop]
+    descending = arch.info.policy is not Policy.FASTEST_TIME
+    io, mo = arch.id_offsets[start:stop + 1], arch.meta_offsets[start:stop + 1]
+    if stop <= start:
+        io = mo = np.zeros(1, np.int64)
+    return Block(np.invert(value) if descending else value, achieved if descending else arch.submitted[start:stop],
+                 value, achieved, arch.id_bytes[io[0]:io[-1]], io - io[0], arch.meta_bytes[mo[0]:mo[-1]], mo - mo[0])
 
 
 def _archive_page(arch: ArchiveView, offset: int, limit: int, ties: bool) -> tuple:

@@ -128,6 +128,9 @@ class LocalService(RouterClient):
         cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
                      None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows))
                  for i in range(cfg.n_shards)]
+        for i, core in enumerate(cores):  # export spill files (stale ones from a crash go now); else a temp dir
+            if data_dir is not None:
+                core.use_spill_dir(str(Path(data_dir) / "spill" / f"shard-{i}"))
         transport = InProcessShards(cores)
         archives = MemoryArchiveStore() if data_dir is None else FileArchiveStore(
             Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
@@ -185,6 +188,8 @@ class LocalService(RouterClient):
         close = getattr(self.event_log, "close", None)
         if close:
             close()
+        for core in self.cores:
+            core.close_spills()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

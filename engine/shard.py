@@ -22,6 +22,7 @@ import heapq
 import logging
 import os
 import shutil
+import tempfile
 from collections import OrderedDict
 from itertools import islice
 from typing import Iterable
@@ -34,6 +35,7 @@ from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.model import BoardSpec, Outcome
 from engine.journal import Journal, JournalPlace
 from engine.log.journal_files import FilePlace
+from engine.log.spill import read_frame, remove_dir, remove_spills, reset_dir, spill_path, write_spill
 from engine.partition import KIND_DECISION, Applied, Partition
 from engine.placement import actor_of, part_of
 
@@ -100,6 +102,8 @@ class ShardCore:
         self._result_board: dict[int, str] = {}  # offset -> board of a cached result (dropped with the board)
         self._result_bytes: dict[int, int] = {}  # offset -> approximate bytes of a cached result
         self.result_cache_bytes = 0
+        self.spill_dir: str | None = None  # export spill files (engine.log.spill); None: a temp dir on first use
+        self._own_spill_dir = False
 
     # ------------------------------------------------------------------ writes
 
@@ -343,6 +347,12 @@ class ShardCore:
             return [version, [p.columns() for p in parts]]
         if op == "hcols":  # one chunk of one partition's journal, for an archive's history
             return [version, self.history_chunk(board_id, req[2], req[3], req[4])]
+        if op == "spill":  # an export pins this cut: every partition's ranked rows to a file
+            return [version, self.spill(board_id, req[2], req[3])]
+        if op == "spill_read":  # a frame of a spill file, for a router that cannot open it
+            return [version, list(read_frame(spill_path(self._spill_root(), req[2], req[3]), req[2], req[4]))]
+        if op == "spill_drop":
+            return [version, remove_spills(self._spill_root(), req[2])]
         if op == "drop":  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
             return [version, self.drop(board_id)]
         if op == "sample":
@@ -370,6 +380,45 @@ class ShardCore:
             arena, offs = partition.players.bytes_of(np.arange(len(partition.players), dtype=np.int64))
             ids = [arena.tobytes(), offs.astype("<i8").tobytes()]
         return [total, cols.to_wire(), ids]
+
+    # ----------------------------------------------------------------- export
+
+    def use_spill_dir(self, root: str) -> None:
+        """Write export spill files under ``root``, emptied of stale ones now."""
+        reset_dir(root)
+        self.spill_dir, self._own_spill_dir = root, False
+
+    def _spill_root(self) -> str:
+        if self.spill_dir is None:
+            self.spill_dir, self._own_spill_dir = tempfile.mkdtemp(prefix=f"flowrank-spill-{self.index}-"), True
+        return self.spill_dir
+
+    def close_spills(self) -> None:
+        """Remove every spill file (and a temp spill directory of our own)."""
+        if self.spill_dir is not None:
+            if self._own_spill_dir:
+                remove_dir(self.spill_dir)
+                self.spill_dir = None
+            else:
+                remove_spills(self.spill_dir)
+
+    def spill(self, board_id: str, token: str, block_rows: int) -> list:
+        """Write each of the board's partitions here, ranked rows in local rank
+        order, to its spill file (``block_rows`` rows per block, gathered one
+        block at a time: memory is a block, not the partition). Returns
+        ``[[part, path, rows], ...]``. O(rows)."""
+        root = self._spill_root()
+        out = []
+        try:
+            for n, p in self.parts.get(board_id, {}).items():
+                path = spill_path(root, token, n)
+                rows = len(p)
+                write_spill(path, token, rows, (p.ranked_block(a, a + block_rows) for a in range(0, rows, block_rows)))
+                out.append([n, path, rows])
+        except BaseException:
+            remove_spills(root, token)
+            raise
+        return out
 
     def drop(self, board_id: str) -> int:
         """Forget the board's partitions here, journal files included, keeping

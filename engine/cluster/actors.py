@@ -117,6 +117,9 @@ class ShardActor:
         if core is None:
             core = ShardCore(index, n_actors, JournalPlace(journal_root))
         replayed = replay_from_server(core, log_server)  # shadow: served only once complete
+        # export spill files: node-local, so a gateway on this node reads them directly
+        core.use_spill_dir(os.path.join(tempfile.gettempdir(), "flowrank-spill", namespace,
+                                        ray.get_runtime_context().get_node_id(), self.name))
         self.core = core
         self.replayed = replayed
         gc_tuning.tune()  # a long-lived process full of long-lived objects

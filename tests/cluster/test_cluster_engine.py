@@ -173,7 +173,7 @@ async def _reads(client, board: str, players) -> dict:
         "around": await client.around(board, ranked[len(ranked) // 2], 3, ties=True),
         "subset": await client.ranked_subset(board, players[::3]),
         "checksum": await client.checksum(board),
-        "export": [p async for p in client.export(board, page_rows=50)],
+        "export": [(c.version, e) async for c in client.export(board, page_rows=50) for e in c.entries()],
         "history": {pid: await client.history(board, pid) for pid in players},
     }
 

@@ -1,16 +1,24 @@
 """Router.export (docs/api.md §13): every ranked row at the version of its first
-page, best first, in pages, whatever writes arrive and whatever the view cache
-evicts meanwhile; checked against the brute-force oracle."""
+chunk, best first, whatever writes arrive and whatever the view cache evicts
+meanwhile; checked against the brute-force oracle for every policy, 1 and 3
+partitions, ties, non-ASCII ids and metadata. The version is pinned by spill
+files on the shards (engine.export, engine.log.spill): they are gone once the
+export ends, however it ends."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 
 import pytest
 
+from engine import export as export_mod
 from engine.errors import BoardNotFound, ValidationFailed
+from engine.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
 from engine.service import LocalService
 from tests import snapshot_paging as sp
+from tests.engine import oracle
 
 BOARD = "g:m:s:export"
 
@@ -22,25 +30,99 @@ def loop():
     lp.close()
 
 
-def test_export_pages_stay_at_the_first_version_while_writes_arrive_and_the_cache_empties(loop):
+def _spill_files(svc) -> list[str]:
+    """Spill files still named in the shards' directories, and spill files this
+    process still holds open (unlinked but not closed)."""
+    named = [n for c in svc.cores if c.spill_dir and os.path.isdir(c.spill_dir) for n in os.listdir(c.spill_dir)]
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if ".spill" in target:
+            held.append(target)
+    return named + held
+
+
+def _entries(chunks) -> tuple[int, list]:
+    versions = {c.version for c in chunks}
+    assert len(versions) == 1, versions
+    entries = [e for c in chunks for e in c.entries()]
+    assert [e.rank for e in entries] == list(range(1, len(entries) + 1))
+    return versions.pop(), entries
+
+
+def test_export_chunks_stay_at_the_first_version_while_writes_arrive_and_the_cache_empties(loop):
     async def go():
         svc = await LocalService.open(data_dir=None, n_shards=3, delta_retention=50)
         try:
             await sp.open_board(svc, BOARD, shards=3)
             writer = sp.Writer(svc, BOARD, seed=13)
             await writer.load(20_000)
-            pages = svc.export(BOARD, 3_000)
-            first = await pages.__anext__()
-            entries, n = list(first.entries), 1
-            async for page in pages:
-                await writer.step()  # rows move across pages, new players arrive, one invalidation
-                svc.router.views.clear()  # the shared cache forgets the view: the export holds its own
-                assert page.version == first.version and 0 < len(page.entries) <= 3_000
-                entries.extend(page.entries)
+            chunks = svc.export(BOARD, 3_000)
+            first = await chunks.__anext__()
+            got, n = [first], 1
+            async for chunk in chunks:
+                await writer.step()  # rows move across chunks, new players arrive, one invalidation
+                svc.router.views.clear()
+                assert chunk.version == first.version and 0 < len(chunk) <= 3_000
+                got.append(chunk)
                 n += 1
-            assert n == 7 and len(first.entries) == 3_000
-            sp.check_snapshot(writer, first.version, entries)
+            assert n >= 7 and len(first) == 3_000
+            version, entries = _entries(got)
+            sp.check_snapshot(writer, version, entries)
             assert (await svc.board(BOARD)).version > first.version
+            assert _spill_files(svc) == []
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+def _events(policy: Policy, board: str, seed: int, players: int, n: int) -> list[ScoreEvent]:
+    """Few distinct values and times (long runs of equal keys: ties decided by id
+    bytes across partitions), non-ASCII ids, metadata on some events."""
+    rnd = random.Random(seed)
+    names = [f"p{i}" for i in range(players // 2)] + [f"ü-{i}-✓" for i in range(players // 4)]
+    names += [f"😀{i}" for i in range(players - len(names))]
+    out = []
+    for i in range(n):
+        t = 1_000 + rnd.randrange(3)
+        value = rnd.randrange(1, 6) * (1_000 if policy is Policy.FASTEST_TIME else 1)
+        meta = rnd.choice([b"", b'{"k":1}', '{"n":"é✓"}'.encode()])
+        out.append(ScoreEvent(board, f"e{i}", rnd.choice(names), value, t, t + rnd.randrange(2), meta))
+    return out
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("parts", [1, 3])
+def test_export_equals_the_oracle(loop, policy, parts):
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=2)
+        try:
+            board = f"g:m:s:{policy.value}{parts}"
+            await svc.create_board(BoardSpec(board, policy, shards=parts))
+            events = _events(policy, board, seed=parts, players=900, n=2_500)
+            for a in range(0, len(events), 700):
+                await svc.submit(events[a:a + 700])
+            invalid = {events[5].event_id, events[77].event_id}
+            for eid in invalid:
+                await svc.invalidate(Invalidation(board, eid))
+            rows = oracle.final_rows(policy, events, invalid)
+            metas = oracle.final_metadata(policy, events, invalid)
+            order = oracle.ranking(policy, rows)
+            better = {pid: 1 + sum(1 for q in order if (rows[q][0] > rows[pid][0] if policy is not Policy.FASTEST_TIME
+                                                       else rows[q][0] < rows[pid][0])) for pid in order}
+            for ties in (False, True):
+                version, entries = _entries([c async for c in svc.export(board, 97, ties=ties)])
+                assert version == (await svc.board(board)).version
+                assert [(e.player_id, e.value, e.achieved_at, e.metadata or b"") for e in entries] == [
+                    (pid, rows[pid][0], rows[pid][1], metas[pid]) for pid in order]
+                assert [e.tied_rank for e in entries] == ([better[pid] for pid in order] if ties else
+                                                          [None] * len(order))
+                assert any(e.tied_rank != e.rank for e in entries) or not ties
+            assert _spill_files(svc) == []
         finally:
             await svc.close()
 
@@ -53,11 +135,113 @@ def test_export_of_an_empty_or_unknown_board(loop):
         try:
             await sp.open_board(svc, BOARD, shards=2)
             got = [p async for p in svc.export(BOARD)]
-            assert len(got) == 1 and got[0].version == 0 and got[0].entries == ()
+            assert len(got) == 1 and got[0].version == 0 and len(got[0]) == 0 and got[0].entries() == []
+            got = [p async for p in svc.export(BOARD, ties=True)]
+            assert len(got) == 1 and got[0].tied_rank is not None and len(got[0].tied_rank) == 0
             with pytest.raises(BoardNotFound):
                 await svc.export("g:m:s:none").__anext__()
             with pytest.raises(ValidationFailed):
                 await svc.export(BOARD, 0).__anext__()
+            assert _spill_files(svc) == []
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+async def _loaded(n_shards: int = 3, data_dir=None, **kw) -> tuple[LocalService, sp.Writer]:
+    svc = await LocalService.open(data_dir=data_dir, n_shards=n_shards, **kw)
+    await sp.open_board(svc, BOARD, shards=3)
+    writer = sp.Writer(svc, BOARD, seed=5)
+    await writer.load(6_000)
+    return svc, writer
+
+
+def test_spill_files_are_gone_when_the_reader_stops_midway_or_the_export_fails(loop, monkeypatch):
+    async def go():
+        svc, _ = await _loaded()
+        try:
+            chunks = svc.export(BOARD, 500)
+            await chunks.__anext__()
+            assert _spill_files(svc) != []  # held open (names already removed) while the export runs
+            await chunks.aclose()  # a client that went away
+            assert _spill_files(svc) == []
+
+            calls = {"n": 0}
+            real = export_mod.Merge.take
+
+            def failing(self):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise OSError("disk gone")
+                return real(self)
+
+            monkeypatch.setattr(export_mod.Merge, "take", failing)
+            with pytest.raises(OSError):
+                async for _ in svc.export(BOARD, 500):
+                    pass
+            assert calls["n"] == 3 and _spill_files(svc) == []
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+def test_frames_asked_of_the_shards_when_the_files_cannot_be_opened(loop):
+    """A gateway on another node than a shard reads its spill file through the
+    shard (one read per block); the export is the same and the files go."""
+    async def go():
+        svc, writer = await _loaded()
+        try:
+            local = [c async for c in svc.export(BOARD, 700, ties=True)]
+            svc.router.cfg.export_read_files = False
+            chunks = svc.export(BOARD, 700, ties=True)
+            first = await chunks.__anext__()
+            await writer.step()
+            remote = [first] + [c async for c in chunks]
+            assert _entries(remote) == _entries(local)
+            assert _spill_files(svc) == []
+            chunks = svc.export(BOARD, 700)
+            await chunks.__anext__()
+            assert _spill_files(svc) != []  # still on the shards
+            await chunks.aclose()
+            assert _spill_files(svc) == []
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+def test_spill_directory_under_the_data_dir_and_stale_files_go_at_start(loop, tmp_path):
+    async def go():
+        svc, writer = await _loaded(data_dir=str(tmp_path))
+        chunks = svc.export(BOARD, 1_000)
+        await chunks.__anext__()
+        assert svc.cores[0].spill_dir == str(tmp_path / "spill" / "shard-0")
+        await chunks.aclose()
+        await svc.close()
+        stale = tmp_path / "spill" / "shard-1" / "deadbeef-0.spill"
+        stale.write_bytes(b"left by a crash")
+        svc = await LocalService.open(data_dir=str(tmp_path), n_shards=3)
+        try:
+            assert not stale.exists()
+            version, entries = _entries([c async for c in svc.export(BOARD, 1_000)])
+            sp.check_snapshot(writer, version, entries)
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+def test_an_archived_board_exports_from_its_archive(loop, tmp_path):
+    async def go():
+        svc, writer = await _loaded(data_dir=str(tmp_path))
+        try:
+            before = _entries([c async for c in svc.export(BOARD, 999, ties=True)])
+            for s in (BoardState.FROZEN, BoardState.FINALIZED, BoardState.ARCHIVED):
+                await svc.set_state(BOARD, s)
+            after = _entries([c async for c in svc.export(BOARD, 999, ties=True)])
+            assert after == before and all(not os.listdir(c.spill_dir) for c in svc.cores)
         finally:
             await svc.close()
 

@@ -16,7 +16,7 @@ from tests.gateway.conftest import BOARD, H, Harness, open_engine, settings, thr
 
 pytestmark = pytest.mark.anyio
 
-PLAYERS = 12_000  # > 2 export pages (gateway.routes.export.PAGE_ROWS = 5,000)
+PLAYERS = 12_000  # > 1 export chunk (gateway.routes.export.PAGE_ROWS = 8,192)
 
 
 def _event(i: int, player: str, value: int) -> dict:
@@ -196,15 +196,134 @@ def test_format_timestamps_equals_format_timestamp():
     assert format_timestamps([]) == []
 
 
+def _chunk(entries, ties: bool = False):
+    from engine.export import Block, Chunk, TiedRanks
+
+    rows = Block.of([-e.value for e in entries], [e.achieved_at for e in entries], [e.value for e in entries],
+                    [e.achieved_at for e in entries], [e.player_id for e in entries], [e.metadata for e in entries])
+    first = entries[0].rank if entries else 1
+    return Chunk(1, first, rows, TiedRanks().of(first, rows.value) if ties else None)
+
+
 def test_csv_rows_write_what_the_csv_module_writes():
     from engine.model import RankedEntry
     from gateway.routes.export import csv_rows
 
     plain = [RankedEntry(i + 1, f"p-{i}", 100 - i, 1_793_527_500_000 + i) for i in range(20)]
     odd = plain[:3] + [RankedEntry(4, "a,b", 1, 0), RankedEntry(5, 'q"x', 2, 5), RankedEntry(6, "ü ✓ ", 3, -7),
-                       RankedEntry(7, " lead", -4, 9)]
+                       RankedEntry(7, " lead", -4, 9, metadata=b'{"a":"x,\\"y"}'), RankedEntry(8, "r", -4, 9)]
     for page in (plain, odd, []):
-        out = io.StringIO()
-        csv.writer(out, lineterminator="\r\n").writerows(
-            (e.rank, e.player_id, e.value, format_timestamp(e.achieved_at), "") for e in page)
-        assert csv_rows(page).decode("utf-8") == out.getvalue()
+        for ties in (False, True):
+            out = io.StringIO()
+            tied = _chunk(page, ties).tied_rank
+            csv.writer(out, lineterminator="\r\n").writerows(
+                (e.rank, e.player_id, e.value, format_timestamp(e.achieved_at), (e.metadata or b"").decode())
+                + ((int(tied[k]),) if ties else ()) for k, e in enumerate(page))
+            assert csv_rows(_chunk(page, ties), ties).decode("utf-8") == out.getvalue()
+
+
+def test_jsonl_rows_write_what_orjson_writes():
+    import orjson
+
+    from engine.model import RankedEntry
+    from gateway.routes.export import jsonl_rows
+
+    ids = ["p-1", 'q"x', "back\\slash", "ü ✓", "tab\there", "😀", "a,b", "nl\nx"]
+    metas = [None, b"{}", b'{"k":"\xc3\xa9","n":[1,2.5,null]}', None, b'{"q":"\\""}', None, None, b'{"a":1}']
+    page = [RankedEntry(i + 10, pid, 50 - i // 2, -62_135_596_800_000 + i * 10**9, None, m)
+            for i, (pid, m) in enumerate(zip(ids, metas))]
+    for ties in (False, True):
+        chunk = _chunk(page, ties)
+        want = b""
+        for k, e in enumerate(page):
+            row: dict = {"rank": e.rank}
+            if ties:
+                row["tied_rank"] = int(chunk.tied_rank[k])
+            row |= {"player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
+            if e.metadata:
+                row["metadata"] = orjson.Fragment(e.metadata)
+            want += orjson.dumps(row) + b"\n"
+        assert jsonl_rows(chunk, ties) == want
+    assert jsonl_rows(_chunk([]), False) == b""
+
+
+def _engine_of(holder: dict):
+    def wrap(app):
+        holder["app"] = app
+        return app
+    return wrap
+
+
+def _held_spills() -> list[str]:
+    """Spill files this process holds open (the gateway and the shards share it here)."""
+    import os
+
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if ".spill" in target:
+            out.append(target)
+    return out
+
+
+def _wait_until(cond, seconds: float = 10.0) -> bool:
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def test_a_client_that_goes_away_or_a_failure_midway_leaves_no_spill_file(monkeypatch):
+    """A real socket: the client reads the first bytes and hangs up; then the
+    engine fails after the first bytes, and the client sees the connection
+    closed before the end of the body. Either way the spill files go."""
+    import os
+
+    from engine import export as export_mod
+
+    holder: dict = {}
+    with thread_server(n_shards=3, wrap=_engine_of(holder)) as url:
+        engine = holder["app"].state.gateway.engine
+        with httpx.Client(base_url=url, timeout=30) as c:
+            r = c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": 3}, headers=H("admin"))
+            assert r.status_code == 201
+            events = _players(40_000)
+            for i in range(0, len(events), 10_000):
+                assert c.post("/v1/events", json={"events": events[i:i + 10_000]},
+                              headers=H("game_server")).status_code == 200
+
+            with c.stream("GET", f"/v1/boards/{BOARD}/export", headers=H("admin")) as r:
+                assert r.status_code == 200
+                next(r.iter_bytes())
+                assert _held_spills() != []  # open while the body is sent
+            assert _wait_until(lambda: _held_spills() == [])
+            dirs = [core.spill_dir for core in engine.cores]
+            assert all(d and os.listdir(d) == [] for d in dirs)
+
+            calls = {"n": 0}
+            real = export_mod.Merge.take
+
+            def failing(self):
+                calls["n"] += 1
+                if calls["n"] == 2:
+                    raise OSError("disk gone")
+                return real(self)
+
+            monkeypatch.setattr(export_mod.Merge, "take", failing)
+            with pytest.raises(httpx.RemoteProtocolError):
+                with c.stream("GET", f"/v1/boards/{BOARD}/export", headers=H("admin")) as r:
+                    assert r.status_code == 200
+                    b"".join(r.iter_bytes())
+            assert calls["n"] == 2
+            assert _wait_until(lambda: _held_spills() == [])
+            assert all(os.listdir(d) == [] for d in dirs)
+            monkeypatch.undo()
+            full = c.get(f"/v1/boards/{BOARD}/export", headers=H("admin"))
+            assert full.text.count("\r\n") == 40_001

@@ -43,7 +43,8 @@ async def reads_of(svc, board_id: str) -> dict:
             if cursor is None:
                 break
         out[("changes", ties)] = pages
-        out[("export", ties)] = [p async for p in svc.export(board_id, page_rows=5, ties=ties)]
+        chunks = [c async for c in svc.export(board_id, page_rows=5, ties=ties)]
+        out[("export", ties)] = ({c.version for c in chunks}, [e for c in chunks for e in c.entries()])
     for pid in PLAYERS:
         out[("history", pid)] = await svc.history(board_id, pid)
     for pid in PLAYERS:
