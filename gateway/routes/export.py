@@ -5,7 +5,8 @@ come from :meth:`engine.client.EngineClient.export`: column chunks of the
 board at the version the export pinned (spill files on the shards, merged a
 block at a time; docs/http.md "Export"). Each chunk is rendered from its
 columns and sent before the next is read, so the bytes in flight are one
-chunk whatever the board's size. ``X-Board-Version`` names the version.
+chunk whatever the board's size; a chunk is rendered by one numba kernel
+(:mod:`gateway.export_format`). ``X-Board-Version`` names the version.
 
 * CSV (RFC 4180, CRLF line ends): ``rank,player_id,value,achieved_at,metadata``;
   ``metadata`` is the row's compact JSON (quoted as any CSV field holding a
@@ -24,17 +25,15 @@ export that looks whole.
 
 from __future__ import annotations
 
-import re
 from typing import AsyncIterator, Literal
 
-import orjson
 from fastapi import Query, Request
 from fastapi.responses import StreamingResponse
 
-from engine.export import Block, Chunk
-from engine.timefmt import format_timestamps
+from engine.export import Chunk
 
 from gateway.auth import Permission
+from gateway.export_format import csv_bytes, jsonl_bytes
 from gateway.guard import access
 from gateway.routes.common import BoardIdPath, Ties, guarded_router, gw
 from gateway.schemas import error_responses
@@ -46,91 +45,8 @@ CSV_HEADER = "rank,player_id,value,achieved_at,metadata"
 MEDIA = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 
 
-_CSV_SPECIAL = re.compile(r'[,"\r\n]')  # a field holding one of these is quoted (RFC 4180)
-_CSV_SPECIAL_B = re.compile(rb'[,"\r\n]')
-_JSON_ESCAPE_B = re.compile(rb'[\x00-\x1f"\\]')  # what a JSON string must escape
-
-
-def _csv_field(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"' if _CSV_SPECIAL.search(text) else text
-
-
-def _ids(rows: Block) -> tuple[bytes, list[str]]:
-    """The chunk's id bytes and ids (one decode of the arena when it is ASCII)."""
-    raw = rows.id_bytes.tobytes()
-    o = rows.id_offsets.tolist()
-    if raw.isascii():
-        text = raw.decode("ascii")
-        return raw, [text[a:b] for a, b in zip(o, o[1:])]
-    return raw, [raw[a:b].decode("utf-8", "surrogatepass") for a, b in zip(o, o[1:])]
-
-
-def _metas(rows: Block) -> list[str] | None:
-    """Each row's metadata as text ("" when none), or None when no row has any."""
-    o = rows.meta_offsets.tolist()
-    if o[-1] == o[0]:
-        return None
-    raw = rows.meta_bytes.tobytes()
-    return [raw[a:b].decode("utf-8") for a, b in zip(o, o[1:])]
-
-
-def csv_rows(chunk: Chunk, ties: bool = False) -> bytes:
-    """CSV lines of a chunk (no header), as :mod:`csv` writes them with
-    minimal quoting and CRLF ends; with ``ties`` a last ``tied_rank`` column.
-    From the chunk's columns, O(rows): one regex scan of the id bytes decides
-    whether any id needs quoting (ranks, values and timestamps never do);
-    metadata, when a row has some, is its compact JSON as one field."""
-    rows = chunk.rows
-    if not rows.rows:
-        return b""
-    raw, ids = _ids(rows)
-    if _CSV_SPECIAL_B.search(raw) is not None:
-        ids = [_csv_field(i) for i in ids]
-    cols: list = [range(chunk.first_rank, chunk.first_rank + rows.rows), ids, rows.value.tolist(),
-                  format_timestamps(rows.achieved)]
-    metas = _metas(rows)
-    line = "%d,%s,%d,%s,"
-    if metas is not None:
-        cols.append([_csv_field(m) for m in metas])
-        line += "%s"
-    if ties:
-        assert chunk.tied_rank is not None
-        cols.append(chunk.tied_rank.tolist())
-        line += ",%d"
-    line += "\r\n"
-    return "".join([line % x for x in zip(*cols)]).encode("utf-8", "surrogatepass")
-
-
-def jsonl_rows(chunk: Chunk, ties: bool = False) -> bytes:
-    """JSON Lines of a chunk, one object per row, byte for byte what orjson
-    writes for ``{"rank", ["tied_rank",] "player_id", "value", "achieved_at"
-    [, "metadata"]}`` (``metadata`` only when the row has some, as in every
-    read). From the chunk's columns, O(rows); an id that JSON must escape is
-    escaped by orjson."""
-    rows = chunk.rows
-    if not rows.rows:
-        return b""
-    raw, ids = _ids(rows)
-    if _JSON_ESCAPE_B.search(raw) is not None:
-        ids = [orjson.dumps(i).decode("utf-8")[1:-1] for i in ids]
-    cols: list = [range(chunk.first_rank, chunk.first_rank + rows.rows)]
-    line = '{"rank":%d,'
-    if ties:
-        assert chunk.tied_rank is not None
-        cols.append(chunk.tied_rank.tolist())
-        line += '"tied_rank":%d,'
-    cols += [ids, rows.value.tolist(), format_timestamps(rows.achieved)]
-    line += '"player_id":"%s","value":%d,"achieved_at":"%s"'
-    metas = _metas(rows)
-    if metas is not None:
-        cols.append([',"metadata":' + m if m else "" for m in metas])
-        line += "%s"
-    line += "}\n"
-    return "".join([line % x for x in zip(*cols)]).encode("utf-8", "surrogatepass")
-
-
 async def _body(first: Chunk, rest: AsyncIterator[Chunk], fmt: str, ties: bool) -> AsyncIterator[bytes]:
-    render = csv_rows if fmt == "csv" else jsonl_rows
+    render = csv_bytes if fmt == "csv" else jsonl_bytes
     try:
         head = (CSV_HEADER + (",tied_rank" if ties else "") + "\r\n").encode() if fmt == "csv" else b""
         yield head + render(first, ties)

@@ -207,7 +207,7 @@ def _chunk(entries, ties: bool = False):
 
 def test_csv_rows_write_what_the_csv_module_writes():
     from engine.model import RankedEntry
-    from gateway.routes.export import csv_rows
+    from gateway.export_format import csv_bytes as csv_rows
 
     plain = [RankedEntry(i + 1, f"p-{i}", 100 - i, 1_793_527_500_000 + i) for i in range(20)]
     odd = plain[:3] + [RankedEntry(4, "a,b", 1, 0), RankedEntry(5, 'q"x', 2, 5), RankedEntry(6, "ü ✓ ", 3, -7),
@@ -226,7 +226,7 @@ def test_jsonl_rows_write_what_orjson_writes():
     import orjson
 
     from engine.model import RankedEntry
-    from gateway.routes.export import jsonl_rows
+    from gateway.export_format import jsonl_bytes as jsonl_rows
 
     ids = ["p-1", 'q"x', "back\\slash", "ü ✓", "tab\there", "😀", "a,b", "nl\nx"]
     metas = [None, b"{}", b'{"k":"\xc3\xa9","n":[1,2.5,null]}', None, b'{"q":"\\""}', None, None, b'{"a":1}']
@@ -285,6 +285,7 @@ def test_a_client_that_goes_away_or_a_failure_midway_leaves_no_spill_file(monkey
     engine fails after the first bytes, and the client sees the connection
     closed before the end of the body. Either way the spill files go."""
     import os
+    import time
 
     from engine import export as export_mod
 
@@ -299,16 +300,23 @@ def test_a_client_that_goes_away_or_a_failure_midway_leaves_no_spill_file(monkey
                 assert c.post("/v1/events", json={"events": events[i:i + 10_000]},
                               headers=H("game_server")).status_code == 200
 
+            real = export_mod.Merge.take
+
+            def slow(self):  # the export outlasts the client, whatever the socket buffers hold
+                time.sleep(0.2)
+                return real(self)
+
+            monkeypatch.setattr(export_mod.Merge, "take", slow)
             with c.stream("GET", f"/v1/boards/{BOARD}/export", headers=H("admin")) as r:
                 assert r.status_code == 200
                 next(r.iter_bytes())
                 assert _held_spills() != []  # open while the body is sent
             assert _wait_until(lambda: _held_spills() == [])
+            monkeypatch.undo()
             dirs = [core.spill_dir for core in engine.cores]
             assert all(d and os.listdir(d) == [] for d in dirs)
 
             calls = {"n": 0}
-            real = export_mod.Merge.take
 
             def failing(self):
                 calls["n"] += 1
