@@ -7,7 +7,7 @@
     python -m benchmarks http [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
     python -m benchmarks core [--players N] [--events N] [--repeat R] [--batch B] [--json OUT]
     python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
-    python -m benchmarks export [--rows 20000,100000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
+    python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)

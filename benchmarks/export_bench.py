@@ -1,16 +1,25 @@
 """``python -m benchmarks export``: the export route (docs/api.md §13) and the CLI round trip.
 
-    python -m benchmarks export [--rows 20000,100000] [--repeat 3] [--engine local|ray]
-                                [--shards 2] [--events N] [--submit-concurrency C] [--seed 1] [--json OUT]
+    python -m benchmarks export [--rows 100000,300000,1000000] [--repeat 3] [--engine local|ray]
+                                [--shards 2] [--client curl|httpx] [--events N] [--submit-concurrency C]
+                                [--seed 1] [--json OUT]
 
 For each board size in ``--rows`` it starts ``flowrank serve`` (its own data
-directory and keys), fills one ``best_score`` board with that many ranked
-players (POST /v1/events, 10,000 per request), then streams
-``GET /export?format=csv`` and ``?format=jsonl`` ``--repeat`` times each,
-discarding the bytes client-side. It reports rows/s (min/median/max) and the
-server's RSS (the gateway process plus its children) before the first export,
-the peak sampled every 20 ms during the exports, and after them. Issue 13's
-target: 200k rows/s at 1M rows, RSS not growing with the board size.
+directory and keys; the local engine keeps the shards in the server process,
+so its RSS is the whole server's), fills one ``best_score`` board of
+``--shards`` partitions with that many ranked players (POST /v1/events,
+10,000 per request), then streams ``GET /export?format=csv`` and
+``?format=jsonl`` ``--repeat`` times each, read by ``curl`` (a C client, so
+the other core is not spent parsing HTTP; ``--client httpx`` reads them in
+Python) and discarded. A warm-up export of each format, read with httpx,
+counts its rows; every timed one must send the same number of bytes.
+Per size and format it reports rows/s (min/median/max over the repeats), the
+time to the first byte (the spill of every partition at the pinned version)
+and the server's RSS (the gateway process plus its children): before the
+first export, the peak sampled every 20 ms during that format's exports, and
+after them; and the load average. Issue 13's target: 200k rows/s at 1M rows,
+and an RSS during the export that does not grow with the board size (the
+peak minus the before column stays flat from 100k to 1M rows).
 
 ``--events N`` adds the CLI round trip of issue 12: N best_score events over
 N/2 players written as JSON Lines, sent with ``flowrank submit`` (batches of
@@ -24,6 +33,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -114,15 +124,42 @@ def _fill(client: httpx.Client, rows: int, seed: int) -> float:
     return time.perf_counter() - t0
 
 
-def _export_once(client: httpx.Client, fmt: str) -> tuple[float, int, int]:
+def _export_once(client: httpx.Client, fmt: str) -> tuple[float, float, int, int]:
+    """(seconds, seconds to the first byte, rows, version) of one export."""
     t0 = time.perf_counter()
     lines = 0
+    first = None
     with client.stream("GET", f"/v1/boards/{BOARD}/export", params={"format": fmt}) as r:
         r.raise_for_status()
         version = int(r.headers["X-Board-Version"])
         for chunk in r.iter_bytes():
+            if first is None:
+                first = time.perf_counter() - t0
             lines += chunk.count(b"\n")
-    return time.perf_counter() - t0, lines - (1 if fmt == "csv" else 0), version
+    return time.perf_counter() - t0, first or 0.0, lines - (1 if fmt == "csv" else 0), version
+
+
+def _export_curl(url: str, fmt: str) -> tuple[float, float, int]:
+    """(seconds, seconds to the first byte, bytes) of one export read by curl
+    (a C client: the 2-core machine's other core is not spent parsing HTTP)."""
+    out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-H", f"Authorization: Bearer {ADMIN_KEY}", "-w",
+                          "%{http_code} %{size_download} %{time_starttransfer} %{time_total}",
+                          f"{url}/v1/boards/{BOARD}/export?format={fmt}"], capture_output=True, text=True, check=True)
+    code, size, first, total = out.stdout.split()
+    if code != "200":
+        raise RuntimeError(f"curl: export answered {code}")
+    return float(total), float(first), int(size)
+
+
+def _export_bytes(client: httpx.Client, fmt: str) -> tuple[int, int]:
+    """(rows, bytes) of one export read by httpx: the rows are counted."""
+    lines = size = 0
+    with client.stream("GET", f"/v1/boards/{BOARD}/export", params={"format": fmt}) as r:
+        r.raise_for_status()
+        for chunk in r.iter_bytes():
+            lines += chunk.count(b"\n")
+            size += len(chunk)
+    return lines - (1 if fmt == "csv" else 0), size
 
 
 class _Peak(threading.Thread):
@@ -136,34 +173,67 @@ class _Peak(threading.Thread):
             time.sleep(0.02)
 
 
+def _mib(n: int) -> float:
+    return round(n / 2**20, 1)
+
+
 def bench_size(rows: int, args, tmp: Path) -> dict:
     srv = Server(tmp / f"rows-{rows}", args.engine, args.shards)
     try:
         with httpx.Client(base_url=srv.url, timeout=600, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
             fill_s = _fill(c, rows, args.seed)
+            sizes = {}
+            for fmt in ("csv", "jsonl"):  # warm-up (numba kernels loaded, or compiled on a cold cache); rows checked
+                got, sizes[fmt] = _export_bytes(c, fmt)
+                if got != rows:
+                    raise RuntimeError(f"{fmt} export returned {got} rows, expected {rows}")
             time.sleep(1.0)
             before = _rss(srv.proc.pid)
-            peak = _Peak(srv.proc.pid)
-            peak.start()
-            result: dict = {"rows": rows, "fill_s": round(fill_s, 2), "rss_before_mib": round(before / 2**20, 1)}
+            result: dict = {"rows": rows, "fill_s": round(fill_s, 2), "load": [round(x, 2) for x in os.getloadavg()],
+                            "rss_before_mib": _mib(before)}
             for fmt in ("csv", "jsonl"):
-                rates = []
+                peak = _Peak(srv.proc.pid)
+                peak.start()
+                rates, firsts = [], []
                 for _ in range(args.repeat):
-                    seconds, got, _version = _export_once(c, fmt)
-                    if got != rows:
-                        raise RuntimeError(f"{fmt} export returned {got} rows, expected {rows}")
+                    if args.client == "curl":
+                        seconds, first, size = _export_curl(srv.url, fmt)
+                        if size != sizes[fmt]:  # the same version, so the same bytes
+                            raise RuntimeError(f"{fmt} export sent {size} bytes, expected {sizes[fmt]}")
+                    else:
+                        seconds, first, got, _version = _export_once(c, fmt)
+                        if got != rows:
+                            raise RuntimeError(f"{fmt} export returned {got} rows, expected {rows}")
                     rates.append(rows / seconds)
-                result[f"{fmt}_rows_per_s"] = {"min": round(min(rates)), "median": round(statistics.median(rates)),
-                                               "max": round(max(rates))}
-            peak.stop.set()
-            peak.join()
-            after = _rss(srv.proc.pid)
-            result["rss_peak_mib"] = round(max(peak.peak, after) / 2**20, 1)
-            result["rss_after_mib"] = round(after / 2**20, 1)
-            result["rss_growth_peak_mib"] = round((max(peak.peak, after) - before) / 2**20, 1)
+                    firsts.append(first)
+                peak.stop.set()
+                peak.join()
+                after = _rss(srv.proc.pid)
+                top = max(peak.peak, after)
+                result[fmt] = {"rows_per_s": {"min": round(min(rates)), "median": round(statistics.median(rates)),
+                                              "max": round(max(rates))},
+                               "first_byte_s_median": round(statistics.median(firsts), 3), "bytes": sizes[fmt],
+                               "rss_peak_mib": _mib(top), "rss_after_mib": _mib(after),
+                               "rss_growth_peak_mib": _mib(top - before)}
+            result["load_after"] = [round(x, 2) for x in os.getloadavg()]
             return result
     finally:
         srv.close()
+
+
+def _table(sizes: list[dict]) -> str:
+    head = (f"{'rows':>9} {'format':>6} {'rows/s min':>11} {'median':>9} {'max':>9} {'1st byte':>9} "
+            f"{'RSS before':>11} {'peak':>7} {'after':>7} {'growth':>7}  load")
+    lines = [head]
+    for r in sizes:
+        for fmt in ("csv", "jsonl"):
+            f = r[fmt]
+            rate = f["rows_per_s"]
+            lines.append(f"{r['rows']:>9,} {fmt:>6} {rate['min']:>11,} {rate['median']:>9,} {rate['max']:>9,} "
+                         f"{f['first_byte_s_median']:>8.3f}s {r['rss_before_mib']:>8.1f}MiB {f['rss_peak_mib']:>7.1f} "
+                         f"{f['rss_after_mib']:>7.1f} {f['rss_growth_peak_mib']:>+7.1f}  "
+                         f"{r['load'][0]:.1f}->{r['load_after'][0]:.1f}")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------- round trip
@@ -242,22 +312,25 @@ def round_trip(n: int, args, tmp: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks export", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", default="20000,100000", help="board sizes, comma separated")
+    p.add_argument("--rows", default="100000,300000,1000000", help="board sizes, comma separated")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--engine", choices=("local", "ray"), default="local")
     p.add_argument("--shards", type=int, default=2, help="partitions of the board (and shard actors with ray)")
     p.add_argument("--events", type=int, default=0, help="also round-trip N events through flowrank submit/export")
     p.add_argument("--submit-concurrency", type=int, default=1, help="flowrank submit --concurrency")
+    p.add_argument("--client", choices=("curl", "httpx"), default="curl" if shutil.which("curl") else "httpx",
+                   help="what reads the timed exports (default curl when installed)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None, help="write the results as JSON here")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.rows.split(",") if s]
-    params = {"rows": sizes, "repeat": args.repeat, "engine": args.engine, "shards": args.shards,
+    params = {"rows": sizes, "repeat": args.repeat, "engine": args.engine, "shards": args.shards, "client": args.client,
               "events": args.events, "submit_concurrency": args.submit_concurrency, "seed": args.seed}
     machine = describe()
     print(header(params, machine))
     print(f"  load avg: {os.getloadavg()}", flush=True)
-    results: dict = {"params": params, "machine": machine, "load_before": os.getloadavg(), "sizes": []}
+    results: dict = {"params": params, "machine": machine, "load_before": os.getloadavg(), "sizes": [],
+                     "command": "python -m benchmarks export " + " ".join(argv if argv is not None else sys.argv[1:])}
     with tempfile.TemporaryDirectory(prefix="flowrank-export-bench-") as tmp:
         for rows in sizes:
             res = bench_size(rows, args, Path(tmp))
@@ -268,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
             results["round_trip"] = res
             print(json.dumps(res), flush=True)
     results["load_after"] = os.getloadavg()
+    if results["sizes"]:
+        print(_table(results["sizes"]))
     print(f"  load avg after: {results['load_after']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
