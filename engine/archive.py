@@ -57,7 +57,7 @@ from engine.errors import UnsupportedFormat
 from engine.journal import KIND_NAMES, JournalColumns
 from engine.model import HistoryEntry, PlayerView, Policy, RankedEntry, RowStatus
 from engine.partition import outcome_name
-from engine.players import decode_id, encode_ids, gather, same_bytes
+from engine.players import decode_id, encode_ids, gather, hash_bytes, same_bytes
 
 MAGIC = b"FRARCHV1"
 #: What :func:`encode` writes; a reader refuses a newer one (engine.formats rules).
@@ -146,19 +146,22 @@ class ArchiveHistory(NamedTuple):
     cols: JournalColumns
 
     @classmethod
-    def of_parts(cls, parts: Sequence[tuple[np.ndarray, np.ndarray, JournalColumns]]) -> "ArchiveHistory":
-        """From each partition's ``(id bytes, id offsets, journal columns)``,
-        whose ``pid`` indexes that partition's ids. O(rows + bytes)."""
-        arenas, offsets, players, base, at = [], [np.zeros(1, np.int64)], [], 0, 0
+    def of_parts(cls, parts: Sequence[tuple[np.ndarray, np.ndarray, JournalColumns | Sequence[JournalColumns]]]
+                 ) -> "ArchiveHistory":
+        """From each partition's ``(id bytes, id offsets, journal columns)``
+        (the columns whole or as consecutive chunks), whose ``pid`` indexes
+        that partition's ids. Every column is copied once. O(rows + bytes)."""
+        arenas, offsets, players, chunks, base, at = [], [np.zeros(1, np.int64)], [], [], 0, 0
         for buf, offs, cols in parts:
             arenas.append(np.asarray(buf, np.uint8))
             offsets.append(np.asarray(offs, np.int64)[1:] + at)
-            players.append(np.asarray(cols.pid, np.int64) + base)
+            for c in [cols] if isinstance(cols, JournalColumns) else cols:
+                players.append(np.asarray(c.pid, np.int64) + base)
+                chunks.append(c)
             base += len(offs) - 1
             at += len(buf)
         return cls(np.concatenate(arenas) if arenas else np.zeros(0, np.uint8), np.concatenate(offsets),
-                   np.concatenate(players) if players else np.zeros(0, np.int64),
-                   JournalColumns.concat([p[2] for p in parts]))
+                   np.concatenate(players) if players else np.zeros(0, np.int64), JournalColumns.concat(chunks))
 
 
 @numba.njit(cache=True)
@@ -179,22 +182,48 @@ def _match_ids(hashes, hash_rows, id_bytes, id_offsets, q_hashes, q_bytes, q_off
     return out
 
 
-def _history_sections(n: int, id_bytes: np.ndarray, id_offsets: np.ndarray, sorted_hashes: np.ndarray,
-                      hash_rows: np.ndarray, hist: ArchiveHistory) -> dict[str, bytes]:
+@numba.njit(cache=True)
+def _rows_of_ids(id_bytes, id_offsets, q_bytes, q_offsets):
+    """For each query id, the row whose id it is, or -1: an open-addressing
+    table over the rows' ids (hashed in the kernel, no Python step per id).
+    O(rows + queries) expected."""
+    n = len(id_offsets) - 1
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    slots = np.full(size, -1, np.int64)
+    for r in range(n):
+        pos = np.int64(hash_bytes(id_bytes, id_offsets[r], id_offsets[r + 1]) & np.uint64(mask))
+        while slots[pos] >= 0:
+            pos = (pos + 1) & mask
+        slots[pos] = r
+    out = np.full(len(q_offsets) - 1, -1, np.int64)
+    for k in range(len(out)):
+        pos = np.int64(hash_bytes(q_bytes, q_offsets[k], q_offsets[k + 1]) & np.uint64(mask))
+        while slots[pos] >= 0:
+            r = slots[pos]
+            if same_bytes(id_bytes, id_offsets[r], id_offsets[r + 1], q_bytes, q_offsets[k], q_offsets[k + 1]):
+                out[k] = r
+                break
+            pos = (pos + 1) & mask
+    return out
+
+
+def _history_sections(n: int, id_bytes: np.ndarray, id_offsets: np.ndarray, hist: ArchiveHistory) -> dict[str, bytes]:
     """The ``h_*`` and ``x_*`` sections: each history player's slot (their
     row, else ``n + k`` for the k-th player with events and no row), the rows
     ordered by slot (stable: application order within a player kept), the
     per-slot offsets. O(rows log rows) in numpy, nothing per row in Python."""
     q_offs = np.asarray(hist.player_offsets, np.int64)
     q_bytes = np.ascontiguousarray(hist.player_bytes, np.uint8)
-    q_hashes = id_hashes(q_bytes, q_offs)
-    slot = _match_ids(sorted_hashes, hash_rows, id_bytes, id_offsets, q_hashes, q_bytes, q_offs)
+    slot = _rows_of_ids(id_bytes, np.asarray(id_offsets, np.int64), q_bytes, q_offs)
     player = np.asarray(hist.player, np.int64)
     counts = np.bincount(player, minlength=len(slot)) if len(player) else np.zeros(len(slot), np.int64)
     extra = np.flatnonzero((slot < 0) & (counts > 0))
     slot[extra] = n + np.arange(len(extra), dtype=np.int64)
     x_bytes, x_offs = gather(q_bytes, q_offs, extra)
-    x_hashes = q_hashes[extra]
+    x_hashes = id_hashes(x_bytes, x_offs)
     x_order = np.argsort(x_hashes, kind="stable")
     ev_slot = slot[player]
     order = np.argsort(ev_slot, kind="stable")
@@ -297,7 +326,7 @@ def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows,
         "hashes": hashes[by_hash].astype("<u8").tobytes(), "hash_rows": by_hash.astype("<i8").tobytes(),
     }
     if history is not None:
-        data.update(_history_sections(n, id_bytes, id_offsets, hashes[by_hash], by_hash, history))
+        data.update(_history_sections(n, id_bytes, id_offsets, history))
     header = {"format": ARCHIVE_FORMAT, "board_id": board_id, "policy": policy.value, "version": int(version),
               "rows": n, "ranked": ranked, "checksum": render(total & MASK128), "sections": {}}
     if history is not None:

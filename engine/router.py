@@ -519,7 +519,7 @@ class Router:
                 chunks.append(cols)
                 start += max(cols.n, 1)
             assert ids is not None
-            parts.append((np.frombuffer(ids[0], np.uint8), np.frombuffer(ids[1], "<i8"), JournalColumns.concat(chunks)))
+            parts.append((np.frombuffer(ids[0], np.uint8), np.frombuffer(ids[1], "<i8"), chunks))
         return ArchiveHistory.of_parts(parts)
 
     # --------------------------------------------------------- season schedule
