@@ -188,6 +188,17 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
     return 0
 
 
+def _run(main_coro) -> int:
+    """The service on uvloop (libuv's event loop; the standard loop if uvloop is
+    missing). With httptools installed, uvicorn parses HTTP with it instead of
+    h11: together about half the per-request cost of a hot read."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return asyncio.run(main_coro)
+    return uvloop.run(main_coro)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "admin", None) is not None:
@@ -202,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from_args(args)
     logformat.configure(args.log_format)
     try:
-        return asyncio.run(serve(settings, args.graceful_timeout, args.log_format))
+        return _run(serve(settings, args.graceful_timeout, args.log_format))
     except startup_errors.StartupError as err:
         return startup_errors.report(err, debug=args.debug)
 
