@@ -517,8 +517,17 @@ class Partition:
         return idx
 
     def get(self, player_id: str) -> Row | None:
-        p = int(self._lookup([player_id])[0])
-        return None if p < 0 else self._row(p, player_id)
+        return self.get_many([player_id])[0]
+
+    def get_many(self, player_ids: Sequence[str]) -> list[Row | None]:
+        """The row of each id (any status), or None: one lookup and one column
+        gather for the whole list, so a batch of reads costs about one read."""
+        idx = self._lookup(player_ids)
+        found = np.flatnonzero(idx >= 0)
+        out: list[Row | None] = [None] * len(player_ids)
+        for k, row in zip(found.tolist(), self._rows_at(idx[found])):
+            out[k] = row
+        return out
 
     def multi_get(self, player_ids: Iterable[str]) -> list[Row]:
         """Rows for the ids that have one (any status), in the given order."""
@@ -621,17 +630,31 @@ class Partition:
         """Up to ``above`` rows just before ``key`` and ``below`` rows just
         after it (``key`` itself excluded), each in rank order, and how many
         rows rank before ``key``. O(log n + k)."""
-        lo = self.count_better_than(key)
-        hi = lo
-        if lo < len(self.index):
-            p, t, ids = self.index.slice(lo, lo + 1)
-            ip, it = self._internal(key)
-            if int(p[0]) == ip and int(t[0]) == it and self.players.id_of(int(ids[0])) == key[2]:
-                hi = lo + 1
-        start = max(0, lo - above)
-        before = self._rows_at(self.index.slice(start, lo)[2]) if above > 0 else []
-        after = self._rows_at(self.index.slice(hi, hi + below)[2]) if below > 0 else []
-        return before, after, lo
+        return self.neighbours_many([key], [above], [below])[0]
+
+    def neighbours_many(self, keys: Sequence[RankKey], above: Sequence[int],
+                        below: Sequence[int]) -> list[tuple[list[Row], list[Row], int]]:
+        """:meth:`neighbours` of many keys: one count kernel call and one row
+        gather for the whole batch. O(k log n + rows)."""
+        los = self.count_better_many(keys)
+        n = len(self.index)
+        spans: list[tuple[int, int, int, int]] = []  # (before start, before stop, after start, after stop)
+        for key, lo, a, b in zip(keys, los, above, below):
+            hi = lo
+            if lo < n:
+                p, t, ids = self.index.slice(lo, lo + 1)
+                ip, it = self._internal(key)
+                if int(p[0]) == ip and int(t[0]) == it and self.players.id_of(int(ids[0])) == key[2]:
+                    hi = lo + 1
+            spans.append((max(0, lo - a) if a > 0 else lo, lo, hi, min(n, hi + b) if b > 0 else hi))
+        chunks = [self.index.slice(x, y)[2] for s in spans for x, y in ((s[0], s[1]), (s[2], s[3]))]
+        rows = self._rows_at(np.concatenate(chunks)) if chunks else []
+        out, at = [], 0
+        for (bs, be, as_, ae), lo in zip(spans, los):
+            k1, k2 = be - bs, ae - as_
+            out.append((rows[at:at + k1], rows[at + k1:at + k1 + k2], lo))
+            at += k1 + k2
+        return out
 
     def sample_keys(self, step: int) -> list[list]:
         """Every ``step``-th ranked key (the ``step``-th, ``2*step``-th, ...), as wire keys."""

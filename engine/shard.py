@@ -36,7 +36,7 @@ from engine.model import BoardSpec, Outcome
 from engine.journal import Journal, JournalPlace
 from engine.log.journal_files import FilePlace
 from engine.log.spill import read_frame, remove_dir, remove_spills, reset_dir, spill_path, write_spill
-from engine.partition import KIND_DECISION, Applied, Partition
+from engine.partition import KIND_DECISION, Applied, Partition, Row
 from engine.placement import actor_of, part_of
 
 log = logging.getLogger("flowrank.shard")
@@ -297,7 +297,66 @@ class ShardCore:
         ``changes`` of its partitions here), so the router can state the
         exact version a fan-out reflects.
         """
-        return [self.applied_offset, [self._read(r) for r in requests]]
+        answers: list = [None] * len(requests)
+        batched: dict[tuple[str, str], list[int]] = {}
+        for i, req in enumerate(requests):
+            if req[0] in _BATCHED:
+                batched.setdefault((req[0], req[1]), []).append(i)
+            else:
+                answers[i] = self._read(req)
+        for (op, board_id), at in batched.items():
+            for i, ans in zip(at, _BATCHED[op](self, board_id, [requests[i] for i in at])):
+                answers[i] = ans
+        return [self.applied_offset, answers]
+
+    # Exact-rank reads of many concurrent requests (the router coalesces them
+    # into one call per shard actor per round): one lookup / count / gather
+    # per partition for all of them, not one per request (docs/http.md, "The
+    # hot path"). Each answer is what :meth:`_read` gives for that request alone.
+
+    def _parts_version(self, board_id: str) -> tuple[list[Partition], int]:
+        parts = list(self.parts.get(board_id, {}).values())
+        return parts, sum(p.changes for p in parts)
+
+    @staticmethod
+    def _counts(parts: list[Partition], keys: list[tuple]) -> list[int]:
+        totals = [0] * len(keys)
+        if keys:
+            for p in parts:
+                totals = [x + y for x, y in zip(totals, p.count_better_many(keys))]
+        return totals
+
+    def _get_many(self, board_id: str, reqs: list) -> list:
+        parts, version = self._parts_version(board_id)
+        ids = [r[2] for r in reqs]
+        rows: list[Row | None] = [None] * len(ids)
+        for p in parts:
+            for k, row in enumerate(p.get_many(ids)):
+                if row is not None and rows[k] is None:
+                    rows[k] = row
+        ranked = {k: row.key for k, row in enumerate(rows) if row is not None and row.key is not None}
+        local = dict(zip(ranked, self._counts(parts, list(ranked.values()))))
+        return [[version, None, None] if row is None else [version, row_wire(row), local.get(k)]
+                for k, row in enumerate(rows)]
+
+    def _count_many(self, board_id: str, reqs: list) -> list:
+        parts, version = self._parts_version(board_id)
+        return [[version, c] for c in self._counts(parts, [(r[2][0], r[2][1], r[2][2]) for r in reqs])]
+
+    def _nbrs_many(self, board_id: str, reqs: list) -> list:
+        parts, version = self._parts_version(board_id)
+        keys = [(r[2][0], r[2][1], r[2][2]) for r in reqs]
+        above, below = [r[3] for r in reqs], [r[4] for r in reqs]
+        per_part = [p.neighbours_many(keys, above, below) for p in parts]
+        out = []
+        for k, (a, b) in enumerate(zip(above, below)):
+            found = [pp[k] for pp in per_part]
+            befores = [[entry(r) for r in f[0]] for f in found]
+            afters = [[entry(r) for r in f[1]] for f in found]
+            before = list(heapq.merge(*befores))[-a:] if a else []
+            after = list(islice(heapq.merge(*afters), b))
+            out.append([version, before, after, sum(f[2] for f in found)])
+        return out
 
     def _read(self, req: list):
         op, board_id = req[0], req[1]
@@ -307,29 +366,6 @@ class ShardCore:
             n = req[2]
             tops = [[entry(r) for r in p.top(0, n)] for p in parts]
             return [version, list(islice(heapq.merge(*tops), n)) if len(tops) > 1 else tops[0] if tops else []]
-        if op == "get":
-            for p in parts:
-                row = p.get(req[2])
-                if row is not None:
-                    local = sum(q.count_better_than(row.key) for q in parts) if row.key is not None else None
-                    return [version, row_wire(row), local]
-            return [version, None, None]
-        if op == "count":
-            key = (req[2][0], req[2][1], req[2][2])
-            return [version, sum(p.count_better_than(key) for p in parts)]
-        if op == "nbrs":
-            key = (req[2][0], req[2][1], req[2][2])
-            above, below = req[3], req[4]
-            befores, afters = [], []
-            count = 0
-            for p in parts:
-                b, a, better = p.neighbours(key, above, below)
-                befores.append([entry(r) for r in b])
-                afters.append([entry(r) for r in a])
-                count += better
-            before = list(heapq.merge(*befores))[-above:] if above else []
-            after = list(islice(heapq.merge(*afters), below))
-            return [version, before, after, count]
         if op == "mget":
             rows = [r for p in parts for r in p.multi_get(req[2]) if r.key is not None]
             return [version, [entry(r) for r in rows]]
@@ -503,3 +539,6 @@ class ShardCore:
                 p._check()
                 for row in p.all_rows():
                     assert part_of(row.player_id, spec.shards) == n
+
+
+_BATCHED = {"get": ShardCore._get_many, "count": ShardCore._count_many, "nbrs": ShardCore._nbrs_many}

@@ -72,3 +72,75 @@ def test_an_archived_boards_partitions_stop_changing_and_its_history_reads_in_ch
         assert np.frombuffer(ids[1], "<i8")[-1] == len(ids[0])
         assert core.read([["hcols", "b", n, 7, 7]])[1][0][1][2] is None
     assert core.read([["hcols", "b", 9, 0, 7]])[1][0][1] is None
+# ---------------------------------------------------------------- reads batched per call
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.engine.test_partition import TRICKY_IDS, values  # noqa: E402
+
+
+@st.composite
+def board_and_reads(draw):
+    policy = draw(st.sampled_from(list(Policy)))
+    parts = draw(st.integers(1, 3))
+    n = draw(st.integers(0, 30))
+    events = [ScoreEvent("b", f"e{i}", draw(st.sampled_from(TRICKY_IDS)), draw(values), draw(st.integers(0, 2)),
+                         draw(st.integers(0, 2))) for i in range(n)]
+    keys = st.tuples(values, st.integers(-1, 3), st.sampled_from(TRICKY_IDS))
+    req = st.one_of(
+        st.builds(lambda p: ["get", "b", p], st.sampled_from(TRICKY_IDS + ["absent"])),
+        st.builds(lambda k: ["count", "b", list(k)], keys),
+        st.builds(lambda p, a, b: ["nbrs", "b", p, a, b], st.sampled_from(TRICKY_IDS), st.integers(0, 4),
+                  st.integers(0, 4)),
+        st.builds(lambda: ["size", "b"]),
+    )
+    return policy, parts, events, draw(st.lists(req, max_size=12))
+
+
+@settings(deadline=None, max_examples=150)
+@given(board_and_reads())
+def test_a_batch_of_reads_answers_each_as_a_brute_force_oracle_would(case):
+    """Concurrent reads coalesced into one call are answered per partition in
+    one lookup / count / gather; each answer must still be exactly that
+    request's own: checked against sorted() over every row of the board."""
+    policy, parts, events, reqs = case
+    core = ShardCore(0, 1)
+    core.apply(0, [[0, R.board_record(BoardSpec("b", policy, parts))]])
+    if events:
+        core.apply(1, [[1, R.scores_record(ScoreColumns.from_events(events), 0, np.zeros(len(events), np.uint8))]])
+    rows = [r for p in core.parts["b"].values() for r in p.all_rows()]
+    by_id = {r.player_id: r for r in rows}
+    ranked = sorted((r for r in rows if r.key is not None), key=lambda r: r.key)
+    keys = [tuple(r.key) for r in ranked]
+    version = sum(p.changes for p in core.parts["b"].values())
+
+    def below(key) -> int:
+        return sum(1 for k in keys if k < tuple(key))
+
+    expected, asked = [], []
+    for req in reqs:
+        if req[0] == "nbrs":  # the router asks with the key of a ranked player's row
+            row = by_id.get(req[2])
+            if row is None or row.key is None:
+                continue
+            req = ["nbrs", "b", list(row.key), req[3], req[4]]
+        if req[0] == "count":  # a wire key: the value negated on descending boards
+            req = ["count", "b", [req[2][0] if policy is Policy.FASTEST_TIME else -req[2][0], req[2][1], req[2][2]]]
+        asked.append(req)
+        if req[0] == "get":
+            row = by_id.get(req[2])
+            expected.append([version, None, None] if row is None else
+                            [version, S.row_wire(row), below(row.key) if row.key is not None else None])
+        elif req[0] == "count":
+            expected.append([version, below(req[2])])
+        elif req[0] == "size":
+            expected.append([version, len(ranked)])
+        else:
+            lo, a, b = below(req[2]), req[3], req[4]
+            hi = lo + 1 if lo < len(keys) and keys[lo] == tuple(req[2]) else lo
+            expected.append([version, [S.entry(r) for r in ranked[max(0, lo - a):lo]] if a else [],
+                             [S.entry(r) for r in ranked[hi:hi + b]], lo])
+    offset, answers = core.read(asked)
+    assert answers == expected
+    assert [core.read([r])[1][0] for r in asked] == expected  # alone or batched: the same answer
