@@ -125,6 +125,7 @@ class RouterConfig:
     max_view_entries: int = 2_000
     view_ttl_s: float = 120.0
     max_views: int = 256
+    rank_key_cache: int = 200_000  # players whose last seen rank key the exact-rank read sends in its one round
     read_retries: int = 5
     approx_sample_points: int = 256
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
@@ -274,6 +275,10 @@ class Router:
         self.cut = CutLock()
         self.listeners: list = []
         self.views: OrderedDict[tuple[str, int], tuple[float, list]] = OrderedDict()
+        # (board, player) -> the wire key their row had when last read: a guess
+        # that lets an exact rank count on every shard in the same round as the
+        # owner's read of the row; used only when the row read confirms it.
+        self.rank_keys: OrderedDict[tuple[str, str], list] = OrderedDict()
         self.log_offset = -1  # last offset the router has folded in
         self._queue: deque = deque()  # (kind, payload, future, events per board)
         self._queued_events = 0
@@ -1059,25 +1064,43 @@ class Router:
         return owner, offset, version_part, row, local
 
     async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
-        """Exact rank: the owner's row and local count, then one round that
-        counts the keys before it on every other shard actor (with ``ties``,
+        """Exact rank in one parallel round when the player's rank key is known:
+        the owner's row and local count, and on every other shard actor the
+        count of keys before the key the row had when last read, all in one
+        cut. The row read confirms the guess; if the key moved since (or was
+        never seen) a second round counts with the row's key (with ``ties``,
         the same round also counts strictly better primary values everywhere)."""
         ctl = self._ctl(board_id)
         if ctl.archive is not None:
             arch, i = self._archived_row(ctl, player_id)
             view = arch.player(arch.info.version, i)
             return replace(view, tied_rank=arch.tied_rank(i)) if ties and view.rank is not None else view
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
+        others = [a for a in ctl.actors if a != owner]
+
+        def counts(key: list | None) -> tuple[dict, dict]:
+            """Submit (not await) the other actors' counts for ``key`` (their
+            sizes for an unranked row) and, with ``ties``, the better-primary counts."""
+            futs = {a: self.reads.ask(a, ["count", board_id, key] if key else ["size", board_id]) for a in others}
+            probe = list(better_primary_probe(key[0])) if ties and key else None
+            tfuts = {a: self.reads.ask(a, ["count", board_id, probe]) for a in ctl.actors} if probe else {}
+            return futs, tfuts
 
         async def attempt():
             await self.cut.acquire_read()
             try:
-                owner, off, vpart, row, local = await self._locate(ctl, player_id)
-                others = [a for a in ctl.actors if a != owner]
-                key = [row[6], row[7], row[0]]
-                futs = {a: self.reads.ask(a, ["count", board_id, key] if row[4] else ["size", board_id])
-                        for a in others}
-                probe = list(better_primary_probe(row[6])) if ties and row[4] else None
-                tfuts = {a: self.reads.ask(a, ["count", board_id, probe]) for a in ctl.actors} if probe else {}
+                guess = self._rank_key(board_id, player_id)
+                got = self.reads.ask(owner, ["get", board_id, player_id])
+                futs, tfuts = counts(guess) if guess is not None else ({}, {})  # same turn as the row read
+                off, (vpart, row, local) = await got
+                key = [row[6], row[7], row[0]] if row is not None and row[4] else None
+                if row is None or guess is None or key != guess:
+                    await asyncio.gather(*futs.values(), *tfuts.values(), return_exceptions=True)
+                    if row is None:
+                        self.rank_keys.pop((board_id, player_id), None)
+                        raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
+                    self._remember_rank_key(board_id, player_id, key)
+                    futs, tfuts = counts(key)  # the guess missed: a second round with the row's key
                 answers = {a: await f for a, f in futs.items()}
                 tanswers = {a: await f for a, f in tfuts.items()}
             finally:
@@ -1091,6 +1114,21 @@ class Router:
             return offsets, view
 
         return await self._consistent(attempt, ctl)
+
+    def _rank_key(self, board_id: str, player_id: str) -> list | None:
+        key = self.rank_keys.get((board_id, player_id))
+        if key is not None:
+            self.rank_keys.move_to_end((board_id, player_id))
+        return key
+
+    def _remember_rank_key(self, board_id: str, player_id: str, key: list | None) -> None:
+        if key is None:
+            self.rank_keys.pop((board_id, player_id), None)
+            return
+        self.rank_keys[(board_id, player_id)] = key
+        self.rank_keys.move_to_end((board_id, player_id))
+        while len(self.rank_keys) > self.cfg.rank_key_cache:
+            self.rank_keys.popitem(last=False)
 
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
         """Exact count on the player's own shard plus, for every other shard,
@@ -1141,14 +1179,31 @@ class Router:
                 entries = with_tied_ranks(entries, arch.tied_rank(entries[0].rank - 1))
             return Page(arch.info.version, tuple(entries))
 
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
+
+        def window(key: list) -> dict:
+            return {a: self.reads.ask(a, ["nbrs", board_id, key, radius, radius]) for a in ctl.actors}
+
         async def attempt():
             await self.cut.acquire_read()
             try:
-                owner, off, vpart, row, local = await self._locate(ctl, player_id)
-                if not row[4]:
-                    raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.", "player_id")
-                key = [row[6], row[7], row[0]]
-                answers = await self._fan(ctl, lambda a: ["nbrs", board_id, key, radius, radius])
+                # As player(): with the last seen key, the row read and the
+                # windows go out in one round; a moved key costs a second.
+                guess = self._rank_key(board_id, player_id)
+                got = self.reads.ask(owner, ["get", board_id, player_id])
+                futs = window(guess) if guess is not None else {}
+                off, (_, row, _) = await got
+                key = [row[6], row[7], row[0]] if row is not None and row[4] else None
+                if key is None or key != guess:
+                    await asyncio.gather(*futs.values(), return_exceptions=True)
+                    self._remember_rank_key(board_id, player_id, key)
+                    if row is None:
+                        raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
+                    if key is None:
+                        raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.",
+                                              "player_id")
+                    futs = window(key)
+                answers = {a: await f for a, f in futs.items()}
                 rank = 1 + sum(ans[3] for _, ans in answers.values())
                 conv = _wire_entries
                 me = ((row[6], row[7], row[0]), row[1], row[2], row[8] if len(row) > 8 else None)

@@ -216,3 +216,91 @@ def test_event_for_an_unknown_board_is_answered_unknown_and_never_logged(loop):
         await svc.close()
 
     loop.run_until_complete(go())
+
+
+# ---------------------------------------------------------------- exact rank in one round
+
+@settings(max_examples=30, deadline=None)
+@given(workloads(), st.sampled_from([(1, 1), (2, 3), (3, 4)]), st.integers(1, 6))
+def test_reads_between_writes_equal_the_full_ranking_whether_the_key_guess_holds_or_not(work, layout, step):
+    """player() and around() send the rank key a player had when last read with
+    their one round; writes in between move some keys (the guess then misses
+    and a second round counts with the row's key). After every batch each
+    player's rank, tied rank and window must equal the board's full ranking."""
+    policy, events, invalid = work
+    n_shards, board_shards = layout
+
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=n_shards)
+        try:
+            await svc.create_board(BoardSpec(BOARD, policy, shards=board_shards, max_plausible_time_ms=3))
+            everyone = sorted({e.player_id for e in events})
+            for i in range(0, len(events), step):
+                await svc.submit(events[i:i + step])
+                if i // step == 1 and invalid:
+                    try:
+                        await svc.invalidate(Invalidation(BOARD, invalid[0]))
+                    except EventNotFound:
+                        pass
+                top = (await svc.top(BOARD, 0, 1000)).entries
+                rank_of = {e.player_id: e.rank for e in top}
+                values = [e.value for e in top]
+                for pid in everyone:
+                    for ties in (False, True):
+                        try:
+                            v = await svc.player(BOARD, pid, ties=ties)
+                        except PlayerNotFound:
+                            assert pid not in rank_of
+                            continue
+                        assert v.rank == rank_of.get(pid)
+                        if ties and v.rank is not None:
+                            assert v.tied_rank == 1 + sum(1 for x in values if x != v.value and
+                                                          values.index(x) < values.index(v.value))
+                    try:
+                        window = (await svc.around(BOARD, pid, 2)).entries
+                    except (PlayerNotRanked, PlayerNotFound):
+                        assert pid not in rank_of
+                        continue
+                    r = rank_of[pid]
+                    assert [(e.rank, e.player_id) for e in window] == \
+                        [(e.rank, e.player_id) for e in top[max(0, r - 3):r + 2]]
+        finally:
+            await svc.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()
+
+
+def test_a_player_read_again_unchanged_takes_one_round_and_a_moved_key_two(loop):
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=3)
+        try:
+            await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=3))
+            await svc.submit([ScoreEvent(BOARD, f"e{i}", f"p{i}", i, 0, 0) for i in range(30)])
+            router = svc.router
+            calls = []
+            read = router.reads.t.read
+            router.reads.t.read = lambda shard, reqs: calls.append([r[0] for r in reqs]) or read(shard, reqs)
+
+            async def ops(coro):
+                calls.clear()
+                out = await coro
+                return out, sorted(op for c in calls for op in c)
+
+            first, ops1 = await ops(svc.player(BOARD, "p7"))
+            again, ops2 = await ops(svc.player(BOARD, "p7"))
+            assert first == again and first.rank == 23
+            assert ops1 == ["count", "count", "get"]  # no key known: the row first, then the counts
+            assert ops2 == ["count", "count", "get"]
+            assert len(calls) == 3  # ... all in one round: one call per shard actor
+            await svc.submit([ScoreEvent(BOARD, "up", "p7", 100, 0, 0)])  # p7's key moves
+            moved, ops3 = await ops(svc.player(BOARD, "p7"))
+            assert moved.rank == 1
+            assert ops3 == ["count", "count", "count", "count", "get"]  # the stale guess, then the row's key
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
