@@ -41,8 +41,8 @@ from engine.placement import actor_of, part_of
 
 log = logging.getLogger("flowrank.shard")
 
-RESULT_CACHE = 50_000  # per-record results kept for re-delivered batches ...
-RESULT_CACHE_BYTES = 64 << 20  # ... and at most this many bytes of them (a 10k-event batch's answer is ~170 kB)
+RESULT_CACHE = 4_096  # per-record results kept for re-delivered batches ...
+RESULT_CACHE_BYTES = 16 << 20  # ... and at most this many bytes of them (a 10k-event batch's answer is ~170 kB)
 DEAD = R.CODE[Outcome.DEAD_LETTERED]
 UNKNOWN_SEASON = R.CODE[Outcome.REJECTED_UNKNOWN_SEASON]
 ACTIVE = "ACTIVE"

@@ -33,6 +33,15 @@ from engine.service import _lock
 log = logging.getLogger("flowrank.cluster")
 
 
+#: Ray settings of an embedded instance (a joined cluster keeps its own).
+#: ``task_events_max_num_task_in_gcs``: the GCS keeps an event record of the
+#: last N tasks (every actor call is a task) for Ray's state API and
+#: dashboard; at Ray's default (100,000) the gcs_server grew by ~240 MiB
+#: before reaching it under steady ingest (the soak, docs/performance.md).
+#: 1,000 holds it flat at ~65 MiB; `ray list tasks` then shows the last 1,000.
+EMBEDDED_SYSTEM_CONFIG = {"task_events_max_num_task_in_gcs": 1_000}
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = False) -> bool:
     """Start an embedded local Ray (no address) or join a cluster; returns
     whether this call started Ray. Keeps the caller's SIGTERM/SIGINT
@@ -51,6 +60,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
     try:
         ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
                  include_dashboard=bool(dashboard),
+                 _system_config=EMBEDDED_SYSTEM_CONFIG if address is None else None,
                  ignore_reinit_error=True, log_to_driver=False)
     finally:
         for s, h in saved.items():

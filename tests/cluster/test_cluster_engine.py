@@ -272,3 +272,19 @@ def test_scheduled_close_through_ray_shards_survives_a_restart(ray_session, loop
         assert states == ["FROZEN", "FINALIZED"]
 
     loop.run_until_complete(go())
+
+
+def test_embedded_ray_caps_the_task_events_the_gcs_keeps(monkeypatch):
+    """The soak's gcs_server grew ~240 MiB to Ray's default cap of task events;
+    an embedded Ray keeps the last 1,000, a joined cluster its own settings."""
+    import ray
+
+    from engine.cluster import client as cc
+
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append(kw))
+    assert cc.init_ray() is True
+    assert cc.init_ray("ray://somewhere:10001") is True
+    assert seen[0]["_system_config"] == {"task_events_max_num_task_in_gcs": 1_000}
+    assert seen[1]["_system_config"] is None
