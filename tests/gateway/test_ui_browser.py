@@ -133,7 +133,8 @@ def test_live_board_in_chromium_from_another_origin(server, tmp_path):
     sync_playwright = _playwright()
     api, page_port = server
     with httpx.Client(base_url=api, timeout=10) as c:
-        r = c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score"}, headers=H("admin"))
+        r = c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "closes_at": "2099-01-01T00:00:00Z",
+                                       "finalize_after_s": 600}, headers=H("admin"))
         assert r.status_code == 201, r.text
         events = [{"event_id": f"evt-{p}", "board_id": BOARD, "player_id": p, "value": v, "achieved_at": t}
                   for p, v, t in EVENTS]
@@ -166,6 +167,9 @@ def test_live_board_in_chromium_from_another_origin(server, tmp_path):
                 assert players == ["p-ava", "p-ben", "p-chloe", "p-dev", "p-eli"]
                 page.wait_for_function("document.getElementById('state').textContent === 'OPEN'", timeout=5000)
                 assert page.inner_text("#version") == "5"
+                assert page.is_visible("#schedule")  # the scheduled close, as GET /v1/boards/{id} states it
+                assert page.inner_text("#closes-at") == "2099-01-01T00:00:00.000Z"
+                assert page.inner_text("#finalize-after") == "600 s"
                 assert page.get_attribute("body", "data-snapshots") == "1"
 
                 # an event POSTed through the API shows up as a delta within 1 s
