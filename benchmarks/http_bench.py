@@ -282,7 +282,8 @@ def _main(argv: list[str] | None) -> int:
     machine = describe()
     params = {"quick": args.quick, "size": args.size, "duration_s": args.duration, "connections": args.connections,
               "write_connections": args.write_connections,
-              "partitions": partitions, "shard_actors": args.shard_actors, "repeat": args.repeat, "warmup_s": args.warmup, "seed": args.seed,
+              "partitions": partitions, "shard_actors": args.shard_actors, "repeat": args.repeat,
+              "warmup_s": args.warmup, "seed": args.seed,
               "gateway_workers": 1, "wrk_threads": 1}
     print(header(params, machine), flush=True)
     load_before = os.getloadavg()

@@ -299,14 +299,21 @@ class ShardCore:
         """
         answers: list = [None] * len(requests)
         batched: dict[tuple[str, str], list[int]] = {}
+
+        def flush() -> None:
+            for (op, board_id), at in batched.items():
+                for i, ans in zip(at, _BATCHED[op](self, board_id, [requests[i] for i in at])):
+                    answers[i] = ans
+            batched.clear()
+
         for i, req in enumerate(requests):
             if req[0] in _BATCHED:
                 batched.setdefault((req[0], req[1]), []).append(i)
             else:
+                if req[0] in _CHANGES_STATE:
+                    flush()  # the reads before it answer from the state before it
                 answers[i] = self._read(req)
-        for (op, board_id), at in batched.items():
-            for i, ans in zip(at, _BATCHED[op](self, board_id, [requests[i] for i in at])):
-                answers[i] = ans
+        flush()
         return [self.applied_offset, answers]
 
     # Exact-rank reads of many concurrent requests (the router coalesces them
@@ -541,4 +548,5 @@ class ShardCore:
                     assert part_of(row.player_id, spec.shards) == n
 
 
+_CHANGES_STATE = frozenset(("drop",))  # requests that are control, not reads: nothing moves across them
 _BATCHED = {"get": ShardCore._get_many, "count": ShardCore._count_many, "nbrs": ShardCore._nbrs_many}

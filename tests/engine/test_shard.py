@@ -144,3 +144,16 @@ def test_a_batch_of_reads_answers_each_as_a_brute_force_oracle_would(case):
     offset, answers = core.read(asked)
     assert answers == expected
     assert [core.read([r])[1][0] for r in asked] == expected  # alone or batched: the same answer
+
+
+def test_reads_batched_in_one_call_keep_their_order_around_a_drop():
+    """Reads of one call are answered together, but never across a control
+    request: a get before a drop sees the row, one after it does not."""
+    core = ShardCore(0, 1)
+    core.apply(0, [[0, R.board_record(BoardSpec("b", Policy.BEST_SCORE, 2))]])
+    core.apply(1, [[1, batch(1, 10)]])
+    _, (before, count_before, dropped, after, count_after) = core.read(
+        [["get", "b", "p3"], ["count", "b", [0, 0, "p"]], ["drop", "b"], ["get", "b", "p3"], ["count", "b", [0, 0, "p"]]])
+    assert before[1] is not None and before[1][0] == "p3" and count_before[1] == 10
+    assert dropped[1] == 2
+    assert after[1:] == [None, None] and count_after[1] == 0
