@@ -139,8 +139,8 @@ async def test_live_on_an_archived_board_opens_with_a_snapshot_and_sends_no_delt
     engine = await open_engine()
     try:
         await engine.create_board(BoardSpec("g:m:s:arch", Policy.BEST_SCORE, shards=2))
-        await engine.submit([ScoreEvent("g:m:s:arch", f"e{i}", f"p{i}", 10 * i, 1000 + i, 1000 + i)
-                             for i in range(12)])
+        await engine.submit([ScoreEvent("g:m:s:arch", f"e{i}", f"p{i}", 10 * i, 1000 + i, 1000 + i,
+                                        b'{"lvl":%d}' % i if i % 2 else b"") for i in range(12)])
         await engine.invalidate(Invalidation("g:m:s:arch", "e11"))
         top = await engine.top("g:m:s:arch", 0, 5)
         for s in (BoardState.FROZEN, BoardState.FINALIZED, BoardState.ARCHIVED):
@@ -157,6 +157,7 @@ async def test_live_on_an_archived_board_opens_with_a_snapshot_and_sends_no_delt
         assert f"id: {top.version}" in msgs[0]
         for e in top.entries:
             assert f'"player_id":"{e.player_id}"' in msgs[0].replace(" ", "")
+        assert '"metadata":{"lvl":9}' in msgs[0].replace(" ", "")  # the archive's metadata in the live snapshot
         await hub.close()
     finally:
         await engine.close()
