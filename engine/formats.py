@@ -27,12 +27,14 @@ from engine.errors import UnsupportedFormat
 #: Log record vocabulary: kinds and field layouts (records.KINDS), outcome codes
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
 #: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
-LOG_FORMAT = 3
+#: 4: + L (a dead letter: a record, or a row of one, that replay skips).
+LOG_FORMAT = 4
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).
 ROUTER_STATE_FORMAT = 3
-#: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters.
+#: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters (and,
+#: additive since log format 4, ``dead_logged``: the dead letters the log holds a record of).
 SHARD_STATE_FORMAT = 1
 #: ``Partition.to_state``: players, row columns, journal (codes: records.CODE + journal audit codes).
 #: 2: the journal moved to disk (engine.journal: a bounded tail, store sizes, runs, player heads).

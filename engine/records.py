@@ -15,7 +15,7 @@ outcomes, whatever the current dedup settings. Nothing here reads a clock.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,10 @@ SCORES_META, DECIDE_META = "M", "E"
 SCORE_BATCHES = (SCORES, SCORES_META)
 #: Both decision kinds (``E`` is ``D`` plus the held event's metadata).
 DECISIONS = (DECIDE, DECIDE_META)
+#: A dead letter: a record (or one row of a columnar one) a shard could not apply (log format 4).
+DEAD_LETTER = "L"
+#: At most this many characters of a dead letter's error text are kept (in the log and in shard state).
+MAX_ERROR_CHARS = 500
 
 
 class RecordKind(NamedTuple):
@@ -78,6 +82,12 @@ KINDS: dict[str, RecordKind] = {
                                               "value", "achieved_at", "submitted_at", "metadata"),
                             "a decision whose held event carries metadata: the fields of D, then the metadata "
                             "(canonical compact JSON, bytes); written only then"),
+    DEAD_LETTER: RecordKind("dead_letter", ("board_id", "offset", "row", "event_id", "error"),
+                            "a record that raised when a shard applied it (a bug, not an expected outcome): the "
+                            "offset of that record, the row of the event within a columnar score record (None "
+                            "for other kinds), its event id (None when it has none) and the error text (at most "
+                            "MAX_ERROR_CHARS characters). Logged by the router after the record it names; replay "
+                            "skips what it names, whatever the code does today (log format 4)"),
 }
 
 # Outcome codes as logged: append-only (a code never changes meaning). 0 means "apply".
@@ -180,6 +190,52 @@ def logged_events(rec: list) -> Iterator[tuple[ScoreEvent, int]]:
     elif rec[0] in SCORE_BATCHES:
         cols, verdicts = columns_of(rec)
         yield from zip(cols.events(), verdicts.tolist())
+
+
+class DeadLetter(NamedTuple):
+    """What a dead-letter record says: the record at ``offset`` (row ``row``
+    of a columnar score record, else None) was not applied, because of ``error``."""
+
+    board_id: str | None
+    offset: int
+    row: int | None
+    event_id: str | None
+    error: str
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return (self.offset, self.row)
+
+
+def error_text(exc: BaseException) -> str:
+    """The error text a dead letter keeps: type and message, at most MAX_ERROR_CHARS characters."""
+    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+
+
+def dead_letter_record(d: DeadLetter) -> list:
+    return [DEAD_LETTER, d.board_id, d.offset, d.row, d.event_id, d.error[:MAX_ERROR_CHARS]]
+
+
+def dead_letter_of(rec: list) -> DeadLetter:
+    return DeadLetter(rec[1], rec[2], rec[3], rec[4], rec[5])
+
+
+#: How a dead-letter record's payload begins: a msgpack fixarray of its six items, then its kind
+#: letter as a one-character fixstr. No other record begins so (another kind letter, or another
+#: length), so :meth:`engine.log.EventLog.read_where` finds them from these 3 bytes without
+#: decoding any other record.
+DEAD_LETTER_HEAD = bytes([0x90 | (1 + len(KINDS[DEAD_LETTER].fields)), 0xA1]) + DEAD_LETTER.encode()
+
+
+def dead_letters_in(records: Iterable[tuple[int, list]]) -> dict[tuple[int, int | None], DeadLetter]:
+    """The dead letters named by ``(offset, record)`` pairs (others are ignored), by
+    ``(offset, row)`` of the record they name; a repeated one counts once (the first)."""
+    out: dict[tuple[int, int | None], DeadLetter] = {}
+    for _, rec in records:
+        if rec[0] == DEAD_LETTER:
+            d = dead_letter_of(rec)
+            out.setdefault(d.key, d)
+    return out
 
 
 def _le64(a: np.ndarray) -> bytes:

@@ -39,10 +39,19 @@ def recover_shard(index: int, n_actors: int, event_log, store, journals: Journal
     if core is None:
         core = ShardCore(index, n_actors, journals)
     start = core.applied_offset + 1
-    applied = core.replay(event_log.read_from(start))
-    log.info("shard %d recovered: snapshot offset %d, %d records replayed, checksum %032x",
-             index, start - 1, applied, core.checksum_of_state() & ((1 << 128) - 1))
+    dead = dead_letters_from(event_log, start)
+    applied = core.replay(event_log.read_from(start), dead)
+    log.info("shard %d recovered: snapshot offset %d, %d records replayed (%d dead letters skipped), checksum %032x",
+             index, start - 1, applied, len(dead), core.checksum_of_state() & ((1 << 128) - 1))
     return core
+
+
+def dead_letters_from(event_log, start: int) -> dict:
+    """The dead letters the log holds from ``start`` on, by the ``(offset, row)``
+    they name: what a replay from ``start`` must skip before it reaches them
+    (a dead-letter record comes after the record it names). One sequential
+    scan that decodes only the dead-letter records (``EventLog.read_where``)."""
+    return R.dead_letters_in(event_log.read_where(start, R.DEAD_LETTER_HEAD))
 
 
 def core_from_snapshot(state: dict, journals: JournalPlace, name: str) -> ShardCore | None:

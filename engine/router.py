@@ -289,6 +289,9 @@ class Router:
         self._closing = False
         self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
         self.storage_failed_at: float | None = None  # last failed append, cleared by a durable one
+        # (offset, row) of every dead letter logged or being logged (engine.records.DeadLetter): one record each
+        self._dead_logged: set[tuple[int, int | None]] = set()
+        self._dead_replies: set[asyncio.Task] = set()  # cycles answered once their dead letters are durable
         # Test seam (tests/service): hooks["after_append"](first_offset, records) runs once a
         # batch is durable and before any shard sees it. Empty in production.
         self.hooks: dict[str, Callable] = {}
@@ -311,10 +314,14 @@ class Router:
     async def drain(self) -> None:
         """Stop taking submissions and wait until every queued one is answered."""
         self._closing = True
-        while self._queue or (self._inflight and not self._inflight.empty()):
+        while True:
+            while self._queue or (self._inflight and not self._inflight.empty()):
+                await asyncio.sleep(0.005)
+            if self._inflight is not None:
+                await self._inflight.join()
+            if not self._queue and not self._dead_replies:  # a last cycle's dead letters are logged too
+                return
             await asyncio.sleep(0.005)
-        if self._inflight is not None:
-            await self._inflight.join()
 
     async def stop(self) -> None:
         await self.drain()
@@ -368,6 +375,8 @@ class Router:
             if ctl is not None and rec[2] in ctl.admission.held:
                 held = ctl.admission.held.pop(rec[2])
                 ctl.admission.decided[rec[2]] = (rec[3], held)
+        elif kind == R.DEAD_LETTER:
+            self._dead_logged.add(R.dead_letter_of(rec).key)
         self.log_offset = offset
 
     def to_state(self) -> dict:
@@ -600,9 +609,9 @@ class Router:
         """Queue a submission now (queue order is log order); its future answers it.
         A scheduled season move is never refused for a full queue: it is one
         small record, and being late would let more events in before the close."""
-        if self._closing:
+        if self._closing and kind != "dead":  # dead letters found while draining are still logged
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
-        if self._queued_events + n > self.cfg.max_queued_events and kind != "schedule":
+        if self._queued_events + n > self.cfg.max_queued_events and kind not in ("schedule", "dead"):
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
         per_board = Counter(ev.board_id for ev in payload) if kind == "score" else Counter()
         for board_id, count in per_board.items():
@@ -747,6 +756,9 @@ class Router:
                 items.insert(pos, (d.event_id, held))
                 ctl.admission.held = dict(items)
             return undo
+        if kind == "dead":  # dead-letter records (see _log_dead_letters)
+            records.extend(payload)
+            return lambda: self._dead_logged.difference_update(R.dead_letter_of(r).key for r in payload)
         if kind == "invalidate":
             inv = payload
             ctl = self._ctl(inv.board_id)
@@ -820,6 +832,8 @@ class Router:
             return self.boards[rec[1]].actors
         if kind == R.STATE and rec[2] == BoardState.ARCHIVED.value:  # its partitions stop changing
             return self.boards[rec[1]].actors
+        if kind == R.DEAD_LETTER:  # every shard: the one that made it stops reporting it
+            return list(range(self.t.n))
         return []
 
     async def _completer(self) -> None:
@@ -840,7 +854,12 @@ class Router:
                 self._inflight.task_done()
 
     async def _complete(self, cyc: _Cycle) -> None:
-        answers = {a: await f for a, f in cyc.futures.items()}
+        answers = {}
+        unlogged = []
+        for a, f in cyc.futures.items():
+            answers[a], dead = await f
+            unlogged.extend(dead)
+        logging_dead = self._log_dead_letters(unlogged) if unlogged else None
         cursor = {a: 0 for a in answers}
         records, targets = cyc.records, cyc.targets
         per_record: list = []  # per record: [(actor, answer)] from each shard it went to
@@ -852,6 +871,7 @@ class Router:
             per_record.append(got)
         now = self.clock()
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
+        replies = []
         for kind, payload, fut, start, count, places in cyc.submissions:
             if kind == "score":
                 answer = self._finish_scores(payload, places, records, per_record, new_deltas)
@@ -859,12 +879,13 @@ class Router:
                 answer = None
             else:
                 answer = self._finish_record(records[start], per_record[start], new_deltas)
-            if fut.done():
-                continue
-            if isinstance(answer, FlowRankError):
-                fut.set_exception(answer)
-            else:
-                fut.set_result(answer)
+            replies.append((fut, answer))
+        if logging_dead is None:
+            _reply(replies)
+        else:  # answered once the dead letters are durable (never blocking this completer on the sequencer)
+            task = asyncio.ensure_future(self._reply_when_logged(logging_dead, replies))
+            self._dead_replies.add(task)
+            task.add_done_callback(self._dead_replies.discard)
         self.metrics["ingest_to_rank_seconds"].append(now - cyc.durable_at)
         self.histograms["ingest_to_rank_seconds"].observe(now - cyc.durable_at)
         self.metrics["batches"] += 1
@@ -876,6 +897,41 @@ class Router:
                     listener(board_id, deltas)
                 except Exception:
                     log.exception("delta listener failed")
+
+    def _log_dead_letters(self, unlogged: list) -> asyncio.Future | None:
+        """Queue a dead-letter record for each dead letter the shards report
+        that is not logged (or being logged) yet; a future done once they
+        are durable (None: nothing new). A shard reports a dead letter with
+        every answer until the record comes back to it, so one whose append
+        failed is tried again with the next cycle."""
+        new: dict[tuple, R.DeadLetter] = {}
+        for offset, board_id, event_id, error, *row in unlogged:
+            d = R.DeadLetter(board_id if isinstance(board_id, str) else None, offset, row[0] if row else None,
+                             event_id if isinstance(event_id, str) else None, error)
+            if d.key not in self._dead_logged:
+                new.setdefault(d.key, d)
+        if not new:
+            return None
+        self._dead_logged.update(new)
+        try:
+            return self._put("dead", [R.dead_letter_record(d) for d in new.values()], len(new))
+        except Exception:
+            self._dead_logged.difference_update(new)
+            raise
+
+    async def _reply_when_logged(self, logging_dead: asyncio.Future, replies: list) -> None:
+        """Answer a cycle whose events include dead letters once their
+        records are durable: a client told DEAD_LETTERED can rely on every
+        later replay skipping the event. If they could not be made durable,
+        the submissions with a dead-lettered event get the error (their
+        events are in the log; a retry is DUPLICATE_IGNORED)."""
+        try:
+            await logging_dead
+        except Exception as exc:
+            err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
+                f"A dead letter could not be logged ({type(exc).__name__}); retry.", retry_after=1)
+            replies = [(fut, err if _has_dead_letter(answer) else answer) for fut, answer in replies]
+        _reply(replies)
 
     def _finish_scores(self, events: list, places: list, records: list, per_record: list, new_deltas) -> list:
         """EventResults of one submission, in its event order: each board's
@@ -1497,6 +1553,22 @@ class _View(list):
     def __init__(self, entries, complete: bool):
         super().__init__(entries)
         self.complete = complete
+
+
+def _reply(replies: list) -> None:
+    """Resolve each ``(future, answer)``: an error answer is raised to its caller."""
+    for fut, answer in replies:
+        if fut.done():
+            continue
+        if isinstance(answer, FlowRankError):
+            fut.set_exception(answer)
+        else:
+            fut.set_result(answer)
+
+
+def _has_dead_letter(answer) -> bool:
+    return isinstance(answer, list) and any(
+        isinstance(r, EventResult) and r.outcome is Outcome.DEAD_LETTERED for r in answer)
 
 
 def _size(item) -> int:

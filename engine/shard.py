@@ -61,6 +61,11 @@ def _result_nbytes(result) -> int:
     return 64
 
 
+def _dead_key(d: list) -> tuple[int, int | None]:
+    """A dead letter's ``(offset, row)`` (row None unless it is a row of a columnar record)."""
+    return (d[0], d[4] if len(d) > 4 else None)
+
+
 def entry(row) -> list:
     k = row.key
     if row.metadata:
@@ -95,9 +100,14 @@ class ShardCore:
         # whenever it is built (docs/storage.md, "Archives").
         self.archived: set[str] = set()
         self.applied_offset = -1
-        self.dead_letters: list[list] = []  # [offset, board_id, event_id, error]
+        self.dead_letters: list[list] = []  # [offset, board_id, event_id, error] (+ row of a columnar record)
         self._dead_offsets: set[int] = set()
         self._dead_rows: set[tuple[int, int]] = set()  # (offset, row) of columnar records
+        # Dead letters the log holds no dead-letter record of yet, by (offset, row): reported to
+        # the router with every apply answer until their record comes back (docs/recovery.md).
+        self._unlogged: dict[tuple[int, int | None], list] = {}
+        # What replay must skip: the log's dead-letter records, by the offset they name.
+        self._skip: dict[int, list[R.DeadLetter]] = {}
         self._results: OrderedDict[int, list | None] = OrderedDict()
         self._result_board: dict[int, str] = {}  # offset -> board of a cached result (dropped with the board)
         self._result_bytes: dict[int, int] = {}  # offset -> approximate bytes of a cached result
@@ -109,9 +119,13 @@ class ShardCore:
 
     def apply(self, through: int, items: list) -> list:
         """Apply ``items`` (``[offset, record]`` in log order) and mark every
-        offset up to ``through`` applied. Items already applied (a retried
-        or replayed batch) answer from the result cache, unchanged. A score
-        batch is one columnar record, applied as one batch."""
+        offset up to ``through`` applied. Returns ``[results, unlogged]``: each
+        item's result, and every dead letter of this shard the log holds no
+        dead-letter record of yet (``[offset, board_id, event_id, error]`` plus
+        the row of a columnar record; the router logs them, and a dead-letter
+        record applied here ends their reporting). Items already applied (a
+        retried or replayed batch) answer from the result cache, unchanged. A
+        score batch is one columnar record, applied as one batch."""
         out = []
         for offset, rec in items:
             if offset <= self.applied_offset:
@@ -120,11 +134,17 @@ class ShardCore:
                 out.append(self._apply_record(offset, rec))
         if through > self.applied_offset:
             self.applied_offset = through
-        return out
+        return [out, list(self._unlogged.values())]
 
-    def replay(self, records: Iterable[tuple[int, list]]) -> int:
+    def replay(self, records: Iterable[tuple[int, list]], dead: dict | None = None) -> int:
         """Fold the log tail into this shard, keeping only its own records,
-        through the same apply as live. Returns how many records were applied here."""
+        through the same apply as live. ``dead``: the dead letters the log
+        holds (:func:`engine.records.dead_letters_in` of a scan that covers
+        at least these records): what they name is skipped, as the live run
+        skipped it, whatever apply would do today. Returns how many records
+        were applied here."""
+        if dead:
+            self.skip(dead.values())
         n = 0
         for offset, rec in records:
             if offset <= self.applied_offset:
@@ -135,10 +155,19 @@ class ShardCore:
             self.applied_offset = offset
         return n
 
+    def skip(self, dead: Iterable[R.DeadLetter]) -> None:
+        """Remember dead letters the log holds: replay skips what they name
+        (a decision, not a failure: no apply is tried), and a dead letter made
+        here before is no longer reported as unlogged."""
+        for d in dead:
+            if d not in self._skip.setdefault(d.offset, []):
+                self._skip[d.offset].append(d)
+            self._unlogged.pop(d.key, None)
+
     def owns(self, rec: list) -> bool:
         """Whether a log record concerns a partition on this shard."""
         kind = rec[0]
-        if kind in R.BOARD_KINDS:
+        if kind in R.BOARD_KINDS or kind == R.DEAD_LETTER:
             return True
         spec = self.specs.get(rec[1])
         if spec is None:
@@ -157,6 +186,8 @@ class ShardCore:
 
     def _apply_record(self, offset: int, rec: list):
         if offset in self._dead_offsets:
+            result = [DEAD, None]
+        elif self._skipped_whole(offset, rec):
             result = [DEAD, None]
         else:
             try:
@@ -187,11 +218,35 @@ class ShardCore:
             self._result_board.pop(offset, None)
 
     def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
-        error = f"{type(exc).__name__}: {exc}"
+        error = R.error_text(exc)
         log.error("dead-lettering log offset %d (%s %s): %s", offset, rec[0], rec[1:3], error)
-        self.dead_letters.append([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, error])
-        self._dead_offsets.add(offset)
+        self._add_dead([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, error],
+                       logged=False)
         return [DEAD, None]
+
+    def _add_dead(self, entry: list, logged: bool) -> None:
+        """Keep a dead letter (``[offset, board_id, event_id, error]``, plus the row of a columnar record)."""
+        self.dead_letters.append(entry)
+        if len(entry) > 4:
+            self._dead_rows.add((entry[0], entry[4]))
+        else:
+            self._dead_offsets.add(entry[0])
+        if not logged:
+            self._unlogged[_dead_key(entry)] = entry
+
+    def _skipped_whole(self, offset: int, rec: list) -> bool:
+        """Whether the log holds a dead letter for this whole record (no row):
+        if so it is dead-lettered here as it was live, with the logged error."""
+        for d in self._skip.get(offset, ()):
+            if d.row is None:
+                if rec[0] == R.INVALIDATE and not any(p.owns_event(rec[2]) for p in self.parts.get(rec[1], {}).values()):
+                    return False  # another shard's partition owns the event: nothing was dead-lettered here
+                log.warning("skipping log offset %d (%s %s): dead-lettered before: %s", offset, rec[0], rec[1:3],
+                            d.error)
+                self._add_dead([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, d.error],
+                               logged=True)
+                return True
+        return False
 
     def _apply_score(self, rec: list) -> list:
         """A score record: ``[code, change_wire]``."""
@@ -223,6 +278,12 @@ class ShardCore:
         for o, row in self._dead_rows:
             if o == offset:
                 verdicts[row] = DEAD
+        for d in self._skip.get(offset, ()):  # dead-lettered before (the log says): skipped, not tried
+            if d.row is not None and (offset, d.row) not in self._dead_rows:
+                log.warning("skipping log offset %d row %d (%s %s): dead-lettered before: %s", offset, d.row,
+                            cols.board_id, cols.event_ids[d.row], d.error)
+                self._add_dead([offset, cols.board_id, cols.event_ids[d.row], d.error, d.row], logged=True)
+                verdicts[d.row] = DEAD
         try:
             got = partition.apply_columns(cols, verdicts)
         except Exception:
@@ -239,11 +300,10 @@ class ShardCore:
             try:
                 got = partition.apply_columns(cols.take(one), verdicts[one])
             except Exception as exc:  # a bug, not an expected outcome: dead-letter the row
-                error = f"{type(exc).__name__}: {exc}"
+                error = R.error_text(exc)
                 log.error("dead-lettering log offset %d row %d (%s %s): %s", offset, row, cols.board_id,
                           cols.event_ids[row], error)
-                self.dead_letters.append([offset, cols.board_id, cols.event_ids[row], error, row])
-                self._dead_rows.add((offset, row))
+                self._add_dead([offset, cols.board_id, cols.event_ids[row], error, row], logged=False)
                 got = partition.apply_columns(cols.take(one), np.array([DEAD], np.uint8))
             for a, b in zip(out, got):
                 a[row] = b[0]
@@ -253,6 +313,9 @@ class ShardCore:
         kind = rec[0]
         if kind in R.SCORE_BATCHES:
             return self._apply_scores(offset, rec)
+        if kind == R.DEAD_LETTER:  # the router logged a dead letter: from now on the log knows it
+            self.skip([R.dead_letter_of(rec)])
+            return None
         if kind == R.SCORE:
             return self._apply_score(rec)
         if kind in R.BOARD_KINDS:
@@ -501,6 +564,8 @@ class ShardCore:
             "parts": [[b, n, p.to_state()] for b, ps in self.parts.items() for n, p in ps.items()],
             "dead_letters": self.dead_letters,
             "archived": sorted(self.archived),
+            # additive (log format 4): which of them the log holds a dead-letter record of
+            "dead_logged": [list(_dead_key(d)) for d in self.dead_letters if _dead_key(d) not in self._unlogged],
         }
 
     def _journal_place(self, board_id: str, part: int) -> FilePlace | None:
@@ -528,10 +593,10 @@ class ShardCore:
             spec = core.specs[board_id]
             core.parts.setdefault(board_id, {})[n] = Partition.from_state(
                 spec.policy, spec.max_plausible_time_ms, pstate, core._journal_place(board_id, n), journals.tail_rows)
-        core.dead_letters = [list(d) for d in state["dead_letters"]]
         core.archived = set(state.get("archived", ()))  # absent: a snapshot from before it was kept
-        core._dead_offsets = {d[0] for d in core.dead_letters if len(d) == 4}
-        core._dead_rows = {(d[0], d[4]) for d in core.dead_letters if len(d) > 4}
+        logged = {(k[0], k[1]) for k in state.get("dead_logged", ())}  # absent (before log format 4): none
+        for d in state["dead_letters"]:
+            core._add_dead(list(d), logged=_dead_key(d) in logged)
         return core
 
     def checksum_of_state(self) -> int:

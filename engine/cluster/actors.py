@@ -24,6 +24,7 @@ import msgpack
 import ray
 
 from engine import gc_tuning
+from engine import records as R
 from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.journal import JournalPlace
@@ -67,6 +68,10 @@ class LogServer:
     def end_offset(self) -> int:
         return self.log.end_offset()
 
+    def dead_letters(self, offset: int) -> bytes:
+        """The dead-letter records from ``offset`` on (engine.recovery.dead_letters_from), scanned here, next to the log."""
+        return pack(self.log.read_where(offset, R.DEAD_LETTER_HEAD))
+
     def save_snapshot(self, name: str, offset: int, payload: bytes) -> str:
         return self.store.save(name, offset, payload)
 
@@ -88,11 +93,12 @@ def replay_from_server(core: ShardCore, log_server) -> int:
     """Fold the log tail served by ``log_server`` into ``core``."""
     applied = 0
     offset = core.applied_offset + 1
+    dead = R.dead_letters_in(unpack(ray.get(log_server.dead_letters.remote(offset))))
     while True:
         chunk = unpack(ray.get(log_server.read_chunk.remote(offset)))
         if not chunk:
             return applied
-        applied += core.replay((o, rec) for o, rec in chunk)
+        applied += core.replay(((o, rec) for o, rec in chunk), dead)
         offset = chunk[-1][0] + 1
 
 

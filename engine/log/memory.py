@@ -107,6 +107,16 @@ class InMemoryLog:
                 yield cur, unpack_payload(payload)
                 cur += 1
 
+    def read_where(self, offset: int, head: bytes) -> list[tuple[int, object]]:
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        with self._lock:
+            if offset < self._start:
+                raise ValueError(f"offset {offset} precedes the oldest retained offset {self._start}")
+            start, payloads = self._start, self._payloads[max(0, offset - self._start):]
+        first = max(offset, start)
+        return [(first + i, unpack_payload(p)) for i, p in enumerate(payloads) if p.startswith(head)]
+
     def segments(self) -> list[tuple[int, str, int]]:
         with self._lock:
             return [(first, f"memory:{first:020d}.log", size) for first, size in self._segs]

@@ -71,6 +71,18 @@ class EventLog(Protocol):
         """
         ...
 
+    def read_where(self, offset: int, head: bytes) -> list[tuple[int, object]]:
+        """``(offset, record)`` of every durable record ``>= offset`` whose
+        encoded payload (msgpack bytes) begins with ``head``, in order.
+
+        Only those records are decoded: the others are stepped over by their
+        frame lengths, in one pass of sequential reads (``O(bytes)`` of I/O,
+        ``O(records)`` of header parsing). Meant for rare records that must be
+        known before a replay reaches the records they concern (dead letters).
+        Raises ``ValueError`` if ``offset`` precedes :meth:`start_offset`.
+        """
+        ...
+
     def segments(self) -> list[tuple[int, str, int]]:
         """``(first_offset, path, bytes)`` of each retained segment, oldest first."""
         ...

@@ -52,12 +52,15 @@ import os
 import re
 import threading
 import time
+import zlib
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
 from engine.errors import LogCorruption, StorageUnavailable, UnsupportedFormat
 from engine.formats import LOG_FORMAT
 from engine.log.framing import (
+    FRAME_HEADER,
+    FRAME_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
     SEGMENT_VERSION,
     decode_segment_header,
@@ -65,6 +68,7 @@ from engine.log.framing import (
     encode_segment_header,
     find_valid_frame,
     parse_frames,
+    unpack_payload,
 )
 from engine.log.port import FaultHook
 
@@ -449,6 +453,30 @@ class SegmentedFileLog:
             if f is not None:
                 f.close()
 
+    def read_where(self, offset: int, head: bytes) -> list[tuple[int, object]]:
+        """See :meth:`engine.log.EventLog.read_where`. Reads each segment from
+        ``offset`` (seeking by the sparse index) to its durable end in blocks
+        of ``_SCAN_BLOCK`` bytes; a frame is decoded (and its CRC checked) only
+        when its payload starts with ``head``."""
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        with self._lock:
+            if offset < self._segments[0].first_offset:
+                raise ValueError(f"offset {offset} precedes the oldest retained offset "
+                                 f"{self._segments[0].first_offset}")
+            segs = [(s.path, s.first_offset, s.records, s.size, s.index_k, s.index_pos)
+                    for s in self._segments if s.first_offset + s.records > offset]
+        out: list[tuple[int, object]] = []
+        for path, first, records, size, index_k, index_pos in segs:
+            k = max(0, offset - first)
+            j = bisect_right(index_k, k) - 1
+            try:
+                with open(path, "rb") as f:
+                    out.extend(_scan_where(f, path, first, index_k[j], index_pos[j], k, records, size, head))
+            except FileNotFoundError:
+                raise ValueError(f"offset {max(offset, first)} was deleted by retention") from None
+        return out
+
     # --------------------------------------------------------------- retention
 
     def delete_segments_before(self, offset: int) -> list[str]:
@@ -564,6 +592,42 @@ def _read_frames(f, path: str, buf: bytes, buf_base: int, pos: int, limit_pos: i
         buf = remainder + more
         buf_base = pos
     return values, buf, buf_base, pos
+
+
+_SCAN_BLOCK = 8 << 20
+
+
+def _scan_where(f, path: str, first: int, n: int, pos: int, k: int, records: int, size: int,
+                head: bytes) -> list[tuple[int, object]]:
+    """Records ``k ..`` of one segment whose payload starts with ``head``,
+    starting the walk at record ``n`` (file position ``pos``); ``size`` is the
+    segment's durable size. One sequential pass; other frames are not decoded."""
+    out: list[tuple[int, object]] = []
+    f.seek(pos)
+    buf, base = f.read(min(_SCAN_BLOCK, size - pos)), pos
+    want = FRAME_HEADER_SIZE + len(head)
+    unpack_header = FRAME_HEADER.unpack_from
+    while n < records:
+        rel = pos - base
+        if rel + want > len(buf):  # refill from here (a frame's head is never cut)
+            f.seek(pos)
+            buf, base, rel = f.read(min(max(_SCAN_BLOCK, want), size - pos)), pos, 0
+            if len(buf) < FRAME_HEADER_SIZE:
+                raise LogCorruption(f"log segment {path}: file shorter than its durable size at byte offset {pos}")
+        length, crc = unpack_header(buf, rel)
+        if n >= k and buf.startswith(head, rel + FRAME_HEADER_SIZE):
+            end = rel + FRAME_HEADER_SIZE + length
+            if end > len(buf):
+                f.seek(pos)
+                buf, base, rel = f.read(min(max(_SCAN_BLOCK, FRAME_HEADER_SIZE + length), size - pos)), pos, 0
+                end = FRAME_HEADER_SIZE + length
+            payload = memoryview(buf)[rel + FRAME_HEADER_SIZE:end]
+            if len(payload) != length or zlib.crc32(payload) != crc:
+                raise LogCorruption(f"log segment {path}: bad record at byte offset {pos}")
+            out.append((first + n, unpack_payload(payload)))
+        pos += FRAME_HEADER_SIZE + length
+        n += 1
+    return out
 
 
 def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool,

@@ -10,6 +10,7 @@ Also: snapshot states carry their format and a newer one is refused.
 
 from __future__ import annotations
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -57,6 +58,7 @@ RECORD_KINDS = {
                           "verdicts", "meta", "meta_offsets")),
     "E": ("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
                             "achieved_at", "submitted_at", "metadata")),
+    "L": ("dead_letter", ("board_id", "offset", "row", "event_id", "error")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -70,7 +72,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 3, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
+FORMATS = {"LOG_FORMAT": 4, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
 
 
 def test_outcome_codes_are_pinned():
@@ -86,6 +88,7 @@ def test_record_kinds_are_pinned():
         "B", "T", "C", "S", "I", "D", "K")
     assert R.BOARD_KINDS == {"B", "K"}
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
+    assert R.DEAD_LETTER == "L" and R.MAX_ERROR_CHARS == 500
 
 
 def test_record_builders_match_the_kinds_table():
@@ -128,6 +131,47 @@ def test_metadata_records_only_when_an_event_carries_some():
     assert R.decided_event(d) == meta._replace(event_id="e2")
     plain_d = R.decide_record("b", "e2", "apply", "ok", "mod", HeldEvent("e2", "p2", 6, 10, 11, Outcome.HELD_FOR_REVIEW))
     assert plain_d[0] == R.DECIDE and R.decided_event(plain_d).metadata == b""
+
+
+def test_dead_letter_records_round_trip_and_bound_their_error():
+    row = R.DeadLetter("b", 41, 3, "e7", "RuntimeError: boom")
+    whole = R.DeadLetter(None, 9, None, None, "x" * 2000)
+    for d in (row, whole):
+        rec = R.dead_letter_record(d)
+        assert rec[0] == R.DEAD_LETTER and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
+        back = R.dead_letter_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True)))
+        assert back == d._replace(error=d.error[:R.MAX_ERROR_CHARS])
+    assert row.key == (41, 3) and whole.key == (9, None)
+    assert len(R.error_text(ValueError("y" * 5000))) == R.MAX_ERROR_CHARS
+    assert R.error_text(KeyError("k")) == "KeyError: 'k'"
+
+
+def test_only_dead_letter_payloads_start_with_its_head():
+    """``DEAD_LETTER_HEAD`` tells a dead-letter record from every other kind
+    by its first bytes (what the skip-set scan reads)."""
+    ev = ScoreEvent("b", "e1", "p1", 5, 10, 11, b'{"k":1}')
+    held = HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW, b'{"k":1}')
+    others = [
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3)), ["B", "b", "best_score", 1, 1000, None],
+        [R.STATE, "b", "FROZEN"], R.score_record(ev, None),
+        R.scores_record(ScoreColumns.from_events([ev._replace(metadata=b"")]), 0, np.zeros(1, np.uint8)),
+        R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8)),
+        [R.INVALIDATE, "b", "e1", "c1", None, None], R.decide_record("b", "e1", "apply", None, None, held),
+        R.decide_record("b", "e1", "apply", None, None, HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW)),
+        ["L", "b", 1], ["L"],  # not the dead-letter layout
+    ]
+    assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
+    for rec in others:
+        assert not msgpack.packb(rec, use_bin_type=True).startswith(R.DEAD_LETTER_HEAD), rec[0]
+    for d in (R.DeadLetter("b", 1, 0, "e", "x"), R.DeadLetter(None, 2**40, None, None, "")):
+        assert msgpack.packb(R.dead_letter_record(d), use_bin_type=True).startswith(R.DEAD_LETTER_HEAD)
+
+
+def test_dead_letters_in_keeps_one_per_named_event():
+    a, b = R.DeadLetter("b", 4, 1, "e1", "boom"), R.DeadLetter("b", 4, None, None, "bang")
+    log = [(3, [R.STATE, "b", "FROZEN"]), (5, R.dead_letter_record(a)), (6, R.dead_letter_record(b)),
+           (7, R.dead_letter_record(a._replace(error="again")))]
+    assert R.dead_letters_in(log) == {(4, 1): a, (4, None): b}
 
 
 def test_journal_and_partition_codes_are_pinned():

@@ -21,13 +21,14 @@ def test_result_cache_is_bounded_by_bytes_and_a_retry_answers_the_same(monkeypat
     monkeypatch.setattr(S, "RESULT_CACHE_BYTES", 200_000)
     core = ShardCore(0, 1)
     core.apply(0, [[0, R.board_record(BoardSpec("b", Policy.BEST_SCORE, 1))]])
-    first = core.apply(1, [[1, batch(1, 2000)]])
+    first, unlogged = core.apply(1, [[1, batch(1, 2000)]])
+    assert unlogged == []  # no dead letter to report
     for off in range(2, 40):
         core.apply(off, [[off, batch(off, 2000)]])
         assert core.result_cache_bytes <= 200_000
         assert core.result_cache_bytes == sum(S._result_nbytes(r) for r in core._results.values())
     assert 1 not in core._results and 39 in core._results  # the oldest went first
-    last = core.apply(39, [[39, batch(39, 2000)]])  # a retried batch: answered from the cache, not applied again
+    last, _ = core.apply(39, [[39, batch(39, 2000)]])  # a retried batch: answered from the cache, not applied again
     assert last == [core._results[39]]
     assert len(first[0][1]) == 4 * 2000  # every row of the first batch changed
 

@@ -6,10 +6,11 @@ import errno
 import random
 import threading
 
+import msgpack
 import pytest
 
 from engine.errors import StorageUnavailable
-from engine.log import EventLog
+from engine.log import EventLog, segment_log
 
 from .conftest import FsyncCounter
 
@@ -203,3 +204,37 @@ def test_injected_enospc_fails_the_batch_and_the_log_recovers(tmp_path, log_fact
     del hook.fail[op]
     assert log.append_batch(["c"]) == [2]
     assert read_all(log) == [(0, "a"), (1, "b"), (2, "c")]
+
+
+HEAD = msgpack.packb(["L", 0, 0, 0, 0, 0])[:3]  # a 6-item list whose first item is "L"
+
+
+@pytest.mark.parametrize("block", [64, 8 << 20])
+def test_read_where_finds_exactly_the_records_whose_payload_starts_with_head(log_factory, monkeypatch, block):
+    """Only the records whose encoded payload starts with ``head``, in order,
+    from every offset; frames longer than a read block, across segments."""
+    monkeypatch.setattr(segment_log, "_SCAN_BLOCK", block)  # small blocks: frames cut at every place
+    log = log_factory(segment_bytes=600)
+    rng = random.Random(3)
+    for b in range(30):
+        batch = []
+        for i in range(rng.randint(1, 6)):
+            roll = rng.random()
+            if roll < 0.25:
+                batch.append(["L", "b", b, i if roll < 0.1 else None, None, "e" * rng.randrange(300)])
+            elif roll < 0.35:
+                batch.append(["L", "b", b])  # another layout of the same letter: not a match
+            else:
+                batch.append(["C", "b", b, "x" * rng.randrange(200)])
+        log.append_batch(batch)
+    everything = read_all(log)
+    assert len(log.segments()) > 3
+    for start in range(0, len(everything) + 2):
+        want = [(o, r) for o, r in everything[start:] if msgpack.packb(r, use_bin_type=True).startswith(HEAD)]
+        assert log.read_where(start, HEAD) == want
+    assert log.read_where(0, HEAD) and log.read_where(0, b"nothing") == []
+    cut = log.segments()[2][0]
+    log.delete_segments_before(cut)
+    with pytest.raises(ValueError):
+        log.read_where(cut - 1, HEAD)
+    assert log.read_where(cut, HEAD) == [(o, r) for o, r in everything[cut:] if r[0] == "L" and len(r) == 6]

@@ -13,7 +13,9 @@ import shutil
 
 import pytest
 
+from engine import records as R
 from engine.errors import StorageUnavailable
+from engine.log import SegmentedFileLog
 from engine.model import BoardState, Outcome, QuarantineDecision, ScoreEvent
 from engine.partition import Partition
 from tests.service.helpers import (
@@ -138,50 +140,124 @@ def test_corrupt_newest_snapshot_falls_back(tmp_path, caplog, which):
 # ------------------------------------------------------------ dead letters
 
 
-def test_poison_event_is_dead_lettered_and_replays_the_same(tmp_path, monkeypatch):
+def _poison(monkeypatch, event_id: str = "poison"):
+    """Make applying the event ``event_id`` raise (a bug), until ``monkeypatch.undo()`` (the fix)."""
     real_apply = Partition.apply_columns
 
     def poisoned(self, cols, verdicts=None, *a, **kw):
-        # only when it would reach the comparator: a duplicate verdict is journalled
-        if any(e == "poison" and (verdicts is None or verdicts[i] == 0) for i, e in enumerate(cols.event_ids)):
+        # only when it would reach the comparator: a duplicate or dead verdict is journalled
+        if any(e == event_id and (verdicts is None or verdicts[i] == 0) for i, e in enumerate(cols.event_ids)):
             raise RuntimeError("boom on poison")
         return real_apply(self, cols, verdicts, *a, **kw)
 
     monkeypatch.setattr(Partition, "apply_columns", poisoned)
+
+
+def _logged_dead_letters(data_dir) -> list:
+    """Every dead-letter record of the data directory's log, as ``(record offset, DeadLetter)``."""
+    with SegmentedFileLog.open(data_dir / "log") as event_log:
+        return [(o, R.dead_letter_of(rec)) for o, rec in event_log.read_where(0, R.DEAD_LETTER_HEAD)]
+
+
+def test_poison_event_is_dead_lettered_logged_and_replays_the_same_after_the_fix(tmp_path, monkeypatch):
+    """A dead letter is a log record: once the bug is fixed, a restart from a
+    snapshot taken before the poison (+ tail), from the close snapshot, and a
+    full replay all skip the event and reach the live state; none logs it again."""
+    _poison(monkeypatch)
+    before_dir, crash_dir = tmp_path.parent / (tmp_path.name + "-before"), tmp_path.parent / (tmp_path.name + "-replay")
 
     async def go():
         svc = await open_service(tmp_path, 3)
         w = Workload(seed=3)
         await w.create(svc)
         await w.round(svc, 0)
+        await svc.snapshot()  # a snapshot from before the poison: its tail holds it (kept alone in before_dir)
         poison = ScoreEvent("g:best:s1", "poison", "p1", 99, 1, 1)
         _before, results, after = await w.batch(svc, 20), await svc.submit([poison]), await w.batch(svc, 20)
         assert results[0].outcome is Outcome.DEAD_LETTERED
         assert any(r.outcome in APPLIED for r in after[1])  # kept ingesting
         dead = svc.stats()["dead_letters"]
         assert len(dead) == 1
-        offset, board_id, event_id, error = dead[0][:4]  # + the row of a columnar record
+        offset, board_id, event_id, error, row = dead[0]  # the row of a columnar record
         assert (board_id, event_id) == ("g:best:s1", "poison")
         assert "boom on poison" in error and "RuntimeError" in error
         hist = await svc.history("g:best:s1", "p1")
-        assert all(h.event_id != "poison" or h.outcome == Outcome.DEAD_LETTERED.value for h in hist)
+        assert [h.outcome for h in hist if h.event_id == "poison"] == [Outcome.DEAD_LETTERED.value]
         # a redelivery of the poison id is a duplicate (admission remembered it), not a second failure
         assert (await svc.submit([poison]))[0].outcome is Outcome.DUPLICATE_IGNORED
         await w.round(svc, 1)
         live = await state_of(svc)
-        copy_dir(tmp_path, tmp_path.parent / (tmp_path.name + "-replay"))
+        await svc.snapshot()
+        copy_dir(tmp_path, crash_dir)
         await svc.close()
+        copy_dir(tmp_path, before_dir)
+        snaps = sorted(os.listdir(before_dir / "snapshots"))
+        for name in snaps:  # keep only the oldest snapshot of each owner: taken before the poison
+            if any(o.split(".")[0] == name.split(".")[0] and o < name for o in snaps):
+                os.remove(before_dir / "snapshots" / name)
+        assert len(os.listdir(before_dir / "snapshots")) == 4
 
-        svc = await open_service(tmp_path, 3)  # from the close snapshot
-        assert await state_of(svc) == live
-        assert [d[:3] for d in svc.stats()["dead_letters"]] == [[offset, "g:best:s1", "poison"]]
+        # the log holds one dead-letter record, after the record it names
+        logged = _logged_dead_letters(tmp_path)
+        assert [d for _, d in logged] == [R.DeadLetter("g:best:s1", offset, row, "poison", error)]
+        assert logged[0][0] > offset
+        with SegmentedFileLog.open(tmp_path / "log") as event_log:
+            poison_rec = next(rec for o, rec in event_log.read_from(offset) if o == offset)
+        assert R.columns_of(poison_rec)[0].event_ids[row] == "poison"
+
+        monkeypatch.undo()  # the bug is fixed
+        drop_snapshots(crash_dir)
+        for where in (tmp_path, before_dir, crash_dir):  # close snapshot; before the poison + tail; whole log
+            svc = await open_service(where, 3)
+            assert await state_of(svc) == live, where
+            assert svc.stats()["dead_letters"] == dead, where
+            assert (await svc.submit([poison]))[0].outcome is Outcome.DUPLICATE_IGNORED
+            await svc.close()
+            assert [d for _, d in _logged_dead_letters(where)] == [logged[0][1]], where  # never logged twice
+
+    run(go())
+
+
+def test_a_dead_letter_replayed_before_it_was_logged_is_logged_once(tmp_path, monkeypatch):
+    """A crash can come between the poison record and its dead-letter record:
+    the replay (same bug) dead-letters it again and the next cycle logs it,
+    once; a later restart with the same bug logs nothing more, and one with
+    the fix reaches the same state."""
+    from engine.router import Router
+
+    _poison(monkeypatch)
+    real_log_dead_letters = Router._log_dead_letters
+    monkeypatch.setattr(Router, "_log_dead_letters", lambda self, unlogged: None)  # the crash: never logged
+
+    async def go():
+        svc = await open_service(tmp_path, 3)
+        w = Workload(seed=4)
+        await w.create(svc)
+        await w.round(svc, 0)
+        results = await svc.submit([ScoreEvent("g:cum:s1", "poison", "p2", 5, 1, 1)])
+        assert results[0].outcome is Outcome.DEAD_LETTERED
+        await crash(svc)
+        assert _logged_dead_letters(tmp_path) == []
+
+        monkeypatch.setattr(Router, "_log_dead_letters", real_log_dead_letters)
+        svc = await open_service(tmp_path, 3)  # full replay, same bug: dead-lettered again, not logged yet
+        dead = svc.stats()["dead_letters"]
+        assert [d[2] for d in dead] == ["poison"]
+        await w.round(svc, 1)  # the first cycle logs it
+        await crash(svc)
+        assert [d.event_id for _, d in _logged_dead_letters(tmp_path)] == ["poison"]
+
+        svc = await open_service(tmp_path, 3)  # same bug again: skipped by the log's record, nothing new
+        await w.round(svc, 2)
+        live = await state_of(svc)
         await svc.close()
+        assert len(_logged_dead_letters(tmp_path)) == 1
 
-        replay_dir = tmp_path.parent / (tmp_path.name + "-replay")
-        drop_snapshots(replay_dir)
-        svc = await open_service(replay_dir, 3)  # full replay: dead-lettered again, same state
+        monkeypatch.undo()
+        drop_snapshots(tmp_path)
+        svc = await open_service(tmp_path, 3)  # the fix, the whole log: the live state
         assert await state_of(svc) == live
-        assert [d[:3] for d in svc.stats()["dead_letters"]] == [[offset, "g:best:s1", "poison"]]
+        assert svc.stats()["dead_letters"] == dead
         await svc.close()
 
     run(go())
