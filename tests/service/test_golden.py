@@ -27,7 +27,7 @@ from engine.errors import UnsupportedFormat
 from engine.log import SegmentedFileLog
 from engine.log.framing import encode_batch
 from engine.log.snapshots import decode_snapshot, encode_snapshot
-from tests.fixtures.make_golden import observe, open_data, probe_event, stop_without_snapshot
+from tests.fixtures.make_golden import dead_letters, observe, open_data, probe_event, stop_without_snapshot
 from tests.service.helpers import run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -73,6 +73,8 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
             if "schedules" in expected:  # golden_v3 on: season schedules (K records, router format 2)
                 got = {b.board_id: [b.closes_at, b.finalize_after_s] for b in await svc.list_boards()}
                 assert got == expected["schedules"]
+            if "dead_letters" in expected:  # golden_v5 on: dead-letter records, honoured with the bug fixed
+                assert dead_letters(svc) == expected["dead_letters"]
             probes = [probe_event(p["event"]) for p in expected["probes"]]
             results = [(await svc.submit([ev]))[0].outcome.value for ev in probes]  # one at a time: as pinned
             assert results == [p["outcome"] for p in expected["probes"]]
@@ -101,6 +103,9 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
     assert R.STATE in kinds[snap_offset:] and R.DECIDE in kinds[snap_offset:]
     if expected["formats"]["log_format"] >= 3:  # metadata: scores and decisions that carry it
         assert {R.SCORES_META, R.DECIDE_META} <= set(kinds)
+    if expected["formats"]["log_format"] >= 4:  # dead letters: one before the snapshot, one in the tail
+        assert R.DEAD_LETTER in kinds[:snap_offset] and R.DEAD_LETTER in kinds[snap_offset:]
+        assert len(expected["dead_letters"]) == kinds.count(R.DEAD_LETTER) == 2
 
 
 # ------------------------------------------------------- newer formats refuse
