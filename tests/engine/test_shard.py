@@ -1,5 +1,7 @@
 """engine.shard.ShardCore: the cache of answers kept for retried batches is
-bounded by records and by bytes, and a retried batch answers from it unchanged."""
+bounded by records and by bytes, and a retried batch answers from it unchanged.
+Dead letters: reported until the log holds their record; a replay given the
+log's dead letters skips what they name."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import numpy as np
 from engine import records as R
 from engine import shard as S
 from engine.columns import ScoreColumns
-from engine.model import BoardSpec, Policy, ScoreEvent
+from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.partition import Partition
+from engine.placement import part_of
 from engine.shard import ShardCore
 
 
@@ -58,7 +62,7 @@ def test_an_archived_boards_partitions_stop_changing_and_its_history_reads_in_ch
     sizes = {n: len(p.journal) for n, p in core.parts["b"].items()}
     version = core.read([["size", "b"]])[1][0][0]
     for off in range(4, 6):
-        out = core.apply(off, [[off, held]])
+        out, _ = core.apply(off, [[off, held]])
         assert out[0][1:] == [b"", b"", b""]  # nothing changed
     assert {n: len(p.journal) for n, p in core.parts["b"].items()} == sizes
     assert core.read([["size", "b"]])[1][0][0] == version
@@ -158,3 +162,86 @@ def test_reads_batched_in_one_call_keep_their_order_around_a_drop():
     assert before[1] is not None and before[1][0] == "p3" and count_before[1] == 10
     assert dropped[1] == 2
     assert after[1:] == [None, None] and count_after[1] == 0
+
+
+
+
+# ------------------------------------------------------------ dead letters
+
+
+def _poisoned(monkeypatch, event_id: str) -> None:
+    real = Partition.apply_columns
+
+    def apply_columns(self, cols, verdicts=None, *a, **kw):
+        if any(e == event_id and (verdicts is None or verdicts[i] == 0) for i, e in enumerate(cols.event_ids)):
+            raise RuntimeError("boom")
+        return real(self, cols, verdicts, *a, **kw)
+
+    monkeypatch.setattr(Partition, "apply_columns", apply_columns)
+
+
+def _log() -> list:
+    """A board and three score batches; e1-3 (row 3 of offset 2) is the poison below."""
+    return [[0, R.board_record(BoardSpec("b", Policy.BEST_SCORE, 1))]] + [[o, batch(o, 5)] for o in (1, 2, 3)]
+
+
+def test_a_dead_letter_is_reported_until_its_record_comes_back(monkeypatch):
+    _poisoned(monkeypatch, "e2-3")
+    core = ShardCore(0, 1)
+    items = _log()
+    results, unlogged = core.apply(2, items[:3])
+    assert results[2][0][3] == S.DEAD and [S.DEAD] != list(results[2][0])  # only that row
+    assert unlogged == [[2, "b", "e2-3", "RuntimeError: boom", 3]]
+    assert core.apply(3, [items[3]])[1] == unlogged  # reported again: not logged yet
+    rec = R.dead_letter_record(R.DeadLetter("b", 2, 3, "e2-3", "RuntimeError: boom"))
+    assert core.apply(4, [[4, rec]])[1] == []  # the router's record came back: no longer reported
+    state = core.to_state()
+    assert state["dead_logged"] == [[2, 3]]
+    assert ShardCore.from_state(state).apply(4, [])[1] == []
+    state.pop("dead_logged")  # a snapshot from before log format 4: its dead letters are not logged
+    assert ShardCore.from_state(state).apply(4, [])[1] == unlogged
+
+
+def test_replay_skips_what_the_logs_dead_letters_name_without_trying_it(monkeypatch):
+    """With the bug fixed, a replay given the log's dead letters skips the row
+    (never calling the apply that failed) and reaches the state of the live
+    shard that dead-lettered it."""
+    items = _log()
+    rec = R.dead_letter_record(R.DeadLetter("b", 2, 3, "e2-3", "RuntimeError: boom"))
+    with monkeypatch.context() as m:
+        _poisoned(m, "e2-3")
+        live = ShardCore(0, 1)
+        live.apply(4, items + [[4, rec]])
+    fixed = ShardCore(0, 1)
+    log = [tuple(i) for i in items] + [(4, rec)]
+    assert fixed.replay(log, R.dead_letters_in(log)) == 5
+    assert fixed.checksum_of_state() == live.checksum_of_state()
+    assert fixed.dead_letters == live.dead_letters == [[2, "b", "e2-3", "RuntimeError: boom", 3]]
+    assert fixed.apply(4, [])[1] == []  # logged: nothing to report
+    hist = fixed.read([["hist", "b", "p3"]])[1][0][1]
+    assert [h[5] for h in hist if h[0] == "e2-3"] == [Outcome.DEAD_LETTERED.value]
+    naive = ShardCore(0, 1)  # without the skip set the fixed code applies it: another state
+    naive.replay(log)
+    assert naive.checksum_of_state() != live.checksum_of_state()
+
+
+def test_a_whole_record_dead_letter_is_skipped_only_where_it_applies():
+    """An invalidation named by a dead letter (no row) is skipped on the shard
+    whose partition owns the event; another shard of the board did nothing live and does nothing."""
+    spec = BoardSpec("b", Policy.BEST_SCORE, 2)
+    events = [ScoreEvent("b", f"e{i}", f"p{i}", 10 + i, i, i) for i in range(12)]
+    log = [(0, R.board_record(spec))]
+    for p in range(2):
+        mine = [e for e in events if part_of(e.player_id, 2) == p]
+        log.append((1 + p, R.scores_record(ScoreColumns.from_events(mine), p, np.zeros(len(mine), np.uint8))))
+    log.append((3, [R.INVALIDATE, "b", "e0", "c1", None, None]))
+    dead = R.dead_letters_in([(4, R.dead_letter_record(R.DeadLetter("b", 3, None, "e0", "KeyError: x")))])
+    cores = [ShardCore(i, 2) for i in range(2)]
+    for core in cores:
+        core.replay(log, dead)
+    owner = [i for i, c in enumerate(cores) if any(p.owns_event("e0") for p in c.parts.get("b", {}).values())]
+    assert len(owner) == 1
+    assert cores[owner[0]].dead_letters == [[3, "b", "e0", "KeyError: x"]]
+    assert cores[1 - owner[0]].dead_letters == []
+    _, row, _ = cores[owner[0]].read([["get", "b", "p0"]])[1][0]
+    assert row[0] == "p0" and row[4]  # still ranked: the invalidation was skipped, not applied
