@@ -288,3 +288,78 @@ def test_embedded_ray_caps_the_task_events_the_gcs_keeps(monkeypatch):
     assert cc.init_ray("ray://somewhere:10001") is True
     assert seen[0]["_system_config"] == {"task_events_max_num_task_in_gcs": 1_000}
     assert seen[1]["_system_config"] is None
+
+
+def _poisoned_shards(event_id: str):
+    """The shard actor class with a bug: applying ``event_id`` raises inside the
+    actor's process. Defined here so that Ray ships it by value to the workers."""
+    import ray
+
+    from engine.cluster.actors import SHARD_OPTIONS, ShardActor
+
+    class PoisonedShard(ShardActor):
+        def __init__(self, *args):
+            from engine.partition import Partition
+
+            real = Partition.apply_columns
+
+            def apply_columns(part, cols, verdicts=None, *a, **kw):
+                if any(e == event_id and (verdicts is None or verdicts[i] == 0) for i, e in enumerate(cols.event_ids)):
+                    raise RuntimeError("boom in a shard actor")
+                return real(part, cols, verdicts, *a, **kw)
+
+            Partition.apply_columns = apply_columns
+            super().__init__(*args)
+
+    return ray.remote(**SHARD_OPTIONS)(PoisonedShard)
+
+
+def test_a_shard_actor_dead_letter_is_logged_and_a_fixed_replay_skips_it(ray_session, loop, tmp_path, monkeypatch):
+    """A shard actor dead-letters an event (a bug in its process); the router
+    logs the dead letter; after the fix, a whole replay (snapshots deleted)
+    through new shard actors reaches the same state and logs nothing more."""
+    from engine.cluster import client as cluster_client
+
+    board = "g:m:s:poison"
+    events, _ = _workload(5, board)
+    poison = ScoreEvent(board, "poison", "p7", 99, 1, 1)
+    monkeypatch.setattr(cluster_client, "RemoteShard", _poisoned_shards("poison"))
+
+    async def live():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            await eng.create_board(BoardSpec(board, Policy.CUMULATIVE, shards=2))
+            await eng.submit(events[:300])
+            results = await eng.submit(events[300:340] + [poison] + events[340:])
+            assert results[40].outcome.value == "DEAD_LETTERED"
+            await eng.refresh_stats()
+            dead = eng.stats()["dead_letters"]
+            return dead, await _reads(eng, board, sorted({e.player_id for e in events}))
+        finally:
+            await eng.close()
+
+    dead, before = loop.run_until_complete(live())
+    assert [d[2] for d in dead] == ["poison"] and "boom in a shard actor" in dead[0][3]
+
+    def logged():
+        with SegmentedFileLog.open(tmp_path / "log") as event_log:
+            return [R.dead_letter_of(rec) for _, rec in event_log.read_where(0, R.DEAD_LETTER_HEAD)]
+
+    assert logged() == [R.DeadLetter(board, dead[0][0], dead[0][4], "poison", dead[0][3])]
+    monkeypatch.undo()  # the fix
+
+    async def fixed():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            reads = await _reads(eng, board, sorted({e.player_id for e in events}))
+            assert (await eng.submit([poison]))[0].outcome.value == "DUPLICATE_IGNORED"
+            await eng.refresh_stats()
+            return eng.stats()["dead_letters"], reads
+        finally:
+            await eng.close()
+
+    import shutil
+
+    shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
+    assert loop.run_until_complete(fixed()) == (dead, before)
+    assert len(logged()) == 1
