@@ -9,7 +9,10 @@ Measures, each ``--repeat`` times, and prints min/median/max rows:
   players' rows ``[player_id, value, achieved_at, submitted_at, status,
   row_version, last_event_id]``;
 * recovery of a 5M-record log (1M with ``--quick``): ``open`` (verifies every
-  CRC and builds the sparse index) and a full ``read_from(0)`` replay;
+  CRC and builds the sparse index), a full ``read_from(0)`` replay, and the
+  dead-letter scan a shard's replay starts with (``read_where`` for the
+  3-byte head of a dead-letter record: one sequential pass that decodes only
+  those; the log holds 8 of them among the events);
 * side by side, when ``benchmarks/redis_peer.py`` and ``redis-server`` are
   available: the exact-semantics Redis peer ingesting the same events with
   AOF ``appendfsync always``, and its restart time (AOF reload), against
@@ -20,7 +23,7 @@ Event records: ``["s", board_id, event_id, player_id, value, achieved_at,
 submitted_at, 0]``.
 
 Usage: ``python -m benchmarks.log_recovery [--quick] [--seed N] [--repeat N]
-[--data-dir DIR] [--no-redis]``.
+[--data-dir DIR] [--no-redis] [--recovery-only]``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from engine import records as R  # noqa: E402
 from engine.log import FileSnapshotStore, SegmentedFileLog  # noqa: E402
 
 BOARD = "bench-board"
@@ -171,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter runs, 1M-record replay log")
     parser.add_argument("--data-dir", default=None, help="where to write (default: a temp dir, removed)")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis AOF peer rows")
+    parser.add_argument("--recovery-only", action="store_true", help="only the recovery table (no appends, snapshots)")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
@@ -179,15 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     players = 1_000_000
     redis_n = 100_000 if args.quick else 1_000_000
     root = tempfile.mkdtemp(prefix="flowrank-logbench-", dir=args.data_dir)
-    params = {"seed": args.seed, "repeat": args.repeat, "quick": args.quick, "append_seconds": duration,
+    params = {"seed": args.seed, "repeat": args.repeat, "quick": args.quick, "recovery_only": args.recovery_only,
+              "append_seconds": duration,
               "replay_records": replay_n, "snapshot_players": players, "redis_events": redis_n,
               "data_dir": root}
     print(machine_header(params), flush=True)
     try:
         events = make_events(rng, 10_000)
 
-        table_header("Append (fsync per commit group; records/s, latency per append_batch call)")
-        for threads in (1, 4):
+        if not args.recovery_only:
+            table_header("Append (fsync per commit group; records/s, latency per append_batch call)")
+        for threads in (() if args.recovery_only else (1, 4)):
             for batch in (1, 100, 1000, 10_000):
                 runs = [run_appends(root, batch, threads, duration, events) for _ in range(args.repeat)]
                 label = f"batch={batch:<5} threads={threads}"
@@ -195,54 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                 Table().add(f"{label} p50 latency", "ms", [r[1] for r in runs])
                 Table().add(f"{label} p99 latency", "ms", [r[2] for r in runs])
 
-        table_header(f"Snapshot of {players:,} player rows (msgpack + xxh3_128, atomic write + fsync)")
-        payload = snapshot_payload(rng, players)
-        store = FileSnapshotStore(os.path.join(root, "snapshots"), keep=2)
-        saves, loads, sizes = [], [], []
-        for r in range(args.repeat):
-            t0 = time.perf_counter()
-            path = store.save("shard-0", 1000 + r, payload)
-            saves.append(time.perf_counter() - t0)
-            sizes.append(os.path.getsize(path))
-            t0 = time.perf_counter()
-            loaded = store.load_latest("shard-0")
-            loads.append(time.perf_counter() - t0)
-            assert loaded is not None and len(loaded[1]) == players
-            del loaded
-        del payload
-        Table().add("snapshot save", "s", saves)
-        Table().add("snapshot load (verify + decode)", "s", loads)
-        Table().add("snapshot file size", "MiB", sizes)
+        if not args.recovery_only:
+            run_snapshot_rows(root, rng, players, args.repeat)
 
         table_header(f"Recovery of a {replay_n:,}-record log (batches of 10,000, fsync)")
-        log_dir = os.path.join(root, "replay-log")
-        ingest_rates = []
-        log = SegmentedFileLog.open(log_dir)
-        t0 = time.perf_counter()
-        for start in range(0, replay_n, 10_000):
-            log.append_batch(make_events(rng, 10_000, start) if start < 10_000 else
-                             [["s", BOARD, f"evt-{start + i:012d}"] + e[3:] for i, e in enumerate(events)])
-        ingest_rates.append(replay_n / (time.perf_counter() - t0))
-        log_bytes = sum(size for _f, _p, size in log.segments())
-        log.close()
-        opens, reads = [], []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            log = SegmentedFileLog.open(log_dir)
-            opens.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            n = 0
-            for _offset, _record in log.read_from(0):
-                n += 1
-            reads.append(n / (time.perf_counter() - t0))
-            log.close()
-            assert n == replay_n
-        Table().add("build: append throughput (batch 10000, 1 thread)", "rec/s", ingest_rates)
-        Table().add("log size on disk", "MiB", [log_bytes])
-        Table().add("open (verify all CRCs + build index)", "s", opens)
-        Table().add("open rate", "rec/s", [replay_n / o for o in opens])
-        Table().add("read_from(0) replay rate", "rec/s", reads)
-        Table().add("open + full replay", "s", [o + replay_n / r for o, r in zip(opens, reads)])
+        run_recovery_rows(root, rng, replay_n, events, args.repeat)
 
         if not args.no_redis:
             run_redis_rows(root, rng, redis_n, args.repeat)
@@ -250,6 +214,69 @@ def main(argv: list[str] | None = None) -> int:
         if args.data_dir is None:
             shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def run_snapshot_rows(root: str, rng: random.Random, players: int, repeat: int) -> None:
+    table_header(f"Snapshot of {players:,} player rows (msgpack + xxh3_128, atomic write + fsync)")
+    payload = snapshot_payload(rng, players)
+    store = FileSnapshotStore(os.path.join(root, "snapshots"), keep=2)
+    saves, loads, sizes = [], [], []
+    for r in range(repeat):
+        t0 = time.perf_counter()
+        path = store.save("shard-0", 1000 + r, payload)
+        saves.append(time.perf_counter() - t0)
+        sizes.append(os.path.getsize(path))
+        t0 = time.perf_counter()
+        loaded = store.load_latest("shard-0")
+        loads.append(time.perf_counter() - t0)
+        assert loaded is not None and len(loaded[1]) == players
+        del loaded
+    del payload
+    Table().add("snapshot save", "s", saves)
+    Table().add("snapshot load (verify + decode)", "s", loads)
+    Table().add("snapshot file size", "MiB", sizes)
+
+
+def run_recovery_rows(root: str, rng: random.Random, replay_n: int, events: list[list], repeat: int) -> None:
+    log_dir = os.path.join(root, "replay-log")
+    ingest_rates = []
+    log = SegmentedFileLog.open(log_dir)
+    t0 = time.perf_counter()
+    dead_every = max(1, replay_n // 10_000 // 8) * 10_000
+    for start in range(0, replay_n, 10_000):
+        batch = (make_events(rng, 10_000, start) if start < 10_000 else
+                 [["s", BOARD, f"evt-{start + i:012d}"] + e[3:] for i, e in enumerate(events)])
+        if start % dead_every == 0 and start // dead_every < 8:  # a dead letter in place of one event (the count stays replay_n)
+            batch[-1] = R.dead_letter_record(R.DeadLetter(BOARD, start, None, batch[0][2], "RuntimeError: bench"))
+        log.append_batch(batch)
+    ingest_rates.append(replay_n / (time.perf_counter() - t0))
+    log_bytes = sum(size for _f, _p, size in log.segments())
+    log.close()
+    opens, reads, scans = [], [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        log = SegmentedFileLog.open(log_dir)
+        opens.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        found = log.read_where(0, R.DEAD_LETTER_HEAD)
+        scans.append(time.perf_counter() - t0)
+        assert len(found) == 8, len(found)
+        t0 = time.perf_counter()
+        n = 0
+        for _offset, _record in log.read_from(0):
+            n += 1
+        reads.append(n / (time.perf_counter() - t0))
+        log.close()
+        assert n == replay_n
+    Table().add("build: append throughput (batch 10000, 1 thread)", "rec/s", ingest_rates)
+    Table().add("log size on disk", "MiB", [log_bytes])
+    Table().add("open (verify all CRCs + build index)", "s", opens)
+    Table().add("open rate", "rec/s", [replay_n / o for o in opens])
+    Table().add("read_from(0) replay rate", "rec/s", reads)
+    Table().add("open + full replay", "s", [o + replay_n / r for o, r in zip(opens, reads)])
+    Table().add("dead-letter scan (read_where from 0)", "s", scans)
+    Table().add("dead-letter scan rate", "rec/s", [replay_n / t for t in scans])
+    Table().add("dead-letter scan / full replay", "%", [100 * t * r / replay_n for t, r in zip(scans, reads)])
 
 
 def run_redis_rows(root: str, rng: random.Random, n: int, repeat: int) -> None:

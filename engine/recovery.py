@@ -21,10 +21,12 @@ from engine.shard import ShardCore
 log = logging.getLogger("flowrank.recovery")
 
 
-def recover_shard(index: int, n_actors: int, event_log, store, journals: JournalPlace = JournalPlace()) -> ShardCore:
+def recover_shard(index: int, n_actors: int, event_log, store, journals: JournalPlace = JournalPlace(),
+                  dead: "DeadLetterIndex | None" = None) -> ShardCore:
     """A ShardCore for shard ``index`` of ``n_actors`` at the log's end.
     A snapshot whose journal files are gone is set aside: the whole log is
-    replayed instead (which writes the journals again)."""
+    replayed instead (which writes the journals again). ``dead``: the log's
+    dead letters, shared by the shards of one recovery (default: scanned here)."""
     name = f"shard-{index}"
     snap = store.load_latest(name)
     core = None
@@ -39,19 +41,39 @@ def recover_shard(index: int, n_actors: int, event_log, store, journals: Journal
     if core is None:
         core = ShardCore(index, n_actors, journals)
     start = core.applied_offset + 1
-    dead = dead_letters_from(event_log, start)
-    applied = core.replay(event_log.read_from(start), dead)
-    log.info("shard %d recovered: snapshot offset %d, %d records replayed (%d dead letters skipped), checksum %032x",
-             index, start - 1, applied, len(dead), core.checksum_of_state() & ((1 << 128) - 1))
+    skip = R.dead_letters_in((dead or DeadLetterIndex(event_log)).since(start))
+    applied = core.replay(event_log.read_from(start), skip)
+    log.info("shard %d recovered: snapshot offset %d, %d records replayed (%d dead letters known), checksum %032x",
+             index, start - 1, applied, len(skip), core.checksum_of_state() & ((1 << 128) - 1))
     return core
 
 
-def dead_letters_from(event_log, start: int) -> dict:
-    """The dead letters the log holds from ``start`` on, by the ``(offset, row)``
-    they name: what a replay from ``start`` must skip before it reaches them
-    (a dead-letter record comes after the record it names). One sequential
-    scan that decodes only the dead-letter records (``EventLog.read_where``)."""
-    return R.dead_letters_in(event_log.read_where(start, R.DEAD_LETTER_HEAD))
+class DeadLetterIndex:
+    """The dead-letter records of a log, found by a scan that decodes only
+    them (``EventLog.read_where``): what a replay must know before it reaches
+    the records they name (each comes after the record it names).
+
+    :meth:`since` scans once from the lowest offset asked and then only what
+    was appended since its last call, so the shards of one recovery (or a
+    shard actor restarted later) share one sequential pass over the log.
+    Memory: the dead-letter records only."""
+
+    def __init__(self, event_log):
+        self.event_log = event_log
+        self.start: int | None = None  # the scan covers [start, end)
+        self.end = 0
+        self.found: list[tuple[int, list]] = []
+
+    def since(self, start: int) -> list[tuple[int, list]]:
+        """``(offset, record)`` of every dead-letter record at ``start`` or later."""
+        if self.start is None or start < self.start:
+            self.start, self.end, self.found = start, start, []
+        end = self.event_log.durable_offset()
+        if end > self.end:
+            last = self.found[-1][0] if self.found else -1
+            self.found += [(o, rec) for o, rec in self.event_log.read_where(self.end, R.DEAD_LETTER_HEAD) if o > last]
+            self.end = end
+        return [(o, rec) for o, rec in self.found if o >= start]
 
 
 def core_from_snapshot(state: dict, journals: JournalPlace, name: str) -> ShardCore | None:

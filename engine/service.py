@@ -25,7 +25,7 @@ from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, Se
 from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.journal import TAIL_ROWS, JournalPlace
-from engine.recovery import recover_router, recover_shard
+from engine.recovery import DeadLetterIndex, recover_router, recover_shard
 from engine.router import Router, RouterConfig
 from engine.router_client import RouterClient
 from engine.shard import ShardCore
@@ -125,8 +125,10 @@ class LocalService(RouterClient):
             event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", segment_bytes=cfg.segment_bytes,
                                               fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
             store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
+        dead = DeadLetterIndex(event_log)  # one scan of the log for the dead letters every shard's replay skips
         cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
-                     None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows))
+                     None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows),
+                     dead)
                  for i in range(cfg.n_shards)]
         for i, core in enumerate(cores):  # export spill files (stale ones from a crash go now); else a temp dir
             if data_dir is not None:

@@ -28,7 +28,7 @@ from engine import records as R
 from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.journal import JournalPlace
-from engine.recovery import core_from_snapshot
+from engine.recovery import DeadLetterIndex, core_from_snapshot
 from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.cluster")
@@ -52,6 +52,7 @@ class LogServer:
         root.mkdir(parents=True, exist_ok=True)
         self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT)
         self.store = FileSnapshotStore(root / "snapshots")
+        self.dead = DeadLetterIndex(self.log)
 
     def append(self, packed_records: bytes) -> int:
         """Durably append (fsync'd on return); the first record's offset."""
@@ -69,8 +70,9 @@ class LogServer:
         return self.log.end_offset()
 
     def dead_letters(self, offset: int) -> bytes:
-        """The dead-letter records from ``offset`` on (engine.recovery.dead_letters_from), scanned here, next to the log."""
-        return pack(self.log.read_where(offset, R.DEAD_LETTER_HEAD))
+        """The dead-letter records from ``offset`` on (engine.recovery.DeadLetterIndex), scanned
+        here, next to the log: once, then only what was appended since a shard last asked."""
+        return pack(self.dead.since(offset))
 
     def save_snapshot(self, name: str, offset: int, payload: bytes) -> str:
         return self.store.save(name, offset, payload)

@@ -15,9 +15,10 @@ import pytest
 
 from engine import records as R
 from engine.errors import StorageUnavailable
-from engine.log import SegmentedFileLog
+from engine.log import InMemoryLog, SegmentedFileLog
 from engine.model import BoardState, Outcome, QuarantineDecision, ScoreEvent
 from engine.partition import Partition
+from engine.recovery import DeadLetterIndex
 from tests.service.helpers import (
     APPLIED,
     Workload,
@@ -261,6 +262,27 @@ def test_a_dead_letter_replayed_before_it_was_logged_is_logged_once(tmp_path, mo
         await svc.close()
 
     run(go())
+
+
+def test_dead_letter_index_scans_once_then_only_what_was_appended():
+    """engine.recovery.DeadLetterIndex: the dead-letter records from any offset,
+    the log read once from the lowest offset asked and then from where it stopped."""
+    log = InMemoryLog()
+    scans = []
+    real = log.read_where
+    log.read_where = lambda offset, head: scans.append(offset) or real(offset, head)  # type: ignore[method-assign]
+
+    def dl(offset):
+        return R.dead_letter_record(R.DeadLetter("b", offset, None, None, "x"))
+
+    log.append_batch([[R.STATE, "b", "OPEN"], dl(0), [R.STATE, "b", "OPEN"], dl(2), dl(2)])
+    index = DeadLetterIndex(log)
+    assert [o for o, _ in index.since(2)] == [3, 4]
+    assert [o for o, _ in index.since(4)] == [4] and scans == [2]  # nothing new: no read
+    log.append_batch([[R.STATE, "b", "OPEN"], dl(5)])
+    assert [o for o, _ in index.since(3)] == [3, 4, 6] and scans == [2, 5]  # only the appended part
+    assert [o for o, _ in index.since(0)] == [1, 3, 4, 6] and scans == [2, 5, 0]  # lower: read again
+    assert list(R.dead_letters_in(index.since(0))) == [(0, None), (2, None), (5, None)]
 
 
 # ------------------------------------------------------------- disk faults
