@@ -369,3 +369,49 @@ def test_lost_journal_files_replay_the_whole_log(tmp_path, caplog):
 
     caplog.clear()
     run(go())
+
+
+def test_dead_lettered_is_answered_only_once_its_record_is_durable(tmp_path, monkeypatch):
+    """The dead-letter record's append fails (ENOSPC): the poison's submitter
+    gets StorageUnavailable, not DEAD_LETTERED; the next cycle after the fault
+    logs the dead letter once, and a replay with the fix reaches the live state."""
+    _poison(monkeypatch)
+    fault = DiskFault()
+
+    async def go():
+        svc = await open_service(tmp_path, 3, fault_hook=fault)
+        w = Workload(seed=8)
+        await w.create(svc)
+        await w.round(svc, 0)
+
+        def after_append(first, records):  # the poison is durable: the disk fills before its dead letter
+            if any(r[0] in R.SCORE_BATCHES and "poison" in r[3] for r in records):
+                fault.on = True
+
+        svc.router.hooks["after_append"] = after_append
+        poison = ScoreEvent("g:fast:s1", "poison", "p3", 5, 1, 1)
+        with pytest.raises(StorageUnavailable):
+            await svc.submit([poison])
+        assert fault.hits >= 1 and _logged_dead_letters_open(svc) == []
+        fault.on = False
+        del svc.router.hooks["after_append"]
+        assert (await svc.submit([poison]))[0].outcome is Outcome.DUPLICATE_IGNORED  # this cycle logs it
+        await w.round(svc, 1)
+        live = await state_of(svc)
+        dead = svc.stats()["dead_letters"]
+        await svc.close()
+        assert [d.event_id for _, d in _logged_dead_letters(tmp_path)] == ["poison"]
+
+        monkeypatch.undo()
+        drop_snapshots(tmp_path)
+        svc = await open_service(tmp_path, 3)
+        assert await state_of(svc) == live
+        assert svc.stats()["dead_letters"] == dead
+        await svc.close()
+
+    run(go())
+
+
+def _logged_dead_letters_open(svc) -> list:
+    """The dead-letter records of an open service's log."""
+    return svc.event_log.read_where(0, R.DEAD_LETTER_HEAD)
