@@ -104,7 +104,9 @@ class ShardTransport(Protocol):
 
     n: int
 
-    def apply(self, shard: int, through: int, items: list) -> Awaitable[list]: ...
+    def apply(self, shard: int, through: int, items: list) -> Awaitable[list]:
+        """``[results, unlogged]`` of :meth:`engine.shard.ShardCore.apply`."""
+        ...
 
     def read(self, shard: int, requests: list) -> Awaitable[list]: ...
 
