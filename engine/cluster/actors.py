@@ -91,6 +91,12 @@ class LogServer:
         self.log.close()
 
 
+def spill_dir(namespace: str) -> str:
+    """Where the shard actors of a Ray namespace keep export spill files on
+    their node (one subdirectory per node and shard)."""
+    return os.path.join(tempfile.gettempdir(), "flowrank-spill", namespace)
+
+
 def replay_from_server(core: ShardCore, log_server) -> int:
     """Fold the log tail served by ``log_server`` into ``core``."""
     applied = 0
@@ -126,8 +132,7 @@ class ShardActor:
             core = ShardCore(index, n_actors, JournalPlace(journal_root))
         replayed = replay_from_server(core, log_server)  # shadow: served only once complete
         # export spill files: node-local, so a gateway on this node reads them directly
-        core.use_spill_dir(os.path.join(tempfile.gettempdir(), "flowrank-spill", namespace,
-                                        ray.get_runtime_context().get_node_id(), self.name))
+        core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
         self.core = core
         self.replayed = replayed
         gc_tuning.tune()  # a long-lived process full of long-lived objects

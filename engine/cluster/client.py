@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -21,7 +22,7 @@ from typing import Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from engine.cluster.actors import RemoteLogServer, RemoteShard, pack, unpack
+from engine.cluster.actors import RemoteLogServer, RemoteShard, pack, spill_dir, unpack
 from engine.errors import Overloaded
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.log.archives import FileArchiveStore
@@ -130,6 +131,7 @@ class ClusterEngine(RouterClient):
         self._shard_stats: dict = {}
         self.recovery_seconds = 0.0
         self.prune_log = False
+        self.namespace: str | None = None
 
     @classmethod
     async def open(
@@ -173,6 +175,7 @@ class ClusterEngine(RouterClient):
         await router.finish_archiving()
         await router.close_due()  # a close that fell due while the service was down happens now, before any write
         eng = cls(router, log_server, shards, lock_fd, started_ray)
+        eng.namespace = namespace
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events
         eng.snapshot_every_seconds = snapshot_every_seconds
@@ -233,6 +236,8 @@ class ClusterEngine(RouterClient):
             pass
         for a in [*self.shards, self.log_server]:
             ray.kill(a)
+        if self.namespace is not None:  # the shard actors' export spill directories on this node (empty by now)
+            shutil.rmtree(spill_dir(self.namespace), ignore_errors=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

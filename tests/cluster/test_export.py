@@ -50,5 +50,6 @@ def test_export_is_pinned_on_ray(ray_session, tmp_path):
             assert len({c.version for c in remote + local}) == 1 and _spills() == []
         finally:
             await eng.close()
+        assert not os.path.exists(os.path.join(tempfile.gettempdir(), "flowrank-spill", eng.namespace))
 
     asyncio.run(go())
