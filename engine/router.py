@@ -277,6 +277,7 @@ class Router:
         self.cut = CutLock()
         self.listeners: list = []
         self.views: OrderedDict[tuple[str, int], tuple[float, list]] = OrderedDict()
+        self._view_builds: dict[str, asyncio.Future] = {}  # board -> done when its page-1 fan-out ends
         # (board, player) -> the wire key their row had when last read: a guess
         # that lets an exact rank count on every shard in the same round as the
         # owner's read of the row; used only when the row read confirms it.
@@ -1079,8 +1080,31 @@ class Router:
         if view is not None and (offset + limit <= len(view) or view.complete):
             return Page(wanted, _page_of(view, offset, limit, ties))
         pin = offset == 0 and at_version is None
+        building = self._view_builds.get(board_id) if pin else None
+        if building is not None:
+            # One fan-out builds a board's view; the reads that arrive meanwhile
+            # wait for it and use it if it is at the version current *now*
+            # (which every acknowledged write has reached), else fetch their own.
+            await asyncio.wait([building])
+            wanted = ctl.version
+            view = self._view(board_id, wanted)
+            if view is not None and (limit <= len(view) or view.complete):
+                return Page(wanted, _page_of(view, 0, limit, ties))
         n = offset + limit
         fetch = min(max(n, limit * self.cfg.pinned_pages), self.cfg.max_view_entries) if pin else n
+        if pin and board_id not in self._view_builds:
+            done = self._view_builds[board_id] = asyncio.get_running_loop().create_future()
+            try:
+                return await self._top_fetched(ctl, board_id, offset, limit, at_version, ties, pin, fetch)
+            finally:
+                del self._view_builds[board_id]
+                done.set_result(None)
+        return await self._top_fetched(ctl, board_id, offset, limit, at_version, ties, pin, fetch)
+
+    async def _top_fetched(self, ctl: BoardCtl, board_id: str, offset: int, limit: int, at_version: int | None,
+                           ties: bool, pin: bool, fetch: int) -> Page:
+        """A top page from one fan-out of ``fetch`` entries per shard actor (and,
+        for page 1, the view it leaves for the pages and reads after it)."""
 
         async def attempt():
             answers = await self._fan(ctl, lambda a: ["top", board_id, fetch])

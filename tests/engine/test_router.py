@@ -304,3 +304,48 @@ def test_a_player_read_again_unchanged_takes_one_round_and_a_moved_key_two(loop)
             await svc.close()
 
     loop.run_until_complete(go())
+
+
+def test_concurrent_first_pages_share_one_fan_out_and_never_miss_an_acknowledged_write(loop):
+    """Page-1 reads that arrive while a board's view is being built wait for that
+    one fan-out instead of each making their own, and use it only if it is at
+    the version current when they use it: a write acknowledged before a read
+    starts is always in its answer."""
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=3)
+        try:
+            await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=3))
+            await svc.submit([ScoreEvent(BOARD, f"e{i}", f"p{i}", i, 0, 0) for i in range(300)])
+            router = svc.router
+            tops = []
+            read = router.reads.t.read
+            router.reads.t.read = lambda shard, reqs: tops.extend(r for r in reqs if r[0] == "top") or read(shard, reqs)
+            pages = await asyncio.gather(*[svc.top(BOARD, 0, 10) for _ in range(20)])
+            assert len({p.entries for p in pages}) == 1 and pages[0].entries[0].player_id == "p299"
+            assert len(tops) == 3  # one fan-out: one top request per shard actor, not 20
+
+            def slow_top(shard, reqs):  # the cut is taken now; its answer comes 0.2 s later
+                fut = asyncio.ensure_future(read(shard, reqs))
+                if not any(r[0] == "top" for r in reqs):
+                    return fut
+
+                async def later():
+                    answer = await fut
+                    await asyncio.sleep(0.2)
+                    return answer
+                return later()
+
+            router.reads.t.read = slow_top
+            for k in range(3):  # a write acknowledged while a build runs: a read after it has it
+                await svc.submit([ScoreEvent(BOARD, f"v{k}", f"p{k}", 500 + k, 0, 0)])  # a version with no view
+                building = asyncio.ensure_future(svc.top(BOARD, 0, 10))
+                await asyncio.sleep(0.01)
+                await svc.submit([ScoreEvent(BOARD, f"w{k}", f"new{k}", 1000 + k, 0, 0)])
+                assert not building.done()  # (else this round proves nothing)
+                after = await svc.top(BOARD, 0, 10)
+                assert after.entries[0].player_id == f"new{k}" and after.version == (await svc.board(BOARD)).version
+                assert (await building).entries[0].player_id != f"new{k}"
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
