@@ -713,7 +713,10 @@ class Journal:
         _rehash_owned(self.slots, self.eoffs, self.earena, rows)
 
     def close(self) -> None:
+        """Close the store's files and let go of the runs (a mapped run's
+        descriptor goes with its last array)."""
         self.store.close()
+        self.runs = []
 
 
 def _resized(a: np.ndarray, size: int) -> np.ndarray:

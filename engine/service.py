@@ -191,7 +191,7 @@ class LocalService(RouterClient):
         if close:
             close()
         for core in self.cores:
-            core.close_spills()
+            core.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

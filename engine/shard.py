@@ -499,6 +499,15 @@ class ShardCore:
             self.spill_dir, self._own_spill_dir = tempfile.mkdtemp(prefix=f"flowrank-spill-{self.index}-"), True
         return self.spill_dir
 
+    def close(self) -> None:
+        """Let go of every file this shard holds open: its partitions' journal
+        files and its spill files (an in-process service's close; a shard
+        actor's process ends instead)."""
+        for parts in self.parts.values():
+            for p in parts.values():
+                p.journal.close()
+        self.close_spills()
+
     def close_spills(self) -> None:
         """Remove every spill file (and a temp spill directory of our own)."""
         if self.spill_dir is not None:

@@ -50,7 +50,10 @@ class FileBlob:
         os.fsync(self.fd)
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Idempotent: a second close must never close a descriptor reused since."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class FileStore:

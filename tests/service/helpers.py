@@ -57,6 +57,8 @@ async def crash(svc: LocalService) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    for core in svc.cores:  # the kernel closes a killed process's files: its journals' here (writes nothing)
+        core.close()
     if svc._lock_fd is not None:
         os.close(svc._lock_fd)
         svc._lock_fd = None

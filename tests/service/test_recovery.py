@@ -7,6 +7,7 @@ quarantine (``helpers.state_of``)."""
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import shutil
@@ -415,3 +416,33 @@ def test_dead_lettered_is_answered_only_once_its_record_is_durable(tmp_path, mon
 def _logged_dead_letters_open(svc) -> list:
     """The dead-letter records of an open service's log."""
     return svc.event_log.read_where(0, R.DEAD_LETTER_HEAD)
+
+
+def test_close_lets_go_of_every_file_under_the_data_dir(tmp_path):
+    """Journal files, log segments and the lock: an in-process service that
+    closed holds no descriptor of its data directory (each closed service
+    used to keep its shards' journal files open: ~8,400 by the end of this
+    folder's tests)."""
+
+    def ours() -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(tmp_path)):
+                out.append(target)
+        return out
+
+    async def go():
+        svc = await open_service(tmp_path, 3)
+        await Workload(seed=5).full(svc)
+        assert ours()  # open while it runs
+        await svc.close()
+        again = await open_service(tmp_path, 3)  # and after a reopen from its snapshot
+        await again.close()
+
+    run(go())
+    gc.collect()  # a mapped journal run holds a descriptor until its arrays are collected
+    assert ours() == []
