@@ -17,6 +17,7 @@ from engine import export as export_mod
 from engine.errors import BoardNotFound, ValidationFailed
 from engine.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
 from engine.service import LocalService
+from tests.open_files import open_paths
 from tests import snapshot_paging as sp
 from tests.engine import oracle
 
@@ -34,15 +35,7 @@ def _spill_files(svc) -> list[str]:
     """Spill files still named in the shards' directories, and spill files this
     process still holds open (unlinked but not closed)."""
     named = [n for c in svc.cores if c.spill_dir and os.path.isdir(c.spill_dir) for n in os.listdir(c.spill_dir)]
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if ".spill" in target:
-            held.append(target)
-    return named + held
+    return named + [t for t in open_paths() if ".spill" in t]
 
 
 def _entries(chunks) -> tuple[int, list]:

@@ -256,17 +256,9 @@ def _engine_of(holder: dict):
 
 def _held_spills() -> list[str]:
     """Spill files this process holds open (the gateway and the shards share it here)."""
-    import os
+    from tests.open_files import open_paths
 
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if ".spill" in target:
-            out.append(target)
-    return out
+    return [t for t in open_paths() if ".spill" in t]
 
 
 def _wait_until(cond, seconds: float = 10.0) -> bool:

@@ -20,6 +20,7 @@ from engine.log import InMemoryLog, SegmentedFileLog
 from engine.model import BoardState, Outcome, QuarantineDecision, ScoreEvent
 from engine.partition import Partition
 from engine.recovery import DeadLetterIndex
+from tests.open_files import open_paths
 from tests.service.helpers import (
     APPLIED,
     Workload,
@@ -425,15 +426,7 @@ def test_close_lets_go_of_every_file_under_the_data_dir(tmp_path):
     folder's tests)."""
 
     def ours() -> list[str]:
-        out = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(tmp_path)):
-                out.append(target)
-        return out
+        return [t for t in open_paths() if t.startswith(str(tmp_path))]
 
     async def go():
         svc = await open_service(tmp_path, 3)
