@@ -35,7 +35,11 @@ batch looks all of its ids up in each run with one kernel call, which an
 in-memory fence (every 64th hash) narrows to one block of the run per id.
 
 Memory: the tail (bounded), the heads (per player), the ids of invalidated
-events (per invalidation). What grows with events is on disk, where the store
+events (per invalidation) and one merge block. The runs are mapped files,
+but a batch's lookups hold their pages only while they run
+(:meth:`Run.drop_pages`): the pages stay in the kernel's page cache, not in
+the process. A merge streams its two runs into
+the new one a block at a time. What grows with events is on disk, where the store
 puts it: ``FileStore`` (:mod:`engine.log.journal_files`: files in a
 directory, fsync'd at each snapshot, never rewritten in place, so truncating
 them to a snapshot's sizes restores them) or :class:`MemoryStore` (the same
@@ -51,8 +55,9 @@ partition from the log.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Protocol
+from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 
 import numba
 import numpy as np
@@ -220,6 +225,7 @@ class MemoryBlob:
 
 
 FENCE = 64  # a run keeps every FENCE-th hash in memory (0.125 bytes per owned id)
+MERGE_BLOCK = 1 << 18  # entries per block of a run merge (4 MiB of buffers, whatever the runs' size)
 
 
 @numba.njit(cache=True)
@@ -246,19 +252,69 @@ def probe_run(hashes, fence, queries):
     return out
 
 
+@numba.njit(cache=True)
+def merge_block(ah, ar, bh, br, i, j, out_h, out_r):
+    """Merge the sorted runs ``(ah, ar)`` from ``i`` and ``(bh, br)`` from
+    ``j`` into ``out_h``/``out_r`` until they are full or both runs are done;
+    equal hashes take ``a``'s first (the order a stable sort of ``a`` then
+    ``b`` gives). Returns the new ``i``, ``j`` and the entries written."""
+    k, na, nb, cap = 0, len(ah), len(bh), len(out_h)
+    while k < cap and (i < na or j < nb):
+        if j >= nb or (i < na and ah[i] <= bh[j]):
+            out_h[k] = ah[i]
+            out_r[k] = ar[i]
+            i += 1
+        else:
+            out_h[k] = bh[j]
+            out_r[k] = br[j]
+            j += 1
+        k += 1
+    return i, j, k
+
+
 class Run:
     """Sorted (hash, row) pairs of the ids one or more flushed tails own,
     and their fence (every FENCE-th hash, in memory)."""
 
-    def __init__(self, seq: int, hashes: np.ndarray, rows: np.ndarray, fence: np.ndarray | None = None) -> None:
+    def __init__(self, seq: int, hashes: np.ndarray, rows: np.ndarray, fence: np.ndarray | None = None,
+                 mapping: mmap.mmap | None = None) -> None:
         """``fence``: taken from ``hashes`` when not given (a run just written
         passes the one of its in-memory hashes, so building it maps no page
-        of the file)."""
+        of the file). ``mapping``: the file mapping ``hashes`` and ``rows``
+        view, when they are one (see :meth:`drop_pages`)."""
         self.seq, self.hashes, self.rows = seq, hashes, rows
         self.fence = np.ascontiguousarray(hashes[::FENCE], np.uint64) if fence is None else fence
+        self.mapping = mapping
 
     def __len__(self) -> int:
         return len(self.hashes)
+
+    def drop_pages(self) -> None:
+        """Unmap the pages of a mapped run from the process (``MADV_DONTNEED``):
+        they stay in the page cache, and the next read of one maps it again
+        with a minor fault. No-op in memory.
+
+        Without it every page of every run would end up mapped, and the
+        process's RSS would grow with events: one read maps a whole folio of
+        the page cache (up to 2 MiB on ext4 with large folios). Dropping the
+        pages after each batch's lookups cost +0.4 us per lookup on a
+        160 MB run (2 cores, Linux 6.18)."""
+        if self.mapping is not None:
+            self.mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def merged_blocks(a: Run, b: Run, size: int = MERGE_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The merge of runs ``a`` (older) and ``b`` as blocks of at most ``size``
+    entries (``size`` a multiple of FENCE). Each block is a view of one
+    reused buffer, valid until the next is asked for: memory O(size), not
+    O(the runs), and the runs' pages are dropped as the merge goes."""
+    out_h, out_r = np.empty(size, np.uint64), np.empty(size, np.int64)
+    i = j = 0
+    while i < len(a) or j < len(b):
+        i, j, k = merge_block(a.hashes, a.rows, b.hashes, b.rows, i, j, out_h, out_r)
+        yield out_h[:k], out_r[:k]
+        a.drop_pages()
+        b.drop_pages()
 
 
 class MemoryStore:
@@ -273,8 +329,17 @@ class MemoryStore:
         self._runs: dict[int, tuple[bytes, bytes]] = {int(s): (h, r) for s, h, r in state.get("runs", [])}
 
     def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run:
-        self._runs[seq] = (hashes.astype("<u8").tobytes(), rows.astype("<i8").tobytes())
-        return self.load_run(seq, len(hashes))
+        return self.write_run_blocks(seq, len(hashes), [(hashes, rows)])
+
+    def write_run_blocks(self, seq: int, n: int, blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Run:
+        hs, rs = [], []
+        for h, r in blocks:  # each block's buffer may be reused: copy it now
+            hs.append(h.astype("<u8").tobytes())
+            rs.append(r.astype("<i8").tobytes())
+        if sum(map(len, hs)) != 8 * n:
+            raise ValueError(f"run {seq}: {sum(map(len, hs)) // 8} entries written, {n} announced")
+        self._runs[seq] = (b"".join(hs), b"".join(rs))
+        return self.load_run(seq, n)
 
     def load_run(self, seq: int, n: int) -> Run:
         h, r = self._runs[seq]
@@ -302,6 +367,7 @@ class Store(Protocol):
     moffs: Any
 
     def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run: ...
+    def write_run_blocks(self, seq: int, n: int, blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Run: ...
     def load_run(self, seq: int, n: int) -> Run: ...
     def delete_run(self, seq: int) -> None: ...
     def to_state(self, runs: list[Run]) -> dict: ...
@@ -446,10 +512,7 @@ class Journal:
         """Keep each run at least twice the size of the next (newer) one."""
         while len(self.runs) >= 2 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
             b, a = self.runs.pop(), self.runs.pop()
-            h = np.concatenate([np.asarray(a.hashes), np.asarray(b.hashes)])
-            r = np.concatenate([np.asarray(a.rows), np.asarray(b.rows)])
-            order = np.argsort(h, kind="stable")
-            self.runs.append(self.store.write_run(self.next_seq, h[order], r[order]))
+            self.runs.append(self.store.write_run_blocks(self.next_seq, len(a) + len(b), merged_blocks(a, b)))
             self.next_seq += 1
             self.store.delete_run(a.seq)
             self.store.delete_run(b.seq)
@@ -560,16 +623,19 @@ class Journal:
         for run in self.runs:
             if not len(run):
                 continue
-            pos = probe_run(run.hashes, run.fence, hashes)
-            for k in np.flatnonzero(pos >= 0).tolist():
-                want = buf[offs[sel[k]]:offs[sel[k] + 1]].tobytes()
-                j = int(pos[k])
-                while j < len(run) and run.hashes[j] == hashes[k]:
-                    r = int(run.rows[j])
-                    if self.id_bytes(r) == want:
-                        found[k] = r
-                        break
-                    j += 1
+            try:
+                pos = probe_run(run.hashes, run.fence, hashes)
+                for k in np.flatnonzero(pos >= 0).tolist():
+                    want = buf[offs[sel[k]]:offs[sel[k] + 1]].tobytes()
+                    j = int(pos[k])
+                    while j < len(run) and run.hashes[j] == hashes[k]:
+                        r = int(run.rows[j])
+                        if self.id_bytes(r) == want:
+                            found[k] = r
+                            break
+                        j += 1
+            finally:  # the pages these lookups mapped go back to the page cache only
+                run.drop_pages()
         return found
 
     def find(self, event_id: str) -> int:

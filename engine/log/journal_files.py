@@ -2,16 +2,19 @@
 
 The I/O half of :mod:`engine.journal`: ``rows``, ``ids``, ``meta`` and ``moffs`` are append-only
 files (pwrite at the end, pread anywhere, never rewritten in place); each
-run is a file of sorted 64-bit hashes then their rows, read through
-``np.memmap``; ``instance`` names this incarnation of the directory, so a
+run is a file of sorted 64-bit hashes then their rows, read through an
+``mmap`` (whose pages a journal drops after each batch's lookups:
+:meth:`engine.journal.Run.drop_pages`); ``instance`` names this incarnation of the directory, so a
 snapshot never reopens files another journal wrote.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import uuid
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -56,6 +59,14 @@ class FileBlob:
             self.fd = -1
 
 
+def _pwrite_all(fd: int, b: bytes, off: int) -> None:
+    view = memoryview(b)
+    while view:
+        k = os.pwrite(fd, view, off)
+        off += k
+        view = view[k:]
+
+
 class FileStore:
     """Journal files in a directory: ``rows``, ``ids``, ``run-<seq>`` and
     ``instance`` (a random id naming this incarnation of the directory)."""
@@ -92,11 +103,28 @@ class FileStore:
         return self.dir / f"run-{seq:08d}"
 
     def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run:
+        return self.write_run_blocks(seq, len(hashes), [(hashes, rows)])
+
+    def write_run_blocks(self, seq: int, n: int, blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Run:
+        """A run of ``n`` entries from sorted blocks (each a multiple of FENCE
+        long but the last), written as they come: the hashes from byte 0,
+        the rows from byte 8n. Memory: one block, and the fence."""
         path = self._run_path(seq)
-        with open(path, "wb") as f:
-            f.write(hashes.astype("<u8").tobytes())
-            f.write(rows.astype("<i8").tobytes())
-        return self.load_run(seq, len(hashes), np.ascontiguousarray(hashes[::FENCE], np.uint64))
+        fences, at = [], 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, 16 * n)
+            for h, r in blocks:
+                _pwrite_all(fd, h.astype("<u8", copy=False).tobytes(), 8 * at)
+                _pwrite_all(fd, r.astype("<i8", copy=False).tobytes(), 8 * (n + at))
+                fences.append(np.array(h[::FENCE], np.uint64))
+                at += len(h)
+        finally:
+            os.close(fd)
+        if at != n:
+            raise ValueError(f"run {seq}: {at} entries written, {n} announced")
+        fence = np.concatenate(fences) if fences else np.zeros(0, np.uint64)
+        return self.load_run(seq, n, fence)
 
     def load_run(self, seq: int, n: int, fence: np.ndarray | None = None) -> Run:
         path = self._run_path(seq)
@@ -104,11 +132,17 @@ class FileStore:
             raise JournalLost(f"{path} is missing or short")
         if n == 0:
             return Run(seq, np.zeros(0, "<u8"), np.zeros(0, "<i8"))
-        # plain ndarray views of the mapping: memmap's subclass hooks cost
-        # tens of microseconds per fancy index, per batch and run
-        h = np.memmap(path, "<u8", "r", 0, (n,)).view(np.ndarray)
-        r = np.memmap(path, "<i8", "r", 8 * n, (n,)).view(np.ndarray)
-        return Run(seq, h, r, fence)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            mapping = mmap.mmap(fd, 16 * n, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        # plain ndarray views of the mapping (np.memmap's subclass hooks cost
+        # tens of microseconds per fancy index, per batch and run); the
+        # mapping goes with the last of them
+        h = np.frombuffer(mapping, "<u8", n, 0)
+        r = np.frombuffer(mapping, "<i8", n, 8 * n)
+        return Run(seq, h, r, fence, mapping)
 
     def delete_run(self, seq: int) -> None:
         try:

@@ -18,7 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.journal import KIND_SCORE, Journal, JournalColumns, JournalLost, MemoryStore, Run, owner_add, probe_run
+from engine.journal import (
+    FENCE, KIND_SCORE, Journal, JournalColumns, JournalLost, MemoryStore, Run, merged_blocks, owner_add, probe_run,
+)
 from engine.log.journal_files import FilePlace, FileStore
 from engine.players import encode_ids
 
@@ -199,3 +201,78 @@ def test_probe_run_finds_the_first_position_of_each_hash(values, queries):
     for q, pos in zip(queries, got.tolist()):
         first = int(np.searchsorted(hashes, q))
         assert pos == (first if first < len(hashes) and hashes[first] == q else -1)
+
+
+@settings(deadline=None)  # the first call compiles the kernel
+@given(st.lists(st.integers(0, 50), max_size=300), st.lists(st.integers(0, 50), max_size=300),
+       st.sampled_from([64, 128, 1 << 18]))
+def test_a_merge_in_blocks_equals_a_stable_sort_of_both_runs(a_vals, b_vals, block):
+    """merged_blocks against the merge it replaced (concatenate, stable argsort):
+    same hashes, same rows for equal hashes (the older run's first), any block size."""
+    a = Run(0, np.array(sorted(a_vals), np.uint64), np.arange(len(a_vals), dtype=np.int64))
+    b = Run(1, np.array(sorted(b_vals), np.uint64), 1000 + np.arange(len(b_vals), dtype=np.int64))
+    h = np.concatenate([a.hashes, b.hashes])
+    r = np.concatenate([a.rows, b.rows])
+    order = np.argsort(h, kind="stable")
+    blocks = [(x.copy(), y.copy()) for x, y in merged_blocks(a, b, block)]
+    assert all(len(x) <= block for x, _ in blocks)
+    got_h = np.concatenate([x for x, _ in blocks]) if blocks else np.zeros(0, np.uint64)
+    got_r = np.concatenate([y for _, y in blocks]) if blocks else np.zeros(0, np.int64)
+    assert got_h.tolist() == h[order].tolist() and got_r.tolist() == r[order].tolist()
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_a_run_written_in_blocks_is_the_run_written_at_once(tmp_path, kind):
+    store = MemoryStore() if kind == "memory" else FileStore(tmp_path / "j")
+    rnd = np.random.default_rng(3)
+    hashes = np.sort(rnd.integers(0, 2**63, 1000).astype(np.uint64))
+    rows = rnd.integers(0, 10**6, 1000)
+    whole = store.write_run(0, hashes, rows)
+    parts = store.write_run_blocks(1, 1000, [(hashes[k:k + 128], rows[k:k + 128]) for k in range(0, 1000, 128)])
+    for run in (whole, parts):
+        assert run.hashes.tolist() == hashes.tolist() and run.rows.tolist() == rows.tolist()
+        assert run.fence.tolist() == hashes[::FENCE].tolist()
+    again = store.load_run(1, 1000)  # as a snapshot reopens it
+    assert again.hashes.tolist() == hashes.tolist() and again.fence.tolist() == parts.fence.tolist()
+    with pytest.raises(ValueError):
+        store.write_run_blocks(2, 1001, [(hashes, rows)])
+
+
+def mapped_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
+                inside = len(head) >= 6 and head[5] == str(path)
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.parametrize("dropping", [True, False])
+def test_lookups_leave_no_page_of_the_runs_mapped(tmp_path, monkeypatch, dropping):
+    """A lookup maps a page of each run, and the kernel maps the whole folio
+    around it; after each batch's lookups the journal drops them, so the
+    process holds nothing of its runs between batches (with the drop switched
+    off, the same lookups leave most of the run mapped)."""
+    if not dropping:
+        monkeypatch.setattr(Run, "drop_pages", lambda self: None)
+    store = FileStore(tmp_path / "j")
+    j = Journal(store, 64)
+    n = 1 << 20  # one run of 16 MiB: 8 MiB of hashes
+    hashes = np.sort(np.random.default_rng(5).integers(0, 2**63, n).astype(np.uint64))
+    rows = np.arange(n, dtype=np.int64)
+    j.runs = [store.write_run(0, hashes, rows)]
+    path = (tmp_path / "j" / "run-00000000").resolve()
+    ids = [f"q{k}" for k in range(4000)]
+    buf, offs = encode_ids(ids)
+    for k in range(0, len(ids), 10):
+        assert (j.find_stored(buf, offs, np.arange(k, k + 10)) == -1).all()
+    held = mapped_kib(path)
+    if dropping:
+        assert held == 0, held
+        assert j.runs[0].hashes.tolist() == hashes.tolist()  # the run reads back whole after a drop
+    else:
+        assert held > 4096, held  # most of the 8 MiB of hashes
