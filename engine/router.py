@@ -39,6 +39,7 @@ from engine.archive import ArchiveHistory, ArchiveView, encode, rows_from_wire
 from engine.changes import ChangeRing
 from engine.journal import JournalColumns
 from engine.columns import ScoreColumns
+from engine.rank_keys import RankKeyCache
 from engine.export import Block, Chunk, Merge, TiedRanks
 from engine.errors import (
     BoardArchived,
@@ -127,7 +128,7 @@ class RouterConfig:
     max_view_entries: int = 2_000
     view_ttl_s: float = 120.0
     max_views: int = 256
-    rank_key_cache: int = 200_000  # players whose last seen rank key the exact-rank read sends in its one round
+    rank_key_cache: int = 1 << 18  # slots of the rank-key guesses (engine.rank_keys): 6 MiB
     read_retries: int = 5
     approx_sample_points: int = 256
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
@@ -281,7 +282,7 @@ class Router:
         # (board, player) -> the wire key their row had when last read: a guess
         # that lets an exact rank count on every shard in the same round as the
         # owner's read of the row; used only when the row read confirms it.
-        self.rank_keys: OrderedDict[tuple[str, str], list] = OrderedDict()
+        self.rank_keys = RankKeyCache(self.cfg.rank_key_cache)
         self.log_offset = -1  # last offset the router has folded in
         self._queue: deque = deque()  # (kind, payload, future, events per board)
         self._queued_events = 0
@@ -1171,7 +1172,7 @@ class Router:
         async def attempt():
             await self.cut.acquire_read()
             try:
-                guess = self._rank_key(board_id, player_id)
+                guess = self.rank_keys.get(board_id, player_id)
                 got = self.reads.ask(owner, ["get", board_id, player_id])
                 futs, tfuts = counts(guess) if guess is not None else ({}, {})  # same turn as the row read
                 off, (vpart, row, local) = await got
@@ -1179,9 +1180,9 @@ class Router:
                 if row is None or guess is None or key != guess:
                     await asyncio.gather(*futs.values(), *tfuts.values(), return_exceptions=True)
                     if row is None:
-                        self.rank_keys.pop((board_id, player_id), None)
+                        self.rank_keys.forget(board_id, player_id)
                         raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
-                    self._remember_rank_key(board_id, player_id, key)
+                    self.rank_keys.put(board_id, player_id, key)
                     futs, tfuts = counts(key)  # the guess missed: a second round with the row's key
                 answers = {a: await f for a, f in futs.items()}
                 tanswers = {a: await f for a, f in tfuts.items()}
@@ -1196,21 +1197,6 @@ class Router:
             return offsets, view
 
         return await self._consistent(attempt, ctl)
-
-    def _rank_key(self, board_id: str, player_id: str) -> list | None:
-        key = self.rank_keys.get((board_id, player_id))
-        if key is not None:
-            self.rank_keys.move_to_end((board_id, player_id))
-        return key
-
-    def _remember_rank_key(self, board_id: str, player_id: str, key: list | None) -> None:
-        if key is None:
-            self.rank_keys.pop((board_id, player_id), None)
-            return
-        self.rank_keys[(board_id, player_id)] = key
-        self.rank_keys.move_to_end((board_id, player_id))
-        while len(self.rank_keys) > self.cfg.rank_key_cache:
-            self.rank_keys.popitem(last=False)
 
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
         """Exact count on the player's own shard plus, for every other shard,
@@ -1271,14 +1257,14 @@ class Router:
             try:
                 # As player(): with the last seen key, the row read and the
                 # windows go out in one round; a moved key costs a second.
-                guess = self._rank_key(board_id, player_id)
+                guess = self.rank_keys.get(board_id, player_id)
                 got = self.reads.ask(owner, ["get", board_id, player_id])
                 futs = window(guess) if guess is not None else {}
                 off, (_, row, _) = await got
                 key = [row[6], row[7], row[0]] if row is not None and row[4] else None
                 if key is None or key != guess:
                     await asyncio.gather(*futs.values(), return_exceptions=True)
-                    self._remember_rank_key(board_id, player_id, key)
+                    self.rank_keys.put(board_id, player_id, key)
                     if row is None:
                         raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
                     if key is None:
