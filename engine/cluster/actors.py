@@ -34,8 +34,12 @@ from engine.shard import ShardCore
 log = logging.getLogger("flowrank.cluster")
 
 REPLAY_CHUNK = 20_000
-SHARD_OPTIONS = dict(num_cpus=0, max_restarts=-1, max_task_retries=-1)
-LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0)
+#: ``enable_task_events=False``: Ray records no task event per actor call (as
+#: Ray Serve does for its replicas). Every write batch and read is a call; at
+#: thousands a second their events grew the GCS even with the embedded cap of
+#: 1,000 kept (engine.cluster.client), and in a joined cluster without one.
+SHARD_OPTIONS = dict(num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False)
+LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0, enable_task_events=False)
 
 
 def pack(obj) -> bytes:

@@ -290,6 +290,15 @@ def test_embedded_ray_caps_the_task_events_the_gcs_keeps(monkeypatch):
     assert seen[1]["_system_config"] is None
 
 
+def test_shard_and_log_actor_calls_record_no_task_events():
+    """Each write batch and read is an actor call: with task events on, each
+    leaves a record in the GCS (the soak's gcs_server grew with them)."""
+    from engine.cluster.actors import RemoteLogServer, RemoteShard
+
+    for cls in (RemoteShard, RemoteLogServer):
+        assert cls._default_options["enable_task_events"] is False
+
+
 def _poisoned_shards(event_id: str):
     """The shard actor class with a bug: applying ``event_id`` raises inside the
     actor's process. Defined here so that Ray ships it by value to the workers."""
