@@ -14,7 +14,8 @@ server's session (RssAnon and RssFile apart, from /proc), events acknowledged
 per second, read p50/p99 in that window, ingest-to-rank lag (a probe event
 acknowledged, then polled until a read shows it) and the log's fsync p99 from
 ``/metrics``. After the warm-up (``--warmup-fraction`` of the run) it reports
-RSS drift (last samples against the first after warm-up) and the least-squares
+RSS drift (the last samples against the first after warm-up: 3 samples, and
+windows of a tenth of the steady phase) and the least-squares
 slope per minute of read p99 and ingest lag. Writes ``soak.json`` and
 ``soak.png`` into ``--out``.
 """
@@ -125,6 +126,11 @@ def analyse(samples: list[dict], warmup_s: float) -> dict:
         "samples_after_warmup": len(steady),
         "rss_drift": drift([s["rss_total"] for s in steady]),
         "rss_anon_drift": drift([s["rss_anon_total"] for s in steady]),
+        # the same over windows of a tenth of the steady phase each (three
+        # minutes of a 30-minute run): a bounded cache or buffer that fills and
+        # empties over a minute moves the 3-sample drift by its size, not this
+        "rss_drift_windows": drift([s["rss_total"] for s in steady], max(3, len(steady) // 10)),
+        "rss_anon_drift_windows": drift([s["rss_anon_total"] for s in steady], max(3, len(steady) // 10)),
         "read_p99_slope_ms_per_min": slope_per_minute(ts, [s["read_p99_ms"] for s in steady]),
         "lag_slope_ms_per_min": slope_per_minute(ts, [s["lag_ms"] for s in steady]),
         "fsync_p99_slope_ms_per_min": slope_per_minute(ts, [s["fsync_p99_ms"] for s in steady]),

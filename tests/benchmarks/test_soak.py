@@ -46,6 +46,19 @@ def test_analysis_ignores_the_warmup():
     got = analyse(samples, warmup_s=30)
     assert got["samples_after_warmup"] == 18 and got["rss_drift"] == 0.0
     assert got["read_p99_slope_ms_per_min"] == pytest.approx(0.0)
+    assert got["rss_drift_windows"] == 0.0
+
+
+def test_windowed_drift_sees_growth_not_a_sawtooth():
+    """A buffer that fills and empties every minute moves the 3-sample drift by
+    its size; the windowed drift stays near zero, and still sees a real leak."""
+    ts = range(0, 1800, 5)
+    saw = [{"t": t, "rss_total": 1000 + (t % 60) * 2, "rss_anon_total": 1000, "read_p99_ms": 5.0,
+            "lag_ms": 2.0, "fsync_p99_ms": 1.0, "events_per_s": 1.0} for t in ts]
+    got = analyse(saw, warmup_s=0)
+    assert abs(got["rss_drift_windows"]) < 0.02 and got["rss_drift"] > 0.05
+    leak = [dict(s, rss_total=1000 + s["t"] / 10) for s in saw]
+    assert analyse(leak, warmup_s=0)["rss_drift_windows"] > 0.1
 
 
 def test_a_short_soak_against_a_local_server(tmp_path):
