@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Callable, Protocol, Sequence
 
+from engine.columns import BatchResult, ScoreBatch
 from engine.export import Chunk
 from engine.model import (
     BoardInfo,
@@ -66,6 +67,11 @@ class EngineClient(Protocol):
         Raises Overloaded / StorageUnavailable when nothing could be made
         durable (then nothing was applied).
         """
+
+    async def submit_columns(self, batch: ScoreBatch) -> BatchResult:
+        """:meth:`submit` for a batch given as columns (the HTTP write path):
+        per event, in submission order, its outcome code (engine.records.CODE)
+        and board version."""
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
                   ties: bool = False) -> Page:

@@ -79,6 +79,41 @@ class ScoreColumns(NamedTuple):
                             self.values[rows], self.achieved[rows], self.submitted[rows], meta, moffs)
 
 
+class ScoreBatch(NamedTuple):
+    """One score submission as columns: its event ids in submission order,
+    and per board (in order of first appearance) that board's events as
+    :class:`ScoreColumns` with their positions in the submission.
+
+    >>> b = ScoreBatch.from_events([ScoreEvent("a", "e1", "p", 1, 1, 1), ScoreEvent("b", "e2", "p", 2, 1, 1),
+    ...                             ScoreEvent("a", "e3", "q", 3, 1, 1)])
+    >>> len(b), [c.board_id for c in b.boards], [p.tolist() for p in b.positions]
+    (3, ['a', 'b'], [[0, 2], [1]])
+    """
+
+    event_ids: list[str]
+    boards: list[ScoreColumns]
+    positions: list[np.ndarray]  # int64, per board: each row's index in the submission
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.event_ids)
+
+    @classmethod
+    def from_events(cls, events: Sequence[ScoreEvent]) -> "ScoreBatch":
+        """Group ``events`` by board, keeping each board's rows in submission order. O(n)."""
+        by_board: dict[str, list[int]] = {}
+        for i, ev in enumerate(events):
+            by_board.setdefault(ev[0], []).append(i)
+        boards, positions = [], []
+        for board_id, rows in by_board.items():
+            boards.append(ScoreColumns.from_events([events[i] for i in rows], board_id))
+            positions.append(np.array(rows, np.int64))
+        return cls([ev[1] for ev in events], boards, positions)
+
+    def per_board(self) -> dict[str, int]:
+        """Events per board (queue accounting)."""
+        return {c.board_id: len(c) for c in self.boards}
+
+
 class BatchResult(NamedTuple):
     """Per event of a batch: the outcome code and the board version after it."""
 

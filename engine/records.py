@@ -103,6 +103,10 @@ _BY_CODE = {c: o for o, c in CODE.items()}
 APPLY = 0
 
 
+#: outcome name by code (index), for turning a column of codes into the API's strings
+OUTCOME_NAMES: tuple[str, ...] = tuple(_BY_CODE[c].value if c in _BY_CODE else "" for c in range(max(_BY_CODE) + 1))
+
+
 def outcome_of(code: int) -> Outcome:
     return _BY_CODE[code]
 

@@ -38,7 +38,7 @@ from engine.admission import Admission
 from engine.archive import ArchiveHistory, ArchiveView, encode, rows_from_wire
 from engine.changes import ChangeRing
 from engine.journal import JournalColumns
-from engine.columns import ScoreColumns
+from engine.columns import BatchResult, ScoreBatch, ScoreColumns
 from engine.rank_keys import RankKeyCache
 from engine.export import Block, Chunk, Merge, TiedRanks
 from engine.errors import (
@@ -427,9 +427,19 @@ class Router:
     # ------------------------------------------------------------------ writes
 
     async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
+        """:meth:`submit_columns` for a list of events, answered one EventResult per event."""
         if not events:
             return []
-        return await self._enqueue("score", list(events), len(events))
+        res = await self.submit_columns(ScoreBatch.from_events(events))
+        return results_of(events, res)
+
+    async def submit_columns(self, batch: ScoreBatch) -> BatchResult:
+        """Durably append then apply one score submission given as columns;
+        per event (submission order) its outcome code and board version.
+        Unknown boards answer REJECTED_UNKNOWN_SEASON (version 0), unlogged."""
+        if not len(batch):
+            return BatchResult(np.zeros(0, np.uint8), np.zeros(0, np.int64))
+        return await self._enqueue("score", batch, len(batch))
 
     async def create_board(self, spec: BoardSpec) -> BoardInfo:
         """Log the board; a ``closes_at`` already past freezes it (and
@@ -617,7 +627,7 @@ class Router:
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
         if self._queued_events + n > self.cfg.max_queued_events and kind not in ("schedule", "dead"):
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
-        per_board = Counter(ev.board_id for ev in payload) if kind == "score" else Counter()
+        per_board = Counter(payload.per_board()) if kind == "score" else Counter()
         for board_id, count in per_board.items():
             if self._board_queued[board_id] + count > self.cfg.max_board_queued_events:
                 raise Overloaded(f"Board {board_id!r} has too much work queued; retry shortly.", retry_after=1)
@@ -776,36 +786,38 @@ class Router:
             return undo
         raise ValueError(kind)
 
-    def _prepare_scores(self, events: list, records: list, touched: set) -> list:
+    def _prepare_scores(self, batch: ScoreBatch, records: list, touched: set) -> list:
         """Admission for a score submission: each board's events are decided
         in order, then each partition's share becomes one columnar record.
-        Returns each event's place: ``(record index, row)``, or None for an
-        unknown board (answered REJECTED_UNKNOWN_SEASON, nothing logged)."""
-        places: list = [None] * len(events)
-        by_board: dict[str, list[int]] = defaultdict(list)
-        for i, ev in enumerate(events):
-            by_board[ev.board_id].append(i)
-        for board_id, positions in by_board.items():
-            ctl = self.boards.get(board_id)
+        Returns per board of the batch its records: ``[(record index, rows)]``
+        (``rows``: the board's row numbers in that record, in record order),
+        or None for an unknown board (answered REJECTED_UNKNOWN_SEASON,
+        nothing logged)."""
+        places: list = []
+        for cols in batch.boards:
+            ctl = self.boards.get(cols.board_id)
             if ctl is None:
+                places.append(None)
                 continue
-            touched.add(board_id)
-            cols = ScoreColumns.from_events([events[i] for i in positions], board_id)
+            touched.add(cols.board_id)
             verdicts = ctl.admission.decide_columns(cols)
             shards = ctl.spec.shards
-            parts = np.array([part_of(pid, shards) for pid in cols.player_ids], np.int64) if shards > 1 else None
-            logged_order = []
-            for part in (range(shards) if parts is not None else (0,)):
-                rows = np.flatnonzero(parts == part) if parts is not None else np.arange(len(cols))
-                if not len(rows):
-                    continue
-                records.append(R.scores_record(cols.take(rows) if parts is not None else cols, part, verdicts[rows]))
-                at = len(records) - 1
-                logged_order.extend(rows.tolist())
-                for row, k in enumerate(rows.tolist()):
-                    places[positions[k]] = (at, row)
-            if parts is not None:
-                self._held_in_log_order(ctl, cols, verdicts, logged_order)
+            mine = []
+            if shards == 1:
+                records.append(R.scores_record(cols, 0, verdicts))
+                mine.append((len(records) - 1, np.arange(len(cols))))
+            else:
+                parts = np.fromiter((part_of(pid, shards) for pid in cols.player_ids), np.int64, len(cols))
+                order = np.argsort(parts, kind="stable")
+                bounds = np.searchsorted(parts[order], np.arange(shards + 1))
+                for part in range(shards):
+                    rows = order[bounds[part]:bounds[part + 1]]
+                    if not len(rows):
+                        continue
+                    records.append(R.scores_record(cols.take(rows), part, verdicts[rows]))
+                    mine.append((len(records) - 1, rows))
+                self._held_in_log_order(ctl, cols, verdicts, order.tolist())
+            places.append(mine)
         return places
 
     @staticmethod
@@ -937,44 +949,80 @@ class Router:
             replies = [(fut, err if _has_dead_letter(answer) else answer) for fut, answer in replies]
         _reply(replies)
 
-    def _finish_scores(self, events: list, places: list, records: list, per_record: list, new_deltas) -> list:
-        """EventResults of one submission, in its event order: each board's
-        version steps once per ranking change in that order (so k partitions
-        number versions exactly as one does)."""
-        unknown = Outcome.REJECTED_UNKNOWN_SEASON
-        decoded: dict[int, tuple] = {}
-        out = []
-        counts = self.metrics["outcomes"]
-        for ev, place in zip(events, places):
-            if place is None:
-                counts[unknown.value] += 1
-                out.append(EventResult(ev.event_id, unknown, 0))
+    def _finish_scores(self, batch: ScoreBatch, places: list, records: list, per_record: list,
+                       new_deltas) -> BatchResult:
+        """One submission's answer as columns, in its event order: each
+        board's version steps once per ranking change in that order (so k
+        partitions number versions exactly as one does). Numpy over the
+        shards' answer columns; Python work only per changed row (its delta)."""
+        n = len(batch)
+        codes = np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8)
+        versions = np.zeros(n, np.int64)
+        changes = []  # per board with changes: (first changed position, ctl, cols, positions, board rows, values,
+        #               achieved, actors)
+        for cols, positions, mine in zip(batch.boards, batch.positions, places):
+            if mine is None:
                 continue
-            at, row = place
-            got = decoded.get(at)
-            if got is None:
-                got = decoded[at] = self._decode_scores(per_record[at])
-            actor, codes, changed = got
-            ctl = self.boards[ev.board_id]
-            outcome = R.outcome_of(codes[row])
-            counts[outcome.value] += 1
-            change = changed.get(row)
-            if change is not None:
-                # the row's metadata is now this event's: the new best, or the latest applied delta
-                self._note_change(ctl, actor, [ev.player_id, change[0], change[1], "ACTIVE", ev.metadata], new_deltas)
-            out.append(EventResult(ev.event_id, outcome, ctl.version))
-        return out
+            ctl = self.boards[cols.board_id]
+            m = len(cols)
+            bcodes = np.empty(m, np.uint8)
+            changed = np.zeros(m, np.bool_)
+            ch_rows, ch_values, ch_achieved, ch_actor = [], [], [], []
+            for at, rows in mine:
+                actor, ans = per_record[at][0]
+                codes_raw, rows_raw, values_raw, achieved_raw = ans
+                bcodes[rows] = np.frombuffer(codes_raw, np.uint8)
+                rec_rows = np.frombuffer(rows_raw, "<i4")
+                if len(rec_rows):
+                    brows = rows[rec_rows]
+                    changed[brows] = True
+                    ch_rows.append(brows)
+                    ch_values.append(np.frombuffer(values_raw, "<i8"))
+                    ch_achieved.append(np.frombuffer(achieved_raw, "<i8"))
+                    ch_actor.append(np.full(len(brows), actor, np.int64))
+            codes[positions] = bcodes
+            steps = np.cumsum(changed)
+            versions[positions] = ctl.version + steps
+            if ch_rows:
+                brows = np.concatenate(ch_rows)
+                by_board_row = np.argsort(brows)  # board rows are in submission order
+                changes.append((int(positions[brows[by_board_row[0]]]), ctl, cols, brows[by_board_row],
+                                np.concatenate(ch_values)[by_board_row], np.concatenate(ch_achieved)[by_board_row],
+                                np.concatenate(ch_actor)[by_board_row]))
+            ctl.version += int(steps[-1]) if m else 0
+        counts = self.metrics["outcomes"]
+        names = R.OUTCOME_NAMES
+        for code, k in enumerate(np.bincount(codes, minlength=len(names)).tolist()):
+            if k:
+                counts[names[code]] += k
+        changes.sort(key=lambda c: c[0])  # boards in the order of their first change, as listeners saw them
+        for _first, ctl, cols, brows, values, achieved, actors in changes:
+            self._note_score_changes(ctl, cols, brows, values, achieved, actors, new_deltas, bool(self.listeners))
+        return BatchResult(codes, versions)
 
     @staticmethod
-    def _decode_scores(got: list) -> tuple:
-        """A shard's answer to a SCORES record: (actor, codes, {row: change})."""
-        actor, ans = got[0]
-        codes_raw, rows_raw, values_raw, achieved_raw = ans
-        rows = np.frombuffer(rows_raw, "<i4").tolist()
-        values = np.frombuffer(values_raw, "<i8").tolist()
-        achieved = np.frombuffer(achieved_raw, "<i8").tolist()
-        changed = {r: (v, a) for r, v, a in zip(rows, values, achieved)}
-        return actor, list(codes_raw), changed
+    def _note_score_changes(ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,
+                            achieved: np.ndarray, actors: np.ndarray, new_deltas, listening: bool) -> None:
+        """The deltas of one board's changed rows (in submission order), whose
+        versions the caller has already stepped ``ctl.version`` past: a row's
+        metadata is now its event's (the new best, or the latest applied delta)."""
+        k = len(brows)
+        first = ctl.version - k + 1
+        for a, c in zip(*np.unique(actors, return_counts=True)):
+            ctl.actor_changes[int(a)] += int(c)
+        pids, rows = cols.player_ids, brows.tolist()
+        metas = None
+        if cols.moffs is not None and cols.meta is not None:
+            raw, offs = cols.meta.tobytes(), cols.moffs.tolist()
+            metas = [raw[offs[r]:offs[r + 1]] or None for r in rows]
+        values, achieved = np.ascontiguousarray(values), np.ascontiguousarray(achieved)
+        pid_col = [pids[r] for r in rows]
+        ctl.ring.push_columns(pid_col, values, achieved, RowStatus.ACTIVE, metas)
+        if listening:  # Delta records only for live subscribers
+            active = RowStatus.ACTIVE
+            new_deltas[ctl.spec.board_id].extend(
+                Delta(v, (RowChange(p, value, at, active, meta),)) for v, p, value, at, meta in zip(
+                    range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k))
 
     def _finish_record(self, rec: list, got: list, new_deltas) -> object:
         kind = rec[0]
@@ -1579,8 +1627,14 @@ def _reply(replies: list) -> None:
 
 
 def _has_dead_letter(answer) -> bool:
-    return isinstance(answer, list) and any(
-        isinstance(r, EventResult) and r.outcome is Outcome.DEAD_LETTERED for r in answer)
+    return isinstance(answer, BatchResult) and bool((answer.codes == R.CODE[Outcome.DEAD_LETTERED]).any())
+
+
+def results_of(events: Sequence[ScoreEvent], res: BatchResult) -> list[EventResult]:
+    """A :class:`BatchResult` as one EventResult per event (tests, cold callers)."""
+    outcome = R.outcome_of
+    return [EventResult(ev.event_id, outcome(c), v) for ev, c, v in zip(events, res.codes.tolist(),
+                                                                          res.versions.tolist())]
 
 
 def _size(item) -> int:

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Sequence
 
+from engine.columns import ScoreBatch
 from engine.histogram import Histogram
 from engine.model import BoardSpec, BoardState, Invalidation, QuarantineDecision, ScoreEvent
 from engine.router import Router
@@ -49,6 +50,11 @@ class RouterClient:
         results = await self.router.submit(events)
         self._events_since_snapshot += len(events)
         return results
+
+    async def submit_columns(self, batch: ScoreBatch):
+        result = await self.router.submit_columns(batch)
+        self._events_since_snapshot += len(batch)
+        return result
 
     async def decide(self, decision: QuarantineDecision):
         return await self.router.decide(decision)
