@@ -41,7 +41,7 @@ from gateway.validation import (
     BOARD_ID_RE,
     MAX_ID_CHARS,
     decode_cursor,
-    decode_events,
+    decode_batch,
     encode_cursor,
     id_problem,
 )
@@ -164,10 +164,9 @@ async def ranked_subset(g, board_id: str, player_ids: list[str], ties: bool = Fa
 
 
 async def submit(g, raw: bytes) -> bytes:
-    events = decode_events(raw, g.settings.max_batch_events)
-    results = await g.engine.submit(events)  # outcomes are counted by the engine (stats()["outcomes"])
-    return orjson.dumps({"results": [{"event_id": r.event_id, "outcome": r.outcome, "version": r.version}
-                                     for r in results]})
+    batch = decode_batch(raw, g.settings.max_batch_events)
+    res = await g.engine.submit_columns(batch)  # outcomes are counted by the engine (stats()["outcomes"])
+    return render.results(batch.event_ids, res.codes, res.versions)
 
 
 # ---------------------------------------------------------------- lean ASGI dispatch

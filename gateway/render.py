@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+import orjson
 from orjson import Fragment
 
 from engine.model import (
@@ -28,6 +30,7 @@ from engine.model import (
     RankedEntry,
     RowChange,
 )
+from engine.records import OUTCOME_NAMES
 from engine.timefmt import format_timestamp as _format_timestamp
 
 
@@ -59,6 +62,16 @@ def board(b: BoardInfo) -> dict:
 
 def result(r: EventResult) -> dict:
     return {"event_id": r.event_id, "outcome": _v(r.outcome), "version": r.version}
+
+
+def results(event_ids: list[str], codes: np.ndarray, versions: np.ndarray) -> bytes:
+    """The ``POST /v1/events`` body (docs/api.md §7) from a batch's result
+    columns: one ``{"event_id", "outcome", "version"}`` per event, in order.
+    One orjson call; O(n) with one small dict per event (as fast here as
+    building the bytes by hand, and escaping stays orjson's)."""
+    names = OUTCOME_NAMES
+    return orjson.dumps({"results": [{"event_id": e, "outcome": names[c], "version": v}
+                                     for e, c, v in zip(event_ids, codes.tolist(), versions.tolist())]})
 
 
 def entry(e: RankedEntry) -> dict:

@@ -3,6 +3,7 @@ right code and field and must change nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -13,7 +14,9 @@ from gateway.validation import (
     CURSOR_PATTERN,
     ID_PATTERN,
     check_board_id,
+    decode_batch,
     decode_cursor,
+    decode_events,
     encode_cursor,
     event_from_json,
     events_from_body,
@@ -265,3 +268,93 @@ async def test_engine_bug_is_500_without_traceback(harness):
     assert r.status_code == 500
     assert r.json() == {"error": {"code": "INTERNAL", "message": "Internal error.", "field": None}}
     assert "secret" not in r.text
+
+
+# ---- the columnar decode of POST /v1/events
+
+
+def _flat(batch) -> list:
+    """A ScoreBatch back to its events in submission order."""
+    out: list = [None] * len(batch)
+    for cols, positions in zip(batch.boards, batch.positions):
+        for ev_, pos in zip(cols.events(), positions.tolist()):
+            out[pos] = ev_
+    assert [e.event_id for e in out] == batch.event_ids
+    return out
+
+
+def _same_decode(raw: bytes, max_events: int = 50) -> None:
+    """decode_batch answers exactly as decode_events: the same events, or the same error."""
+    try:
+        want = decode_events(raw, max_events)
+    except (ValidationFailed, BatchTooLarge) as exc:
+        with pytest.raises(type(exc)) as ei:
+            decode_batch(raw, max_events)
+        assert (ei.value.field, str(ei.value)) == (exc.field, str(exc))
+        return
+    assert _flat(decode_batch(raw, max_events)) == want
+
+
+MS = 1793527200000
+
+
+@pytest.mark.parametrize("desc,event,field", BAD_EVENTS, ids=[b[0] for b in BAD_EVENTS])
+def test_columnar_decode_names_the_same_field(desc, event, field):
+    good = ev(achieved_at=MS)
+    raw = json.dumps({"events": [good, good, event]}).encode()
+    with pytest.raises(ValidationFailed) as ei:
+        decode_batch(raw, 10)
+    assert ei.value.field == f"events[2].{field}"
+    _same_decode(raw)
+
+
+def test_a_plain_batch_is_decoded_without_one_record_per_event(monkeypatch):
+    import gateway.validation as v
+
+    def boom(*_a, **_k):
+        raise AssertionError("took the per-event path")
+
+    monkeypatch.setattr(v, "decode_events", boom)
+    evs = [ev(event_id=f"e{i}", player_id=f"p{i % 3}", value=i, achieved_at=MS + i,
+              board_id=BOARD if i % 2 else "g:m:s:other") for i in range(6)]
+    evs[4]["submitted_at"] = MS + 99
+    batch = decode_batch(json.dumps({"events": evs}).encode(), 10)
+    assert [c.board_id for c in batch.boards] == ["g:m:s:other", BOARD]
+    assert [p.tolist() for p in batch.positions] == [[0, 2, 4], [1, 3, 5]]
+    assert batch.boards[0].submitted.tolist() == [MS, MS + 2, MS + 99]
+
+
+_VALUES = {
+    "event_id": st.sampled_from(["e1", "e2", "", "x" * 129, "e\u0007", 7, None, "e\"q", "\u00e9\U0001f600"]),
+    "player_id": st.sampled_from(["p1", "p2", "p\n", "p\ud800", "", None, ["p"], {"p": 1}]),
+    "board_id": st.sampled_from([BOARD, "g:m:s:x", "a:b:c", "a:b:c:d\n", 1, {"a": 1}, ["b"]]),
+    "value": st.sampled_from([0, -5, 2**63 - 1, -(2**63), 2**63, 5.0, True, "5", None, 10**30]),
+    "achieved_at": st.sampled_from([MS, 0, "2026-11-01T10:00:00Z", "yesterday", 1.5, -1, 253402300800000, None]),
+    "submitted_at": st.sampled_from([MS + 1, "2026-11-01T10:00:00Z", 2.5, None, -(2**63)]),
+    "metadata": st.sampled_from([{"a": 1}, [], None]),
+}
+
+
+@st.composite
+def bodies(draw):
+    events = []
+    for _ in range(draw(st.integers(0, 6))):
+        keys = draw(st.lists(st.sampled_from(sorted(_VALUES)), unique=True, min_size=3))
+        keys = set(keys) | ({"event_id", "board_id", "player_id", "value", "achieved_at"}
+                            if draw(st.booleans()) else set())
+        events.append({k: draw(_VALUES[k]) for k in sorted(keys)})
+    if draw(st.booleans()):
+        events.append(draw(st.sampled_from([1, "x", None, []])))
+    return json.dumps({"events": events}).encode()
+
+
+@settings(max_examples=300)
+@given(bodies(), st.sampled_from([3, 50]))
+def test_columnar_decode_agrees_with_the_per_event_decode(raw, max_events):
+    _same_decode(raw, max_events)
+
+
+def test_columnar_decode_of_bodies_that_are_not_batches():
+    for raw in [b"", b"[]", b"{}", b'{"events": 1}', b'{"events": []}', b"{bad", b'{"events": [1e400]}',
+                b"\xff", json.dumps({"events": [GOOD] * 11}).encode()]:
+        _same_decode(raw, 10)
