@@ -172,7 +172,7 @@ def measure(wrk: str, base: str, board: str, size: int, args, nonce: str) -> dic
         "write batch of 500": ("writes.lua", {"BOARD": board, "SIZE": str(size), "BATCH": "500"}, WRITE_KEY),
     }
     out = {}
-    for route in ROUTES:
+    for route in args.routes:
         script, env, key = plans[route]
         conns = args.write_connections if script == "writes.lua" else args.connections
         runs = []
@@ -258,6 +258,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=2, help="seconds of unrecorded load per route before its runs")
     ap.add_argument("--shard-actors", type=int, default=2, help="FlowRank shard actors (default 2)")
     ap.add_argument("--repeat", type=int, default=1, help="wrk runs per route (median reported)")
+    ap.add_argument("--routes", default=",".join(ROUTES),
+                    help="comma-separated routes to run (default all: " + ", ".join(ROUTES) + ")")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=None, help="output directory (default results/http-<UTC time>)")
     return ap
@@ -278,12 +280,16 @@ def _main(argv: list[str] | None) -> int:
     args.size = args.size or base["size"]
     args.duration = args.duration or base["duration"]
     partitions = [int(x) for x in args.partitions.split(",") if x]
+    args.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    unknown = [r for r in args.routes if r not in ROUTES]
+    if unknown:
+        parser().error(f"unknown route(s) {unknown}; choose from {list(ROUTES)}")
     out = Path(args.out or f"results/http-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
     machine = describe()
     params = {"quick": args.quick, "size": args.size, "duration_s": args.duration, "connections": args.connections,
               "write_connections": args.write_connections,
               "partitions": partitions, "shard_actors": args.shard_actors, "repeat": args.repeat,
-              "warmup_s": args.warmup, "seed": args.seed,
+              "warmup_s": args.warmup, "seed": args.seed, "routes": args.routes,
               "gateway_workers": 1, "wrk_threads": 1}
     print(header(params, machine), flush=True)
     load_before = os.getloadavg()
@@ -310,7 +316,7 @@ def _main(argv: list[str] | None) -> int:
     load_after = os.getloadavg()
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     rows = [{"route": route, "partitions": p, "flowrank": results["flowrank"][p][route],
-             "peer": results["peer"][route]} for route in ROUTES for p in partitions]
+             "peer": results["peer"][route]} for route in args.routes for p in partitions]
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m benchmarks http " + " ".join(argv if argv is not None else sys.argv[2:])
     md = "\n".join([
