@@ -45,3 +45,21 @@ async def test_events_counted_in_metrics(seeded):  # details: test_metrics.py
     assert 'flowrank_events_total{outcome="APPLIED_NEW_BEST"} 1.0' in text
     assert 'flowrank_events_total{outcome="APPLIED_FIRST_SCORE"} 5.0' in text
     assert 'route="/v1/events"' in text
+
+
+def test_results_render_byte_for_byte_as_one_record_per_event():
+    """render.results (the columns) writes the very bytes the per-event rendering wrote."""
+    import numpy as np
+    import orjson
+
+    from engine import records as R
+    from engine.model import EventResult, Outcome
+    from gateway import render
+
+    outcomes = list(Outcome)
+    ids = ["e\"1", "é\U0001f600", "back\\slash", "plain"] * 8
+    codes = np.array([R.CODE[outcomes[i % len(outcomes)]] for i in range(len(ids))], np.uint8)
+    versions = np.arange(len(ids), dtype=np.int64) * 7 + 2**40
+    old = orjson.dumps({"results": [{"event_id": r.event_id, "outcome": r.outcome, "version": r.version} for r in (
+        EventResult(e, R.outcome_of(c), v) for e, c, v in zip(ids, codes.tolist(), versions.tolist()))]})
+    assert render.results(ids, codes, versions) == old
