@@ -82,7 +82,7 @@ from engine.model import (
     RowStatus,
     ScoreEvent,
 )
-from engine.placement import actor_of, part_of
+from engine.placement import actor_of, part_of, parts_of
 from engine.ranking import (
     better_primary_probe,
     first_tied_in_prefix,
@@ -807,7 +807,7 @@ class Router:
                 records.append(R.scores_record(cols, 0, verdicts))
                 mine.append((len(records) - 1, np.arange(len(cols))))
             else:
-                parts = np.fromiter((part_of(pid, shards) for pid in cols.player_ids), np.int64, len(cols))
+                parts = parts_of(cols.player_ids, shards)
                 order = np.argsort(parts, kind="stable")
                 bounds = np.searchsorted(parts[order], np.arange(shards + 1))
                 for part in range(shards):
@@ -816,17 +816,17 @@ class Router:
                         continue
                     records.append(R.scores_record(cols.take(rows), part, verdicts[rows]))
                     mine.append((len(records) - 1, rows))
-                self._held_in_log_order(ctl, cols, verdicts, order.tolist())
+                self._held_in_log_order(ctl, cols, verdicts, order)
             places.append(mine)
         return places
 
     @staticmethod
-    def _held_in_log_order(ctl: BoardCtl, cols: ScoreColumns, verdicts: np.ndarray, logged_order: list) -> None:
+    def _held_in_log_order(ctl: BoardCtl, cols: ScoreColumns, verdicts: np.ndarray, logged_order: np.ndarray) -> None:
         """The quarantine lists held events in log order, as a replay of the
         log rebuilds it: re-order this batch's holds (the newest entries)
         from arrival order to their order in the partitions' records."""
         held_codes = (R.CODE[Outcome.HELD_FOR_CORRECTION], R.CODE[Outcome.HELD_FOR_REVIEW])
-        held_rows = [k for k in logged_order if verdicts[k] in held_codes]
+        held_rows = logged_order[np.isin(verdicts[logged_order], held_codes)].tolist()
         if len(held_rows) < 2:
             return
         held = ctl.admission.held

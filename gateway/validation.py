@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import repeat
 from typing import Any, Sequence
 
 import numpy as np
@@ -254,17 +255,17 @@ def decode_batch(raw: bytes, max_events: int) -> ScoreBatch:
 
 def _batch_columns(events: list) -> ScoreBatch | None:
     """The common, valid shape of a batch → ScoreBatch; None sends the caller to the checked path.
-    The rules of :func:`_fast_event`, one C-level pass per column."""
-    if any(type(e) is not dict for e in events):
+    The rules of :func:`_fast_event`, one C-level pass per column (``map`` over ``dict.get``)."""
+    n = len(events)
+    if set(map(type, events)) != {dict}:
         return None
-    eids = [e.get("event_id") for e in events]
-    pids = [e.get("player_id") for e in events]
-    bids = [e.get("board_id") for e in events]
-    if any(e.get("metadata") is not None for e in events):
+    get = dict.get
+    if list(map(get, events, repeat("metadata", n))).count(None) != n:
         return None
-    str_ = str
-    if any(type(x) is not str_ for x in eids) or any(type(x) is not str_ for x in pids) or any(
-            type(x) is not str_ for x in bids):
+    eids = list(map(get, events, repeat("event_id", n)))
+    pids = list(map(get, events, repeat("player_id", n)))
+    bids = list(map(get, events, repeat("board_id", n)))
+    if set(map(type, eids)) | set(map(type, pids)) | set(map(type, bids)) != {str}:
         return None
     for ids in (eids, pids):
         lens = list(map(len, ids))
@@ -274,18 +275,18 @@ def _batch_columns(events: list) -> ScoreBatch | None:
     for b in boards:
         if BOARD_ID_RE.fullmatch(b) is None or b.endswith("\n"):
             return None
-    values_raw = [e.get("value") for e in events]
-    at_raw = [e.get("achieved_at") for e in events]
-    sub_raw = [e.get("submitted_at") for e in events]
-    int_ = int
-    if any(type(x) is not int_ for x in values_raw) or any(type(x) is not int_ for x in at_raw):
+    values_raw = list(map(get, events, repeat("value", n)))
+    at_raw = list(map(get, events, repeat("achieved_at", n)))
+    sub_raw = list(map(get, events, repeat("submitted_at", n)))
+    if set(map(type, values_raw)) | set(map(type, at_raw)) != {int}:
         return None
     try:
         values = np.array(values_raw, np.int64)
         achieved = np.array(at_raw, np.int64)
-        if all(x is None for x in sub_raw):
+        sub_types = set(map(type, sub_raw))
+        if sub_types == {type(None)}:
             submitted = achieved
-        elif all(x is None or type(x) is int_ for x in sub_raw):
+        elif sub_types <= {type(None), int}:
             submitted = np.array([a if x is None else x for a, x in zip(at_raw, sub_raw)], np.int64)
         else:
             return None
