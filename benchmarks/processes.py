@@ -28,6 +28,7 @@ process still carrying the marker. SIGKILL of the *owner* cannot be caught;
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -106,6 +107,58 @@ def sigterm_raises() -> Iterator[None]:
     finally:
         if entered:
             _leave_sigterm_guard()
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped an asyncio run (see :func:`signals_cancel`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_cancel(task: "asyncio.Task | None" = None,
+                   signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[list[int]]:
+    """Inside a running event loop: the first SIGINT or SIGTERM cancels
+    ``task`` (default: the current one); later signals are only recorded, so
+    the task's ``finally`` (which stops what it started) is not interrupted
+    in turn, as a second Ctrl-C under ``asyncio.run`` would. Yields the list
+    of signals received: the task turns its ``CancelledError`` into
+    :class:`Interrupted` when it is not empty; from then on SIGINT and SIGTERM
+    stay ignored (the program is stopping; a caller that goes on restores
+    them). Off the main thread (no signal handlers there) it does nothing. A signal that arrives while the loop is
+    blocked in synchronous code takes effect when the loop runs again."""
+    loop = asyncio.get_running_loop()
+    task = task or asyncio.current_task()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            task.cancel()
+
+    installed = []
+    if threading.current_thread() is threading.main_thread():
+        for sig in signals:
+            previous = signal.getsignal(sig)
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append((sig, previous))
+    try:
+        yield received
+    finally:
+        # Once a signal came, the program is on its way out: later SIGINT/SIGTERM
+        # are ignored, not raised into its last steps (writing its output, exiting).
+        # Blocked while the handlers change, so none falls in between.
+        if installed:
+            signal.pthread_sigmask(signal.SIG_BLOCK, [sig for sig, _ in installed])
+            try:
+                for sig, previous in installed:
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, signal.SIG_IGN if received
+                                  else previous if previous is not None else signal.SIG_DFL)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig for sig, _ in installed])
 
 
 # ------------------------------------------------------------------- markers

@@ -39,6 +39,7 @@ import httpx
 
 from . import nearest_rank
 from .machine import describe, header
+from .processes import Interrupted, signals_cancel
 
 BOARD = "soak:solo:S1:global"
 BASE_MS = 1_790_000_000_000
@@ -287,83 +288,105 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
                readers: int, read_rate: float, subscribers: int, sample_s: float, calibrate_s: float,
                fraction: float, warmup_fraction: float, seed: int, server_args: tuple[str, ...] = (),
                log=print) -> dict:
-    from tests.chaos.harness import KEYS, Server  # noqa: PLC0415 - the owned server of the chaos runs
+    from tests.chaos.harness import Server  # noqa: PLC0415 - the owned server of the chaos runs
 
     server = Server(workdir, engine=engine, shards=2, extra_args=server_args)
-    try:
-        log(f"soak: starting {engine} server on {server.url}")
-        server.start()
-        async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as c:
-            r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": 2},
-                             headers={"Authorization": f"Bearer {KEYS['admin']}"})
-            assert r.status_code == 201, r.text
-        load = Load(server.url, KEYS, players, seed)
+    tasks: list[asyncio.Task] = []  # every load task of the run: cancelled on every exit path
+    with signals_cancel() as received:
+        try:
+            return await _soak(server, tasks, minutes=minutes, players=players, batch=batch,
+                               writers=writers, readers=readers, read_rate=read_rate, subscribers=subscribers,
+                               sample_s=sample_s, calibrate_s=calibrate_s, fraction=fraction,
+                               warmup_fraction=warmup_fraction, seed=seed, log=log)
+        except asyncio.CancelledError:
+            if received:  # Ctrl-C or SIGTERM: the finally below stops the server and the load
+                raise Interrupted(received[0]) from None
+            raise
+        finally:
+            server.cleanup()  # first, and synchronous: a second signal cannot cut it short
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-        # capacity: full speed for calibrate_s (longer while nothing is acknowledged yet: a
-        # server still warming up must not make the steady phase unpaced)
-        tasks = [asyncio.create_task(load.writer(i, batch, None)) for i in range(writers)]
-        t0 = time.monotonic()
-        await asyncio.sleep(calibrate_s)
-        while load.win.acked == 0 and time.monotonic() - t0 < calibrate_s + 120:
-            await asyncio.sleep(1.0)
-        load.stop.set()
-        await asyncio.gather(*tasks)
-        capacity = load.take().acked / (time.monotonic() - t0)
-        if capacity <= 0:
-            raise RuntimeError("no event was acknowledged while measuring capacity")
-        target = capacity * fraction
-        log(f"soak: capacity {capacity:,.0f} events/s (batches of {batch}, {writers} writers); "
-            f"steady ingest at {target:,.0f}/s")
 
-        load.stop = asyncio.Event()
-        tasks = [asyncio.create_task(load.writer(i, batch, target / writers)) for i in range(writers)]
-        tasks += [asyncio.create_task(load.reader(read_rate)) for _ in range(readers)]
-        tasks += [asyncio.create_task(load.subscriber()) for _ in range(subscribers)]
-        samples: list[dict] = []
-        failure = None
-        start = last = time.monotonic()
-        prev_fsync = None
-        k = 0
-        async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as c:
-            while time.monotonic() - start < minutes * 60:
-                await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - last) - 0.05))
-                k += 1
-                lag = await load.lag_probe(k)
-                now = time.monotonic()
-                w = load.take()
-                mem = session_memory(server)
-                if server.proc is None or server.proc.poll() is not None:
-                    code = None if server.proc is None else server.proc.returncode
-                    failure = f"the server exited (code {code}) at t={now - start:.0f}s; see {server.workdir}"
-                    log("soak: " + failure)
-                    break
-                try:
-                    m = await c.get("/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"})
-                    fs = fsync_reading(m.text) if m.status_code == 200 else {"buckets": {}, "quantiles": {}}
-                except httpx.HTTPError as e:
-                    log(f"soak: /metrics failed ({type(e).__name__}); sample without fsync")
-                    fs = {"buckets": {}, "quantiles": {}}
-                f99 = fsync_p99(prev_fsync, fs)
-                prev_fsync = fs
-                s = {"t": round(now - start, 2), "events_per_s": w.acked / (now - last),
-                     "read_p50_ms": p(w.read_ms, 0.5), "read_p99_ms": p(w.read_ms, 0.99), "reads": len(w.read_ms),
-                     "read_errors": w.read_errors, "write_errors": w.write_errors, "live_messages": w.live_messages,
-                     "lag_ms": lag, "fsync_p99_ms": None if f99 is None else f99 * 1000,
-                     "rss_total": sum(x["rss"] for x in mem), "rss_anon_total": sum(x["rss_anon"] for x in mem),
-                     "rss_file_total": sum(x["rss_file"] for x in mem), "processes": mem}
-                samples.append(s)
-                last = now
-                log(f"soak: t={s['t']:7.1f}s ingest {s['events_per_s']:8,.0f}/s read p99 "
-                    f"{(s['read_p99_ms'] or 0):6.1f} ms lag {(lag or -1):6.1f} ms fsync p99 "
-                    f"{(s['fsync_p99_ms'] or -1):6.2f} ms RSS {s['rss_total'] / 2**20:7.1f} MiB "
-                    f"(anon {s['rss_anon_total'] / 2**20:7.1f}) live msgs {w.live_messages}")
-        load.stop.set()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        server.stop()
-    finally:
-        server.cleanup()
+async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int, writers: int,
+                readers: int, read_rate: float, subscribers: int, sample_s: float, calibrate_s: float,
+                fraction: float, warmup_fraction: float, seed: int, log) -> dict:
+    from tests.chaos.harness import KEYS  # noqa: PLC0415 - the owned server of the chaos runs
+
+    failure = None
+    samples: list[dict] = []
+    log(f"soak: starting {server.engine} server on {server.url}")
+    server.start()
+    async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as c:
+        r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": 2},
+                         headers={"Authorization": f"Bearer {KEYS['admin']}"})
+        assert r.status_code == 201, r.text
+    load = Load(server.url, KEYS, players, seed)
+
+    # capacity: full speed for calibrate_s (longer while nothing is acknowledged yet: a
+    # server still warming up must not make the steady phase unpaced)
+    tasks += [asyncio.create_task(load.writer(i, batch, None)) for i in range(writers)]
+    t0 = time.monotonic()
+    await asyncio.sleep(calibrate_s)
+    while load.win.acked == 0 and time.monotonic() - t0 < calibrate_s + 120:
+        await asyncio.sleep(1.0)
+    load.stop.set()
+    await asyncio.gather(*tasks)
+    tasks.clear()
+    capacity = load.take().acked / (time.monotonic() - t0)
+    if capacity <= 0:
+        raise RuntimeError("no event was acknowledged while measuring capacity")
+    target = capacity * fraction
+    log(f"soak: capacity {capacity:,.0f} events/s (batches of {batch}, {writers} writers); "
+        f"steady ingest at {target:,.0f}/s")
+
+    load.stop = asyncio.Event()
+    tasks += [asyncio.create_task(load.writer(i, batch, target / writers)) for i in range(writers)]
+    tasks += [asyncio.create_task(load.reader(read_rate)) for _ in range(readers)]
+    tasks += [asyncio.create_task(load.subscriber()) for _ in range(subscribers)]
+    start = last = time.monotonic()
+    prev_fsync = None
+    k = 0
+    async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as c:
+        while time.monotonic() - start < minutes * 60:
+            await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - last) - 0.05))
+            k += 1
+            lag = await load.lag_probe(k)
+            now = time.monotonic()
+            w = load.take()
+            mem = session_memory(server)
+            if server.proc is None or server.proc.poll() is not None:
+                code = None if server.proc is None else server.proc.returncode
+                failure = f"the server exited (code {code}) at t={now - start:.0f}s; see {server.workdir}"
+                log("soak: " + failure)
+                break
+            try:
+                m = await c.get("/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"})
+                fs = fsync_reading(m.text) if m.status_code == 200 else {"buckets": {}, "quantiles": {}}
+            except httpx.HTTPError as e:
+                log(f"soak: /metrics failed ({type(e).__name__}); sample without fsync")
+                fs = {"buckets": {}, "quantiles": {}}
+            f99 = fsync_p99(prev_fsync, fs)
+            prev_fsync = fs
+            s = {"t": round(now - start, 2), "events_per_s": w.acked / (now - last),
+                 "read_p50_ms": p(w.read_ms, 0.5), "read_p99_ms": p(w.read_ms, 0.99), "reads": len(w.read_ms),
+                 "read_errors": w.read_errors, "write_errors": w.write_errors, "live_messages": w.live_messages,
+                 "lag_ms": lag, "fsync_p99_ms": None if f99 is None else f99 * 1000,
+                 "rss_total": sum(x["rss"] for x in mem), "rss_anon_total": sum(x["rss_anon"] for x in mem),
+                 "rss_file_total": sum(x["rss_file"] for x in mem), "processes": mem}
+            samples.append(s)
+            last = now
+            log(f"soak: t={s['t']:7.1f}s ingest {s['events_per_s']:8,.0f}/s read p99 "
+                f"{(s['read_p99_ms'] or 0):6.1f} ms lag {(lag or -1):6.1f} ms fsync p99 "
+                f"{(s['fsync_p99_ms'] or -1):6.2f} ms RSS {s['rss_total'] / 2**20:7.1f} MiB "
+                f"(anon {s['rss_anon_total'] / 2**20:7.1f}) live msgs {w.live_messages}")
+    load.stop.set()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    tasks.clear()
+    server.stop()
     warmup = minutes * 60 * warmup_fraction
     return {"capacity_events_per_s": capacity, "target_events_per_s": target, "warmup_s": warmup,
             "failure": failure, "analysis": analyse(samples, warmup), "samples": samples}
@@ -436,6 +459,9 @@ def main(argv=None) -> int:
                                fraction=a.fraction, warmup_fraction=a.warmup_fraction, seed=a.seed,
                                server_args=() if a.dedup_retention is None
                                else ("--dedup-retention", str(a.dedup_retention))))
+    except Interrupted as e:  # Ctrl-C or SIGTERM: soak() has stopped the server and the load
+        print(f"soak: stopped by {e}; the server and every process it started are stopped", flush=True)
+        return 128 + e.signum
     finally:
         if res is not None and res["failure"] is None:
             shutil.rmtree(work, ignore_errors=True)

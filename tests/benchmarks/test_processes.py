@@ -218,3 +218,53 @@ def test_an_owner_stopped_from_another_thread_leaves_sigterm_to_the_default_agai
     with Owned(["sleep", "600"]):  # the next owner takes the handler over on the main thread
         pass
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _line_starting(proc, prefix: str, timeout: float) -> list[str]:
+    """The child's output lines up to and including the first that starts
+    with ``prefix`` (read in a thread, so a silent child fails the test)."""
+    import queue
+    import threading
+
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, "")], daemon=True).start()
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got.append(lines.get(timeout=max(0.01, deadline - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError(f"no line starting {prefix!r} within {timeout} s: {got}") from None
+        if got[-1].startswith(prefix):
+            return got
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT twice"])
+def test_an_interrupted_soak_stops_its_server_and_its_load(how, tmp_path):
+    """Ctrl-C or SIGTERM in the steady phase of ``python -m benchmarks soak``:
+    it exits promptly with 128 + the signal, and neither the server it started
+    nor anything else of the run is left. A second Ctrl-C while it stops (an
+    impatient user) does not cut the stopping short."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, **{RUN_ENV: marker}, PYTHONUNBUFFERED="1")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks", "soak", "--engine", "local", "--minutes", "10",
+                             "--players", "200", "--batch", "20", "--writers", "2", "--readers", "1",
+                             "--subscribers", "1", "--sample-s", "1", "--calibrate-s", "1", "--out", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[psutil.Process] = []
+    try:
+        _line_starting(proc, "soak: t=", timeout=120)  # a sample of the steady phase: load and server running
+        seen = _tree(proc, marker, 2)  # the soak and its flowrank serve
+        assert any("gateway" in " ".join(p.cmdline()) for p in seen)
+        signum = getattr(signal, how.split()[0])
+        proc.send_signal(signum)
+        if how.endswith("twice"):
+            time.sleep(0.05)
+            proc.send_signal(signum)
+        code = proc.wait(timeout=60)
+        assert code == 128 + signum
+        assert _left_over(marker, seen) == []
+        assert not (out / "soak.json").exists()  # an interrupted run writes no result
+    finally:
+        _cleanup(proc, marker, seen)
