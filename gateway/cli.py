@@ -135,6 +135,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
     if log_format == "json" and settings.engine == "ray":
         import ray  # noqa: F401, PLC0415  # its import puts a handler on the "ray" logger; ray.init keeps
         logformat.adopt()  # whatever handlers it finds: route its records to the JSON handler first
+    gc_tuning.fix_mmap_threshold()  # before the engine allocates: freed big blocks leave the process
     with startup_errors.starting(settings):  # every refusal: one line, its exit code
         startup_errors.preflight(settings)
         keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)

@@ -52,6 +52,7 @@ def unpack(data: bytes):
 
 class LogServer:
     def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20):
+        gc_tuning.fix_mmap_threshold()  # freed frame buffers leave the process (engine/gc_tuning.py)
         root = Path(data_dir)
         root.mkdir(parents=True, exist_ok=True)
         self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT)
@@ -116,6 +117,7 @@ def replay_from_server(core: ShardCore, log_server) -> int:
 
 class ShardActor:
     def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str):
+        gc_tuning.fix_mmap_threshold()  # before recovery allocates: freed tables leave the process
         # By name, not by handle: a restart must not depend on constructor
         # arguments kept in the object store (ray-project/ray#53727).
         log_server = ray.get_actor(log_server_name, namespace=namespace)
