@@ -348,7 +348,11 @@ async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int
     start = last = time.monotonic()
     prev_fsync = None
     k = 0
-    async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as c:
+    # /metrics every sample_s (5 s) on one connection: uvicorn closes a keep-alive connection idle
+    # for 5 s, and a request sent as it does got RemoteProtocolError (a sample without fsync p99,
+    # 6-12 per 30-minute run); connections idle 2 s are not reused.
+    async with httpx.AsyncClient(base_url=server.url, timeout=30.0,
+                                 limits=httpx.Limits(keepalive_expiry=2.0)) as c:
         while time.monotonic() - start < minutes * 60:
             await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - last) - 0.05))
             k += 1
