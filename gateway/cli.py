@@ -28,6 +28,20 @@ from gateway.admin_cli import positive_int
 from gateway.cors import parse_origin
 from gateway.settings import Settings
 
+#: Seconds an idle keep-alive connection stays open. uvicorn's default of 5 s
+#: races any client whose pool reuses a connection idle for about 5 s (a game
+#: server posting every 5 s): the request goes out as the server closes, and
+#: the client sees the connection reset (docs/http.md, "The connection and the loop").
+#: Longer than the idle timeouts of common client pools and load balancers.
+KEEP_ALIVE_S = 75.0
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
 
 def _port(text: str) -> int:
     try:
@@ -86,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
     s.add_argument("--graceful-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
+    s.add_argument("--keep-alive", type=_positive_seconds, default=KEEP_ALIVE_S,
+                   help=f"seconds an idle keep-alive connection stays open (default {KEEP_ALIVE_S:g}; uvicorn's 5 "
+                        "races clients that reuse a connection after about 5 s idle)")
     s.add_argument("--log-format", choices=logformat.FORMATS, default="text",
                    help="json: one JSON object per log line on stderr (ts, level, logger, message, exception)")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
@@ -122,7 +139,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
-async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: str = "text") -> int:
+async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: str = "text",
+                keep_alive_s: float = 0.0) -> int:
     import uvicorn  # noqa: PLC0415
 
     from engine import gc_tuning  # noqa: PLC0415
@@ -175,7 +193,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         extra = {} if log_format == "text" else {"log_config": None}
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
                                 timeout_graceful_shutdown=graceful_timeout, access_log=False,
-                                **extra)
+                                timeout_keep_alive=keep_alive_s or KEEP_ALIVE_S, **extra)
         server = Server(config)
         print(f"flowrank: listening on http://{settings.host}:{sock.getsockname()[1]}", flush=True)
         print(f"flowrank: data in {os.path.abspath(settings.data_dir) if settings.data_dir else '(memory)'}",
@@ -214,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from_args(args)
     logformat.configure(args.log_format)
     try:
-        return _run(serve(settings, args.graceful_timeout, args.log_format))
+        return _run(serve(settings, args.graceful_timeout, args.log_format, args.keep_alive))
     except startup_errors.StartupError as err:
         return startup_errors.report(err, debug=args.debug)
 

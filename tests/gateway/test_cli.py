@@ -59,3 +59,43 @@ def test_client_raises_typed_errors():
 def test_ray_dashboard_is_opt_in():
     assert settings_from_args(build_parser().parse_args(["serve"])).ray_dashboard is False
     assert settings_from_args(build_parser().parse_args(["serve", "--ray-dashboard"])).ray_dashboard is True
+
+
+@pytest.mark.parametrize("keep_alive, idle_s, kept", [(None, 6.0, True), ("1", 2.5, False)])
+def test_an_idle_keep_alive_connection_outlives_uvicorns_five_seconds(tmp_path, keep_alive, idle_s, kept):
+    """`flowrank serve` keeps an idle connection open for --keep-alive seconds
+    (default 75): a client that reuses a connection after 6 s idle is served,
+    where uvicorn's default of 5 s closes it under the client."""
+    import http.client
+    import time
+
+    from tests.chaos.harness import Server
+
+    server = Server(tmp_path, engine="local", shards=1,
+                    extra_args=() if keep_alive is None else ("--keep-alive", keep_alive))
+    try:
+        server.start()
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+
+        def ready() -> int:
+            conn.request("GET", "/readyz")
+            r = conn.getresponse()
+            r.read()
+            return r.status
+
+        assert ready() == 200
+        time.sleep(idle_s)
+        if kept:
+            assert ready() == 200
+        else:
+            with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+                ready()
+        conn.close()
+    finally:
+        server.cleanup()
+
+
+def test_keep_alive_must_be_positive():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--keep-alive", "0"])
+    assert build_parser().parse_args(["serve"]).keep_alive == 75.0
