@@ -140,7 +140,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: str = "text",
-                keep_alive_s: float = 0.0) -> int:
+                keep_alive_s: float = KEEP_ALIVE_S) -> int:
     import uvicorn  # noqa: PLC0415
 
     from engine import gc_tuning  # noqa: PLC0415
@@ -193,7 +193,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         extra = {} if log_format == "text" else {"log_config": None}
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
                                 timeout_graceful_shutdown=graceful_timeout, access_log=False,
-                                timeout_keep_alive=keep_alive_s or KEEP_ALIVE_S, **extra)
+                                timeout_keep_alive=keep_alive_s, **extra)
         server = Server(config)
         print(f"flowrank: listening on http://{settings.host}:{sock.getsockname()[1]}", flush=True)
         print(f"flowrank: data in {os.path.abspath(settings.data_dir) if settings.data_dir else '(memory)'}",
