@@ -44,12 +44,8 @@ def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
     (docs/performance.md). A fixed threshold ends the adjustment. Called at
     the start of every server process and by :func:`tune`; returns whether it
     was set (False off glibc)."""
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(size)))
-    except (OSError, AttributeError):
-        return False
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, int(size)))
 
 
 def release_memory() -> bool:
@@ -58,9 +54,18 @@ def release_memory() -> bool:
     shards dropping an archived board, freed blocks otherwise stay in the
     process's heap. Returns whether a trim ran (False off glibc)."""
     gc.collect()
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+def _glibc():
+    """glibc, when this process runs on it (``mallopt`` and ``malloc_trim`` are
+    glibc's); None elsewhere."""
     try:
         import ctypes
 
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - AttributeError off glibc
+        return libc
     except (OSError, AttributeError):
-        return False
+        return None

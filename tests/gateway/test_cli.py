@@ -96,6 +96,7 @@ def test_an_idle_keep_alive_connection_outlives_uvicorns_five_seconds(tmp_path, 
 
 
 def test_keep_alive_must_be_positive():
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--keep-alive", "0"])
+    for bad in ("0", "-3", "nan", "inf", "soon"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--keep-alive", bad])
     assert build_parser().parse_args(["serve"]).keep_alive == 75.0
