@@ -185,6 +185,7 @@ class LiveHub:
             group = _Group(board_id, n)
             self._groups[key] = group
             self._by_board.setdefault(board_id, set()).add(group)
+            self._watch(board_id, True)
         group.reserved += 1
         try:
             if created:
@@ -265,6 +266,7 @@ class LiveHub:
             return
         if self._groups.get((g.board_id, g.n)) is g:
             del self._groups[(g.board_id, g.n)]
+            self._watch(g.board_id, False)
             groups = self._by_board.get(g.board_id)
             if groups is not None:
                 groups.discard(g)
@@ -273,6 +275,13 @@ class LiveHub:
         if g.timer is not None:
             g.timer.cancel()
             g.timer = None
+
+    def _watch(self, board_id: str, on: bool) -> None:
+        """Tell an engine in another process (engine.remote_engine) which boards' commits
+        a group needs; an engine in this process delivers every board's anyway."""
+        hook = getattr(self._engine, "watch" if on else "unwatch", None)
+        if hook is not None:
+            hook(board_id)
 
     # ---- fan-out -------------------------------------------------------------------
 

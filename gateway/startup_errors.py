@@ -132,7 +132,7 @@ def probe_ray_address(address: str, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> N
                                      "or omit --ray-address to run an embedded Ray") from exc
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """The listening address bound (not yet listening) before the engine starts,
     as uvicorn would bind it; handed to ``uvicorn.Server.serve(sockets=[...])``.
 
@@ -140,12 +140,17 @@ def bind(host: str, port: int) -> socket.socket:
     uvicorn: asyncio sets ``TCP_NODELAY`` on an accepted connection only when
     its socket says TCP. Without it, a keep-alive connection's response (head,
     then body: two writes) waits for the client's delayed ACK, 40 ms a request
-    on Linux. ``TCP_NODELAY`` on the listener too: accepted sockets inherit it."""
+    on Linux. ``TCP_NODELAY`` on the listener too: accepted sockets inherit it.
+
+    ``reuse_port``: ``SO_REUSEPORT``, so the gateway workers of ``--workers N``
+    each listen on the same port and the kernel spreads connections over them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except OSError as exc:
         sock.close()

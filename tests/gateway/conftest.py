@@ -74,8 +74,11 @@ def settings(**kw) -> Settings:
 
 
 class Harness:
-    def __init__(self, app, engine, client: httpx.AsyncClient):
+    """``app``: the (first) gateway; ``apps``: every gateway; ``engine``: the engine itself."""
+
+    def __init__(self, app, engine, client: httpx.AsyncClient, apps=None):
         self.app, self.engine, self.client = app, engine, client
+        self.apps = apps or [app]
 
     async def seed(self) -> None:
         r = await self.client.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score"}, headers=H("admin"))
@@ -89,16 +92,66 @@ class Harness:
         return r.json()
 
 
-@pytest.fixture
+class RoundRobin(httpx.AsyncBaseTransport):
+    """Each request to the next gateway in turn: what a client of ``flowrank
+    serve --workers N`` meets, whose connections land on any of N processes."""
+
+    def __init__(self, apps):
+        self.transports = [httpx.ASGITransport(app=a, raise_app_exceptions=False) for a in apps]
+        self.turn = 0
+
+    async def handle_async_request(self, request):
+        t = self.transports[self.turn % len(self.transports)]
+        self.turn += 1
+        return await t.handle_async_request(request)
+
+
+def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[list, list]:
+    """``workers`` gateway apps over ``engine``: with one, the app holds the engine
+    (as ``flowrank serve`` does); with more, each app holds a RemoteEngine to one
+    EngineHost over ``engine``, through the pickled bytes a Ray actor carries
+    (as ``flowrank serve --workers N`` does). Returns (apps, remote engines)."""
+    if workers == 1:
+        return [create_app(make_settings(), engine, **app_kw)], []
+    from engine.engine_host import EngineHost, LocalChannel  # noqa: PLC0415
+    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+
+    host = EngineHost(engine)
+    remotes = [RemoteEngine(LocalChannel(host)) for _ in range(workers)]
+    app_kw.setdefault("token_secret", b"s" * 32)  # the workers of one data directory share its secret
+    return [create_app(make_settings(), r, **app_kw) for r in remotes], remotes
+
+
+async def close_apps(apps, remotes) -> None:
+    for app in apps:
+        await app.state.gateway.hub.close()
+    for r in remotes:
+        await r.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``one_worker(why)`` checks one gateway process's own state
+    (its rate-limit buckets, its metrics): it runs with the 1-worker harness only."""
+    keep, drop = [], []
+    for item in items:
+        one = item.get_closest_marker("one_worker") is not None
+        (drop if one and "2-workers" in item.name else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
 async def harness(request):
+    """The app over the real engine; run once with one gateway and once with two
+    gateway workers sharing one engine host, requests alternating between them."""
     marker = request.node.get_closest_marker("settings")
     kw = dict(marker.kwargs) if marker else {}
     engine = await open_engine(kw.pop("delta_retention", 10_000))
-    app = create_app(settings(**kw), engine)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        yield Harness(app, engine, client)
-    await app.state.gateway.hub.close()
+    apps, remotes = gateway_apps(engine, request.param, lambda: settings(**kw))
+    async with httpx.AsyncClient(transport=RoundRobin(apps), base_url="http://test") as client:
+        yield Harness(apps[0], engine, client, apps)
+    await close_apps(apps, remotes)
     await engine.close()
 
 
@@ -109,27 +162,36 @@ async def seeded(harness):
 
 
 @contextmanager
-def thread_server(make_settings=settings, wrap=None, **engine_kw):
+def thread_server(make_settings=settings, wrap=None, workers: int = 1, **engine_kw):
     """uvicorn in a thread over a fresh LocalService opened on that thread's
     loop (httpx's ASGITransport buffers whole responses, so SSE needs a socket;
-    schemathesis calls from its own loop). Yields the base URL."""
+    schemathesis calls from its own loop). Yields the base URL. ``workers`` > 1:
+    that many gateway apps, each with its own server on the same port
+    (``SO_REUSEPORT``, as ``flowrank serve --workers N``) and its own
+    RemoteEngine to one EngineHost over the engine."""
     import uvicorn  # noqa: PLC0415
 
+    from gateway.startup_errors import bind  # noqa: PLC0415
+
     port = free_port()
-    holder: dict = {}
+    holder: dict = {"servers": []}
 
     def run():
         async def main():
             engine = await open_engine(**engine_kw)
+            apps, remotes = gateway_apps(engine, workers, make_settings)
             try:
-                app = create_app(make_settings(), engine)
-                if wrap is not None:  # an ASGI wrapper around the app (tests that break it on purpose)
-                    app = wrap(app)
-                srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                                    timeout_graceful_shutdown=1))
-                holder["server"] = srv
-                await srv.serve()
+                servers = []
+                for app in apps:
+                    if wrap is not None:  # an ASGI wrapper around the app (tests that break it on purpose)
+                        app = wrap(app)
+                    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                        timeout_graceful_shutdown=1))
+                    servers.append(srv.serve(sockets=[bind("127.0.0.1", port, reuse_port=True)]))
+                    holder["servers"].append(srv)
+                await asyncio.gather(*servers)
             finally:
+                await close_apps(apps, remotes)
                 await engine.close()
 
         asyncio.run(main())
@@ -149,5 +211,6 @@ def thread_server(make_settings=settings, wrap=None, **engine_kw):
     try:
         yield url
     finally:
-        holder["server"].should_exit = True
+        for srv in holder["servers"]:
+            srv.should_exit = True
         t.join(10)

@@ -25,9 +25,12 @@ def _p(s: str) -> str:
 
 class HttpDriver:
     def __init__(self, loop: asyncio.AbstractEventLoop, app, board_shards: int | None = None):
+        """``app``: one app, or a list of gateway apps that take the requests in turn."""
+        from tests.gateway.conftest import RoundRobin  # noqa: PLC0415
+
         self.loop, self.board_shards = loop, board_shards
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://flowrank.test",
-                                      timeout=30)
+        apps = app if isinstance(app, list) else [app]
+        self.http = httpx.AsyncClient(transport=RoundRobin(apps), base_url="http://flowrank.test", timeout=30)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.http.aclose())

@@ -49,6 +49,27 @@ class Mirror:
         return list(self.rows)
 
 
+@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
+async def gateway_side(request):
+    """What a hub holds as its engine: the engine itself (one gateway), or a
+    RemoteEngine to an EngineHost over it (a worker of ``--workers N``, whose
+    commits come through the host's feed)."""
+    from engine.engine_host import EngineHost, LocalChannel  # noqa: PLC0415
+    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+
+    remotes = []
+
+    async def side(eng):
+        if request.param == 1:
+            return eng
+        remotes.append(RemoteEngine(LocalChannel(EngineHost(eng))))
+        return remotes[-1]
+
+    yield side
+    for r in remotes:
+        await r.close()
+
+
 async def fresh(engines, n_players=8, delta_retention=10_000):
     eng = await engines(delta_retention=delta_retention)
     await eng.create_board(BoardSpec(B, Policy.BEST_SCORE))
@@ -81,9 +102,9 @@ async def settle(hub):
         await asyncio.sleep(0.01)
 
 
-async def test_snapshot_then_coalesced_deltas_reproduce_the_window(engines):
+async def test_snapshot_then_coalesced_deltas_reproduce_the_window(engines, gateway_side):
     eng = await fresh(engines)
-    hub = LiveHub(eng, window_s=0.02)
+    hub = LiveHub(await gateway_side(eng), window_s=0.02)
     hub.start()
     sub = await hub.subscribe(B, 3)
     mirror = Mirror(3)
@@ -116,9 +137,9 @@ async def test_snapshot_then_coalesced_deltas_reproduce_the_window(engines):
     await hub.close()
 
 
-async def test_work_is_per_group_not_per_subscriber(engines):
+async def test_work_is_per_group_not_per_subscriber(engines, gateway_side):
     eng = await fresh(engines)
-    hub = LiveHub(eng, window_s=0.02)
+    hub = LiveHub(await gateway_side(eng), window_s=0.02)
     hub.start()
     subs = [await hub.subscribe(B, 3) for _ in range(50)] + [await hub.subscribe(B, 5)]
     assert hub.group_count == 2 and hub.subscriber_count == 51
@@ -133,9 +154,9 @@ async def test_work_is_per_group_not_per_subscriber(engines):
     await hub.close()
 
 
-async def test_reconnect_contiguous_replay_or_snapshot(engines):
+async def test_reconnect_contiguous_replay_or_snapshot(engines, gateway_side):
     eng = await fresh(engines, n_players=8, delta_retention=1000)
-    hub = LiveHub(eng, window_s=0.02)
+    hub = LiveHub(await gateway_side(eng), window_s=0.02)
     hub.start()
     keeper = await hub.subscribe(B, 3)  # keeps the group alive
     for i in range(6):
@@ -165,7 +186,7 @@ async def test_reconnect_contiguous_replay_or_snapshot(engines):
     eng2 = await fresh(engines, n_players=8, delta_retention=2)
     for i in range(6):
         await eng2.submit([ev(f"y{i}", f"p{i}", 2000 + 100 * i)])
-    hub2 = LiveHub(eng2, window_s=0.02)
+    hub2 = LiveHub(await gateway_side(eng2), window_s=0.02)
     hub2.start()
     sub = await hub2.subscribe(B, 3, since_version=8)  # 9.. are gone
     kind, vid, data = parse((await drain(sub))[0])
@@ -173,9 +194,9 @@ async def test_reconnect_contiguous_replay_or_snapshot(engines):
     await hub2.close()
 
 
-async def test_slow_subscriber_is_skipped_forward_to_a_snapshot(engines):
+async def test_slow_subscriber_is_skipped_forward_to_a_snapshot(engines, gateway_side):
     eng = await fresh(engines)
-    hub = LiveHub(eng, window_s=0.005, queue_size=2)
+    hub = LiveHub(await gateway_side(eng), window_s=0.005, queue_size=2)
     hub.start()
     sub = await hub.subscribe(B, 3)
     for i in range(6):
@@ -195,9 +216,9 @@ async def test_slow_subscriber_is_skipped_forward_to_a_snapshot(engines):
     await hub.close()
 
 
-async def test_caps_answer_overloaded(engines):
+async def test_caps_answer_overloaded(engines, gateway_side):
     eng = await fresh(engines)
-    hub = LiveHub(eng, max_total=3, max_per_board=2)
+    hub = LiveHub(await gateway_side(eng), max_total=3, max_per_board=2)
     s1, _s2 = await hub.subscribe(B, 3), await hub.subscribe(B, 4)
     with pytest.raises(Overloaded):
         await hub.subscribe(B, 3)
@@ -213,9 +234,9 @@ async def test_caps_answer_overloaded(engines):
 # ------------------------------------------------------------------ over a real server
 
 
-@pytest.fixture
-def server():
-    with thread_server() as url:
+@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
+def server(request):
+    with thread_server(workers=request.param) as url:
         yield url
 
 

@@ -35,6 +35,8 @@ async def scrape(c) -> dict:
     return samples(r.text)
 
 
+@pytest.mark.one_worker("HTTP request series are counted by the gateway process that served the request "
+                        "(docs/http.md, 'Several gateways'); the engine series are checked with 2 workers below")
 async def test_every_api_series_from_the_real_engine(seeded):
     c = seeded.client
     r = await c.post("/v1/events", json={"events": [

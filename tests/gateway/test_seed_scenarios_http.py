@@ -1,11 +1,16 @@
 """Seed scenarios A-K through HTTP: the real app over ClusterEngine (two Ray
 shard actors on the session Ray), friends from the scenario through the
-app's --friends-file provider. Plus Test I's ``--delta-retention 2`` variant."""
+app's --friends-file provider. Plus Test I's ``--delta-retention 2`` variant.
+
+Each runs with one gateway (the app holds the engine) and with two gateway
+workers taking the requests in turn, each holding a RemoteEngine to one
+engine host actor on the session Ray (``flowrank serve --workers 2``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import pytest
 
@@ -18,10 +23,26 @@ pytestmark = pytest.mark.cluster
 DATA = seeds.load()
 
 
-@pytest.fixture
-def open_driver(ray_session, tmp_path):
-    """``open_driver(friends, **engine options)``: an HttpDriver over a fresh ClusterEngine; closed at teardown."""
+class _HostedEngine:
+    """The engine host actor, closed like an engine."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    async def close(self) -> None:
+        import ray  # noqa: PLC0415
+
+        await self.actor.close.remote()
+        ray.kill(self.actor)
+
+
+@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
+def open_driver(request, ray_session, tmp_path):
+    """``open_driver(friends, **engine options)``: an HttpDriver over a fresh ClusterEngine
+    (in the app, or in an engine host actor behind two apps); closed at teardown."""
     from engine.cluster import ClusterEngine  # noqa: PLC0415
+    from engine.cluster.host_actor import RayChannel, start_host  # noqa: PLC0415
+    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
 
     loop = asyncio.new_event_loop()
     opened = []
@@ -29,16 +50,26 @@ def open_driver(ray_session, tmp_path):
     def make(friends: dict, **engine_kw) -> HttpDriver:
         friends_file = tmp_path / "friends.json"
         friends_file.write_text(json.dumps(friends))
-        eng = loop.run_until_complete(ClusterEngine.open(data_dir=str(tmp_path / "data"), n_shards=2, **engine_kw))
-        app = create_app(settings(friends_file=str(friends_file)), eng)
-        driver = HttpDriver(loop, app, board_shards=2)
-        opened.append((eng, app, driver))
+        kw = dict(data_dir=str(tmp_path / "data"), n_shards=2, **engine_kw)
+        if request.param == 1:
+            eng = loop.run_until_complete(ClusterEngine.open(**kw))
+            apps, remotes = [create_app(settings(friends_file=str(friends_file)), eng)], []
+        else:
+            actor = loop.run_until_complete(start_host(kw, name=f"flowrank-engine-{uuid.uuid4().hex[:8]}"))
+            eng = _HostedEngine(actor)
+            remotes = [RemoteEngine(RayChannel(actor)) for _ in range(request.param)]
+            apps = [create_app(settings(friends_file=str(friends_file)), r, token_secret=b"s" * 32) for r in remotes]
+        driver = HttpDriver(loop, apps, board_shards=2)
+        opened.append((eng, apps, remotes, driver))
         return driver
 
     yield make
-    for eng, app, driver in opened:
+    for eng, apps, remotes, driver in opened:
         driver.close()
-        loop.run_until_complete(app.state.gateway.friends.aclose())
+        for app in apps:
+            loop.run_until_complete(app.state.gateway.friends.aclose())
+        for r in remotes:
+            loop.run_until_complete(r.close())
         loop.run_until_complete(eng.close())
     loop.close()
 

@@ -1,0 +1,95 @@
+"""The engine host as a Ray actor: one engine, any number of gateways.
+
+``flowrank serve --workers N`` starts one :class:`EngineHostActor` (named, so
+gateways started later, on this host or others with ``--ray-address``, find
+it) and N gateway processes that each reach it through a
+:class:`engine.remote_engine.RemoteEngine` over :class:`RayChannel`. The actor
+opens a :class:`engine.cluster.ClusterEngine` inside itself: the router runs
+here and owns the shard and log actors, exactly as it does inside a lone
+gateway. Each method forwards to :class:`engine.engine_host.EngineHost` in a
+line. An async actor: calls run concurrently on its loop, as the gateway's
+requests did; nothing relies on the order of calls (RAY_NOTES: async actors
+do not keep it), the router sequences writes itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from engine.errors import Overloaded
+
+#: Gateways find the host by this name in this namespace (``--engine-host NAME``).
+NAMESPACE = "flowrank"
+DEFAULT_NAME = "flowrank-engine"
+#: No restarts: a restarted host would be a second router over the same log
+#: while the first one's shard actors live on; the supervisor restarts the whole
+#: service instead. No task events (engine.cluster.actors: the GCS would grow).
+HOST_OPTIONS = dict(num_cpus=0, max_restarts=0, max_concurrency=10_000, enable_task_events=False)
+
+
+class EngineHostActor:
+    async def open(self, engine_kwargs: dict) -> int:
+        """Open the engine (recovery included); this process's pid."""
+        from engine import gc_tuning  # noqa: PLC0415
+        from engine.cluster.client import ClusterEngine  # noqa: PLC0415
+        from engine.engine_host import EngineHost  # noqa: PLC0415
+
+        gc_tuning.fix_mmap_threshold()
+        self.engine = await ClusterEngine.open(**engine_kwargs)
+        self.host = EngineHost(self.engine)
+        gc_tuning.tune()
+        return os.getpid()
+
+    async def call(self, payload: bytes) -> bytes:
+        return await self.host.call(payload)
+
+    async def feed(self, gateway: str, after: int, timeout_s: float) -> bytes:
+        return await self.host.feed(gateway, after, timeout_s)
+
+    async def close(self) -> None:
+        """Drain, snapshot and stop the engine (the shard and log actors too)."""
+        await self.host.close()
+        await self.engine.close()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+RemoteEngineHost = ray.remote(EngineHostActor)
+
+
+async def start_host(engine_kwargs: dict, name: str = DEFAULT_NAME):
+    """Create the named host actor on this node and open its engine; the actor handle."""
+    here = ray.get_runtime_context().get_node_id()
+    actor = RemoteEngineHost.options(
+        name=name, namespace=NAMESPACE,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),  # the data directory is here
+        **HOST_OPTIONS,
+    ).remote()
+    await actor.open.remote(engine_kwargs)
+    return actor
+
+
+def find_host(name: str = DEFAULT_NAME):
+    """The running host actor called ``name``; ValueError when there is none."""
+    return ray.get_actor(name, namespace=NAMESPACE)
+
+
+class RayChannel:
+    """:class:`engine.remote_engine.Channel` over the host actor."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    async def call(self, payload: bytes) -> bytes:
+        try:
+            return await self.actor.call.remote(payload)
+        except ray.exceptions.RayError as exc:
+            raise Overloaded(f"The engine host is unreachable ({type(exc).__name__}); retry shortly.",
+                             retry_after=1) from exc
+
+    async def feed(self, gateway: str, after: int, timeout_s: float) -> bytes:
+        return await self.actor.feed.remote(gateway, after, timeout_s)

@@ -1,0 +1,278 @@
+"""``RemoteEngine``: the EngineClient of a gateway whose engine runs elsewhere.
+
+With ``flowrank serve --workers N`` every gateway process holds one of these
+and the engine runs once, in the engine host (:mod:`engine.engine_host`,
+carried by a Ray actor: :mod:`engine.cluster.host_actor`). Every method of
+:class:`engine.client.EngineClient` is here, with the same contract, so the
+gateway cannot tell the difference; docs/http.md "Several gateways".
+
+* **One message per turn.** The engine calls made in one event-loop turn go
+  out as one message (a Ray actor call costs its caller ~0.4 ms whatever it
+  carries: RAY_NOTES). While ``max_rounds`` messages are in flight, new calls
+  wait and then all go in the next one: no added latency when idle, bigger
+  messages under load (the adaptive batching of the router's shard reads).
+* **Errors.** The engine's errors come back as themselves. A host that cannot
+  be reached (restarting, gone) is ``OVERLOADED`` with a retry-after.
+* **The commit feed.** :meth:`watch` / :meth:`unwatch` name the boards this
+  gateway's live subscriptions need; a long poll brings their commits and
+  hands them to the :meth:`subscribe` listeners on this loop, as the engine
+  would in one process.
+* **Stats** are the host engine's, fetched by :meth:`refresh_stats` (which
+  /metrics awaits before a scrape).
+
+Pure asyncio: the transport is a :class:`Channel`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import Counter
+from typing import AsyncIterator, Callable, Protocol, Sequence
+
+from engine.engine_host import Call, Feed, dumps, loads
+from engine.errors import FlowRankError, Overloaded
+from engine.model import Delta
+
+log = logging.getLogger("flowrank.remote")
+
+#: A commit buffer overflow: listeners get this one empty delta for each
+#: watched board, so live windows are refreshed by a fresh read.
+LOST = (Delta(-1, ()),)
+
+
+class Channel(Protocol):
+    """How a gateway reaches the engine host: both methods carry pickled bytes."""
+
+    async def call(self, payload: bytes) -> bytes: ...
+
+    async def feed(self, gateway: str, after: int, timeout_s: float) -> bytes: ...
+
+
+class RemoteEngine:
+    def __init__(self, channel: Channel, max_rounds: int = 2, feed_timeout_s: float = 10.0):
+        self.channel = channel
+        self.gateway_id = uuid.uuid4().hex
+        self.max_rounds = max_rounds
+        self.feed_timeout_s = feed_timeout_s
+        self._pending: list[tuple[Call, asyncio.Future]] = []
+        self._scheduled = False
+        self._rounds = 0
+        self._listeners: list = []
+        self._watched: Counter = Counter()
+        self._seq: int | None = None  # where the next poll starts (None: before the first watch answered)
+        self._feed_task: asyncio.Task | None = None
+        self._stats: dict = {}
+        self._closed = False
+        self.calls_sent = 0  # messages sent (a message carries every call of a turn)
+        self.calls_made = 0  # engine calls made
+
+    # ------------------------------------------------------------ the message per turn
+
+    def _call(self, method: str, *args, **kwargs) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((Call(method, args, kwargs or None), fut))
+        self.calls_made += 1
+        self._schedule()
+        return fut
+
+    def _schedule(self) -> None:
+        if not self._scheduled and self._pending and self._rounds < self.max_rounds:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        self._rounds += 1
+        self.calls_sent += 1
+        asyncio.ensure_future(self._round(batch))
+
+    async def _round(self, batch: list) -> None:
+        try:
+            try:
+                replies = loads(await self.channel.call(dumps([c for c, _ in batch])))
+            except FlowRankError as exc:
+                replies = [(False, exc)] * len(batch)
+            except Exception as exc:  # noqa: BLE001 - the host is unreachable: every caller learns it
+                log.warning("engine host call failed: %r", exc)
+                err = Overloaded(f"The engine is unavailable ({type(exc).__name__}); retry shortly.", retry_after=1)
+                replies = [(False, err)] * len(batch)
+            for (_, fut), (ok, value) in zip(batch, replies):
+                if fut.done():
+                    continue
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+        finally:
+            self._rounds -= 1
+            self._schedule()
+
+    # ------------------------------------------------------------ the engine's methods
+
+    def create_board(self, spec):
+        return self._call("create_board", spec)
+
+    def list_boards(self):
+        return self._call("list_boards")
+
+    def board(self, board_id: str):
+        return self._call("board", board_id)
+
+    def set_state(self, board_id: str, state):
+        return self._call("set_state", board_id, state)
+
+    def next_season(self, board_id: str, season: str, closes_at: int | None, finalize_after_s: int | None = None):
+        return self._call("next_season", board_id, season, closes_at, finalize_after_s)
+
+    def submit(self, events: Sequence):
+        return self._call("submit", list(events))
+
+    def submit_columns(self, batch):
+        return self._call("submit_columns", batch)
+
+    def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None, ties: bool = False):
+        return self._call("top", board_id, offset, limit, at_version, ties)
+
+    def player(self, board_id: str, player_id: str, ties: bool = False):
+        return self._call("player", board_id, player_id, ties)
+
+    def approximate_player(self, board_id: str, player_id: str):
+        return self._call("approximate_player", board_id, player_id)
+
+    def around(self, board_id: str, player_id: str, radius: int, ties: bool = False):
+        return self._call("around", board_id, player_id, radius, ties)
+
+    def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False):
+        return self._call("ranked_subset", board_id, list(player_ids), ties)
+
+    def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
+                cursor: tuple[int, int] | None = None, deltas_only: bool = False, ties: bool = False):
+        return self._call("changes", board_id, since_version, limit, cursor, deltas_only, ties)
+
+    def quarantine(self, board_id: str):
+        return self._call("quarantine", board_id)
+
+    def decide(self, decision):
+        return self._call("decide", decision)
+
+    def invalidate(self, invalidation):
+        return self._call("invalidate", invalidation)
+
+    def history(self, board_id: str, player_id: str):
+        return self._call("history", board_id, player_id)
+
+    def checksum(self, board_id: str):
+        return self._call("checksum", board_id)
+
+    async def ready(self) -> bool:
+        try:
+            return bool(await self._call("ready"))
+        except FlowRankError:
+            return False
+
+    async def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator:
+        """The host's export, a chunk per call; an export left early is closed there."""
+        token = await self._call("export_open", board_id, page_rows, ties)
+        finished = False
+        try:
+            while True:
+                chunk = await self._call("export_next", token)
+                if chunk is None:
+                    finished = True
+                    return
+                yield chunk
+        finally:
+            if not finished:
+                try:
+                    await asyncio.shield(self._call("export_close", token))
+                except Exception:  # noqa: BLE001 - the host drops it with the session anyway
+                    pass
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> dict:
+        return self._stats
+
+    async def refresh_stats(self) -> None:
+        self._stats = await self._call("stats")
+
+    # ------------------------------------------------------------ the commit feed
+
+    def subscribe(self, listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def watch(self, board_id: str) -> None:
+        """This gateway's listeners need ``board_id``'s commits (counted: one per :meth:`unwatch`)."""
+        self._watched[board_id] += 1
+        if self._watched[board_id] == 1:
+            self._send_watches()
+
+    def unwatch(self, board_id: str) -> None:
+        if self._watched[board_id] <= 1:
+            self._watched.pop(board_id, None)
+            self._send_watches()
+        else:
+            self._watched[board_id] -= 1
+
+    def _send_watches(self) -> None:
+        if self._closed:
+            return
+        fut = self._call("watch", self.gateway_id, sorted(self._watched))
+        fut.add_done_callback(self._watch_answered)
+        if self._feed_task is None:
+            self._feed_task = asyncio.ensure_future(self._feed_loop())
+
+    def _watch_answered(self, fut: asyncio.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            log.warning("could not tell the engine host which boards to watch: %r",
+                        None if fut.cancelled() else fut.exception())
+            return
+        if self._seq is None:
+            self._seq = fut.result()
+
+    async def _feed_loop(self) -> None:
+        while not self._closed:
+            if self._seq is None:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                feed: Feed = loads(await self.channel.feed(self.gateway_id, self._seq, self.feed_timeout_s))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the host restarts: poll again shortly
+                log.warning("engine host feed failed: %r", exc)
+                await asyncio.sleep(0.5)
+                continue
+            self._seq = feed.seq
+            if feed.lost:
+                log.warning("live commits were lost (this gateway fell behind); refreshing live windows")
+                for board_id in list(self._watched):
+                    self._deliver(board_id, LOST)
+            for c in feed.commits:
+                self._deliver(c.board_id, c.deltas)
+
+    def _deliver(self, board_id: str, deltas) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(board_id, deltas)
+            except Exception:
+                log.exception("commit listener failed")
+
+    async def close(self) -> None:
+        """Stop polling and tell the host this gateway is gone; the engine itself stays up."""
+        if self._closed:
+            return
+        try:
+            await asyncio.wait_for(self._call("forget", self.gateway_id), 2.0)
+        except Exception:  # noqa: BLE001 - best effort: the host may be gone first
+            pass
+        self._closed = True
+        if self._feed_task is not None:
+            self._feed_task.cancel()
+            await asyncio.gather(self._feed_task, return_exceptions=True)
