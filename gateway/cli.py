@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     # extras (not in docs/api.md §1)
     s.add_argument("--engine", choices=("ray", "local"), default="ray",
                    help="ray: shard actors on Ray (default); local: every shard in this process, no Ray")
+    s.add_argument("--workers", type=positive_int, default=1,
+                   help="gateway processes on the port, in front of one engine host (default 1: the gateway "
+                        "holds the engine itself); docs/http.md 'Several gateways'")
+    s.add_argument("--engine-host", default=None, metavar="NAME",
+                   help="be a gateway of the running engine host NAME (started by 'serve --workers N'; "
+                        "with --ray-address on another machine) instead of opening an engine")
     s.add_argument("--shard-actors", type=positive_int, default=None, help="shard actors (default: CPUs Ray sees)")
     s.add_argument("--snapshot-every-events", type=positive_int, default=d.snapshot_every_events,
                    help="snapshot after this many events (default 1,000,000)")
@@ -127,6 +133,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         delta_retention=args.delta_retention,
         dedup_retention=args.dedup_retention,
         ray_address=args.ray_address,
+        engine_host=args.engine_host,
         ray_dashboard=args.ray_dashboard,
         cors_origins=tuple(args.cors_origins or ()),
         engine=args.engine,
@@ -161,7 +168,8 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         startup_errors.preflight(settings)
         keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
         token_secret = load_secret(settings.data_dir)  # docs/api.md §12: <data-dir>/token_secret
-        sock = startup_errors.bind(settings.host, settings.port)  # before the engine: fail fast
+        # before the engine: fail fast; a gateway of an engine host shares its port with its sibling workers
+        sock = startup_errors.bind(settings.host, settings.port, reuse_port=settings.engine_host is not None)
         try:
             engine = await build_engine(settings)
         except BaseException:
@@ -234,7 +242,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(demo.main() or 0)
     settings = settings_from_args(args)
     logformat.configure(args.log_format)
+    if args.workers > 1 and settings.engine != "ray":
+        return startup_errors.report(startup_errors.StartupError(
+            startup_errors.EXIT_USAGE, "--workers needs the Ray engine (--engine ray): with --engine local the "
+                                       "engine lives in one gateway process"), debug=False)
     try:
+        if args.workers > 1:
+            from gateway.workers import supervise  # noqa: PLC0415
+
+            argv = list(sys.argv[1:] if argv is None else argv)
+            return _run(supervise(settings, args.workers, argv, args.graceful_timeout))
         return _run(serve(settings, args.graceful_timeout, args.log_format, args.keep_alive))
     except startup_errors.StartupError as err:
         return startup_errors.report(err, debug=args.debug)

@@ -1,6 +1,8 @@
 """How ``flowrank serve`` builds its engine: the one place that picks the
 EngineClient implementation.
 
+``--engine-host NAME`` (a worker of ``flowrank serve --workers N``): a
+:class:`engine.remote_engine.RemoteEngine` to that engine host actor.
 Default: :class:`engine.cluster.ClusterEngine` — shard actors on Ray, an
 embedded local Ray instance when no ``--ray-address`` is given, joining the
 cluster otherwise. ``--engine local`` keeps every shard in this process
@@ -26,7 +28,14 @@ async def build_engine(settings: Settings) -> EngineClient:
     """
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if settings.engine == "local":
+        if settings.engine_host is not None:  # a gateway worker: the engine runs in the host actor
+            from engine.cluster.client import init_ray  # noqa: PLC0415
+            from engine.cluster.host_actor import RayChannel, find_host  # noqa: PLC0415
+            from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+
+            init_ray(settings.ray_address)
+            engine = RemoteEngine(RayChannel(find_host(settings.engine_host)))
+        elif settings.engine == "local":
             from engine.service import LocalService  # noqa: PLC0415
 
             engine = await LocalService.open(

@@ -27,6 +27,8 @@ class Settings:
     delta_retention: int = DEFAULT_DELTA_RETENTION
     dedup_retention: int = DEFAULT_DEDUP_RETENTION
     ray_address: str | None = None
+    # --engine-host NAME: a gateway of the engine host actor NAME (flowrank serve --workers N), no engine here
+    engine_host: str | None = None
     # "ray" (default: shards are Ray actors, embedded local Ray unless
     # --ray-address) or "local" (every shard in this process, no Ray).
     engine: str = "ray"

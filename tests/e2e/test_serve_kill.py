@@ -49,8 +49,9 @@ def make_events(start: int, count: int, prefix: str = "e") -> list[dict]:
 class Served:
     """One data dir, served by successive ``flowrank serve`` processes."""
 
-    def __init__(self, tmp: Path, engine: str):
+    def __init__(self, tmp: Path, engine: str, workers: int = 1):
         self.engine = engine
+        self.workers = workers
         self.data = tmp / "data"
         self.keys = tmp / "keys.json"
         self.keys.write_text(json.dumps({"keys": [{"name": r, "role": r, "key": k} for r, k in KEYS.items()]}))
@@ -69,7 +70,8 @@ class Served:
                    PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(self.data), "--host", "127.0.0.1",
                "--port", str(port), "--keys", str(self.keys), "--engine", self.engine, "--shards", "2",
-               "--shard-actors", "2", "--write-rate", "100000", "--graceful-timeout", "10"]
+               "--shard-actors", "2", "--write-rate", "100000", "--graceful-timeout", "10",
+               "--workers", str(self.workers)]
         log = open(self.log_path, "a")
         log.write(f"\n--- start {' '.join(cmd)}\n")
         log.flush()
@@ -128,8 +130,8 @@ class Served:
 def served_factory(tmp_path):
     made: list[Served] = []
 
-    def make(engine: str) -> Served:
-        s = Served(tmp_path, engine)
+    def make(engine: str, workers: int = 1) -> Served:
+        s = Served(tmp_path, engine, workers)
         made.append(s)
         return s
 
@@ -294,3 +296,23 @@ def test_on_ray_sigkill_then_sigterm_lose_no_acknowledged_event(served_factory):
     sigkill_round(s, 0, acked, sent)
     sigterm_mid_ingest(s, 1_000_000, acked, sent)
     assert acked and set(acked) <= set(sent), "the rounds above checked acknowledged events; there were some"
+
+
+@pytest.mark.slow
+def test_two_gateway_workers_sigkill_then_sigterm_lose_no_acknowledged_event(served_factory):
+    """``--workers 2``: a supervisor, the engine host actor and two gateway
+    processes on one port. The posters' connections land on both workers.
+    SIGKILL of the whole group mid-ingest, restart and check; then SIGTERM
+    mid-ingest: the supervisor stops the workers, the host drains and
+    snapshots, exit 0, no process left; a restart finds every acknowledged event."""
+    s = served_factory("ray", workers=2)
+    s.start()
+    create_board(s.url)
+    acked: dict = {}
+    sent: dict = {}
+    sigkill_round(s, 0, acked, sent)
+    sigterm_mid_ingest(s, 1_000_000, acked, sent)
+    s.start()
+    check_intact(s.url, acked, sent)
+    assert s.terminate() == 0, s.tail()
+    assert acked and set(acked) <= set(sent)
