@@ -49,7 +49,8 @@ ENGINE_CALLS = frozenset({
     "decide", "invalidate", "history", "checksum", "ready",
 })
 #: The host's own calls.
-HOST_CALLS = frozenset({"stats", "watch", "forget", "export_open", "export_next", "export_close"})
+HOST_CALLS = frozenset({"stats", "watch", "forget", "export_open", "export_next", "export_close",
+                        "replica_board", "share_view"})
 CALLS = ENGINE_CALLS | HOST_CALLS
 
 
@@ -76,14 +77,23 @@ class Commit(NamedTuple):
     deltas: tuple
 
 
+class Notice(NamedTuple):
+    """``board_id`` is archived: gateways stop reading its rows from the shards (engine.read_replica)."""
+
+    seq: int
+    board_id: str
+
+
 class Feed(NamedTuple):
-    """A long poll's answer: the watched boards' commits after the asked ``seq``.
-    ``seq`` is where the next poll starts; ``lost`` is true when commits the
-    gateway watched fell out of the host's buffer before it asked for them."""
+    """A long poll's answer: the watched boards' commits and every notice after
+    the asked ``seq``. ``seq`` is where the next poll starts; ``lost`` is true
+    when commits the gateway watched fell out of the host's buffer before it
+    asked for them. Asking from ``seq`` acknowledges everything before it."""
 
     seq: int
     commits: tuple[Commit, ...]
     lost: bool = False
+    notices: tuple[Notice, ...] = ()
 
 
 def dumps(obj) -> bytes:
@@ -100,8 +110,10 @@ class EngineHost:
     pollers; a poller further behind gets ``lost`` (its live windows are then
     refreshed from a fresh read instead of from deltas)."""
 
-    def __init__(self, engine, max_buffered_changes: int = 200_000, max_exports: int = 64):
+    def __init__(self, engine, max_buffered_changes: int = 200_000, max_exports: int = 64,
+                 drop_wait_s: float = 10.0):
         self.engine = engine
+        self.drop_wait_s = drop_wait_s
         self.max_buffered_changes = max_buffered_changes
         self.max_exports = max_exports
         self._seq = 0
@@ -113,6 +125,11 @@ class EngineHost:
         self._unsubscribe: Callable[[], None] | None = None
         self._wake: dict[str, asyncio.Event] = {}
         self._exports: dict[str, Any] = {}
+        self._notices: deque[Notice] = deque(maxlen=1024)
+        self._polled: dict[str, int] = {}  # gateway -> the seq its last poll started from (all before it handled)
+        router = getattr(engine, "router", None)
+        if router is not None:
+            router.drop_barriers.append(self._barrier)
 
     # ------------------------------------------------------------ calls
 
@@ -171,6 +188,45 @@ class EngineHost:
         if it is not None and hasattr(it, "aclose"):
             await it.aclose()
 
+    # ------------------------------------------------------------ read replicas
+
+    def _replica_board(self, gateway: str, board_id: str):
+        """``(board record, state)`` of ``board_id`` for a gateway's read replica, None when
+        unknown. The gateway now counts among those an archive waits for (:meth:`_barrier`)."""
+        from engine import records as R  # noqa: PLC0415
+
+        self._polled.setdefault(gateway, self._seq)
+        ctl = self.engine.router.boards.get(board_id)
+        if ctl is None:
+            return None
+        return R.board_record(ctl.spec), ctl.admission.state.value
+
+    def _share_view(self, board_id: str, version: int, entries: list, complete: bool) -> None:
+        """Keep a page-1 view a replica built, so its cursor pages through any gateway."""
+        router = self.engine.router
+        if router._view(board_id, version) is None:
+            router._remember_view(board_id, version, entries, complete)
+
+    async def _barrier(self, board_id: str) -> None:
+        """Before the shards drop an archived board's rows: tell every gateway, and wait
+        until each has polled again (so its replica reads of the board are over), at
+        most ``drop_wait_s`` (a gateway that long silent is gone)."""
+        self._seq += 1
+        seq = self._seq
+        self._notices.append(Notice(seq, board_id))
+        for ev in self._wake.values():
+            ev.set()
+        deadline = asyncio.get_running_loop().time() + self.drop_wait_s
+        while any(after < seq for after in self._polled.values()):
+            if asyncio.get_running_loop().time() > deadline:
+                late = sorted(g for g, after in self._polled.items() if after < seq)
+                log.warning("archive of %r: gateways %s did not answer in %.0f s; dropping its rows anyway",
+                            board_id, late, self.drop_wait_s)
+                for g in late:
+                    self._polled.pop(g, None)
+                return
+            await asyncio.sleep(0.005)
+
     # ------------------------------------------------------------ the commit feed
 
     def _watch(self, gateway: str, board_ids: Sequence[str]) -> int:
@@ -190,6 +246,7 @@ class EngineHost:
     def _forget(self, gateway: str) -> None:
         """``gateway`` is gone: its watches end and its poll returns."""
         self._watch(gateway, ())
+        self._polled.pop(gateway, None)
         ev = self._wake.pop(gateway, None)
         if ev is not None:
             ev.set()
@@ -213,6 +270,7 @@ class EngineHost:
     async def feed(self, gateway: str, after: int, timeout_s: float = 10.0) -> bytes:
         """The pickled :class:`Feed` of ``gateway``'s watched commits after
         ``after``; waits up to ``timeout_s`` for one when there is none yet."""
+        self._polled[gateway] = max(after, self._polled.get(gateway, after))
         if not self._pending(gateway, after):
             ev = self._wake[gateway] = asyncio.Event()
             try:
@@ -224,10 +282,11 @@ class EngineHost:
                     del self._wake[gateway]
         boards = self._watching.get(gateway, frozenset())
         commits = tuple(c for c in self._commits if c.seq > after and c.board_id in boards)
-        return dumps(Feed(self._seq, commits, lost=after < self._dropped_through))
+        notices = tuple(n for n in self._notices if n.seq > after)
+        return dumps(Feed(self._seq, commits, lost=after < self._dropped_through, notices=notices))
 
     def _pending(self, gateway: str, after: int) -> bool:
-        if after < self._dropped_through:
+        if after < self._dropped_through or (self._notices and self._notices[-1].seq > after):
             return True
         boards = self._watching.get(gateway, frozenset())
         for c in reversed(self._commits):  # newest first: stop at the first one already seen

@@ -51,7 +51,12 @@ class Channel(Protocol):
 
 
 class RemoteEngine:
-    def __init__(self, channel: Channel, max_rounds: int = 2, feed_timeout_s: float = 10.0):
+    """``replica_transport``: the shard transport of the engine's shard actors
+    (the same actors, in the same order): hot reads then go straight to them
+    through an :class:`engine.read_replica.ReadReplica`; None sends every read to the host."""
+
+    def __init__(self, channel: Channel, max_rounds: int = 2, feed_timeout_s: float = 10.0,
+                 replica_transport=None):
         self.channel = channel
         self.gateway_id = uuid.uuid4().hex
         self.max_rounds = max_rounds
@@ -67,6 +72,18 @@ class RemoteEngine:
         self._closed = False
         self.calls_sent = 0  # messages sent (a message carries every call of a turn)
         self.calls_made = 0  # engine calls made
+        self.replica = None
+        if replica_transport is not None:
+            from engine.read_replica import ReadReplica  # noqa: PLC0415
+
+            self.replica = ReadReplica(replica_transport, self._replica_board, self._share_view)
+
+    async def _replica_board(self, board_id: str):
+        self._ensure_feed()  # archive notices must reach this gateway before it reads from the shards
+        return await self._call("replica_board", self.gateway_id, board_id)
+
+    def _share_view(self, board_id: str, version: int, entries: list, complete: bool):
+        return self._call("share_view", board_id, version, entries, complete)
 
     # ------------------------------------------------------------ the message per turn
 
@@ -135,20 +152,30 @@ class RemoteEngine:
     def submit_columns(self, batch):
         return self._call("submit_columns", batch)
 
-    def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None, ties: bool = False):
-        return self._call("top", board_id, offset, limit, at_version, ties)
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None, ties: bool = False):
+        if self.replica is not None and await self.replica.serves(board_id):
+            page = await self.replica.top(board_id, offset, limit, at_version, ties)
+            if page is not None:
+                return page
+        return await self._call("top", board_id, offset, limit, at_version, ties)
 
-    def player(self, board_id: str, player_id: str, ties: bool = False):
-        return self._call("player", board_id, player_id, ties)
+    async def player(self, board_id: str, player_id: str, ties: bool = False):
+        if self.replica is not None and await self.replica.serves(board_id):
+            return await self.replica.player(board_id, player_id, ties)
+        return await self._call("player", board_id, player_id, ties)
 
     def approximate_player(self, board_id: str, player_id: str):
         return self._call("approximate_player", board_id, player_id)
 
-    def around(self, board_id: str, player_id: str, radius: int, ties: bool = False):
-        return self._call("around", board_id, player_id, radius, ties)
+    async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False):
+        if self.replica is not None and await self.replica.serves(board_id):
+            return await self.replica.around(board_id, player_id, radius, ties)
+        return await self._call("around", board_id, player_id, radius, ties)
 
-    def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False):
-        return self._call("ranked_subset", board_id, list(player_ids), ties)
+    async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False):
+        if self.replica is not None and await self.replica.serves(board_id):
+            return await self.replica.ranked_subset(board_id, list(player_ids), ties)
+        return await self._call("ranked_subset", board_id, list(player_ids), ties)
 
     def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                 cursor: tuple[int, int] | None = None, deltas_only: bool = False, ties: bool = False):
@@ -224,11 +251,14 @@ class RemoteEngine:
         if self._closed:
             return
         fut = self._call("watch", self.gateway_id, sorted(self._watched))
-        fut.add_done_callback(self._watch_answered)
-        if self._feed_task is None:
+        fut.add_done_callback(self._seq_answered)
+        self._ensure_feed()
+
+    def _ensure_feed(self) -> None:
+        if self._feed_task is None and not self._closed:
             self._feed_task = asyncio.ensure_future(self._feed_loop())
 
-    def _watch_answered(self, fut: asyncio.Future) -> None:
+    def _seq_answered(self, fut: asyncio.Future) -> None:
         if fut.cancelled() or fut.exception() is not None:
             log.warning("could not tell the engine host which boards to watch: %r",
                         None if fut.cancelled() else fut.exception())
@@ -237,10 +267,12 @@ class RemoteEngine:
             self._seq = fut.result()
 
     async def _feed_loop(self) -> None:
+        if self._seq is None:  # start from the host's position now
+            try:
+                self._seq = await self._call("watch", self.gateway_id, sorted(self._watched))
+            except FlowRankError:
+                self._seq = 0
         while not self._closed:
-            if self._seq is None:
-                await asyncio.sleep(0.01)
-                continue
             try:
                 feed: Feed = loads(await self.channel.feed(self.gateway_id, self._seq, self.feed_timeout_s))
             except asyncio.CancelledError:
@@ -250,6 +282,9 @@ class RemoteEngine:
                 await asyncio.sleep(0.5)
                 continue
             self._seq = feed.seq
+            for notice in feed.notices:  # archived: no replica read of it may outlive this loop turn's poll
+                if self.replica is not None:
+                    await self.replica.forget(notice.board_id)
             if feed.lost:
                 log.warning("live commits were lost (this gateway fell behind); refreshing live windows")
                 for board_id in list(self._watched):

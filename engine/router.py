@@ -299,6 +299,9 @@ class Router:
         # Test seam (tests/service): hooks["after_append"](first_offset, records) runs once a
         # batch is durable and before any shard sees it. Empty in production.
         self.hooks: dict[str, Callable] = {}
+        # Awaited before the shards drop an archived board's rows: an engine host
+        # (engine.engine_host) waits there until no gateway's read replica still reads them.
+        self.drop_barriers: list[Callable[[str], Awaitable]] = []
         self.metrics = {
             "fsync_seconds": [], "ingest_to_rank_seconds": [], "outcomes": defaultdict(int),
             "batches": 0, "storage_errors": 0,
@@ -521,6 +524,8 @@ class Router:
                                      f"{version}; its rows stay on the shards.", retry_after=1)
         ctl.archive = found
         ctl.version = version
+        for barrier in self.drop_barriers:  # reads in other processes (engine.read_replica)
+            await barrier(board_id)
         while ctl.shard_reads:  # reads that chose the shards before the switch
             await asyncio.sleep(0.002)
         await self._fan(ctl, lambda a: ["drop", board_id])

@@ -30,11 +30,10 @@ async def build_engine(settings: Settings) -> EngineClient:
     try:
         if settings.engine_host is not None:  # a gateway worker: the engine runs in the host actor
             from engine.cluster.client import init_ray  # noqa: PLC0415
-            from engine.cluster.host_actor import RayChannel, find_host  # noqa: PLC0415
-            from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+            from engine.cluster.host_actor import find_host, remote_engine  # noqa: PLC0415
 
             init_ray(settings.ray_address)
-            engine = RemoteEngine(RayChannel(find_host(settings.engine_host)))
+            engine = await remote_engine(find_host(settings.engine_host))
         elif settings.engine == "local":
             from engine.service import LocalService  # noqa: PLC0415
 

@@ -57,6 +57,10 @@ class EngineHostActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def shard_actors(self) -> list:
+        """The engine's shard actor handles, in order: a gateway's read replica calls them directly."""
+        return list(self.engine.shards)
+
 
 RemoteEngineHost = ray.remote(EngineHostActor)
 
@@ -76,6 +80,16 @@ async def start_host(engine_kwargs: dict, name: str = DEFAULT_NAME):
 def find_host(name: str = DEFAULT_NAME):
     """The running host actor called ``name``; ValueError when there is none."""
     return ray.get_actor(name, namespace=NAMESPACE)
+
+
+async def remote_engine(actor):
+    """A gateway's :class:`engine.remote_engine.RemoteEngine` to the host ``actor``,
+    with a read replica over the host's shard actors."""
+    from engine.cluster.client import RayShards  # noqa: PLC0415
+    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+
+    shards = await actor.shard_actors.remote()
+    return RemoteEngine(RayChannel(actor), replica_transport=RayShards(shards))
 
 
 class RayChannel:

@@ -109,15 +109,17 @@ class RoundRobin(httpx.AsyncBaseTransport):
 def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[list, list]:
     """``workers`` gateway apps over ``engine``: with one, the app holds the engine
     (as ``flowrank serve`` does); with more, each app holds a RemoteEngine to one
-    EngineHost over ``engine``, through the pickled bytes a Ray actor carries
-    (as ``flowrank serve --workers N`` does). Returns (apps, remote engines)."""
+    EngineHost over ``engine``, through the pickled bytes a Ray actor carries,
+    and a read replica over the engine's shards (as ``flowrank serve --workers N``
+    does). Returns (apps, remote engines)."""
     if workers == 1:
         return [create_app(make_settings(), engine, **app_kw)], []
     from engine.engine_host import EngineHost, LocalChannel  # noqa: PLC0415
     from engine.remote_engine import RemoteEngine  # noqa: PLC0415
 
     host = EngineHost(engine)
-    remotes = [RemoteEngine(LocalChannel(host)) for _ in range(workers)]
+    # each with a read replica over the engine's shards, as a worker reads the shard actors
+    remotes = [RemoteEngine(LocalChannel(host), replica_transport=engine.router.t) for _ in range(workers)]
     app_kw.setdefault("token_secret", b"s" * 32)  # the workers of one data directory share its secret
     return [create_app(make_settings(), r, **app_kw) for r in remotes], remotes
 

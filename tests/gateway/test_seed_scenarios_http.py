@@ -41,8 +41,7 @@ def open_driver(request, ray_session, tmp_path):
     """``open_driver(friends, **engine options)``: an HttpDriver over a fresh ClusterEngine
     (in the app, or in an engine host actor behind two apps); closed at teardown."""
     from engine.cluster import ClusterEngine  # noqa: PLC0415
-    from engine.cluster.host_actor import RayChannel, start_host  # noqa: PLC0415
-    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+    from engine.cluster.host_actor import remote_engine, start_host  # noqa: PLC0415
 
     loop = asyncio.new_event_loop()
     opened = []
@@ -57,7 +56,7 @@ def open_driver(request, ray_session, tmp_path):
         else:
             actor = loop.run_until_complete(start_host(kw, name=f"flowrank-engine-{uuid.uuid4().hex[:8]}"))
             eng = _HostedEngine(actor)
-            remotes = [RemoteEngine(RayChannel(actor)) for _ in range(request.param)]
+            remotes = [loop.run_until_complete(remote_engine(actor)) for _ in range(request.param)]
             apps = [create_app(settings(friends_file=str(friends_file)), r, token_secret=b"s" * 32) for r in remotes]
         driver = HttpDriver(loop, apps, board_shards=2)
         opened.append((eng, apps, remotes, driver))
