@@ -111,7 +111,9 @@ class EngineHost:
     refreshed from a fresh read instead of from deltas)."""
 
     def __init__(self, engine, max_buffered_changes: int = 200_000, max_exports: int = 64,
-                 drop_wait_s: float = 10.0):
+                 drop_wait_s: float = 10.0, version_path: str | None = None):
+        """``version_path``: where to keep the boards' versions for the gateways on this
+        machine (engine.version_table); None: their replicas ask the shards."""
         self.engine = engine
         self.drop_wait_s = drop_wait_s
         self.max_buffered_changes = max_buffered_changes
@@ -130,6 +132,20 @@ class EngineHost:
         router = getattr(engine, "router", None)
         if router is not None:
             router.drop_barriers.append(self._barrier)
+        self.versions = None
+        if router is not None and version_path is not None:
+            from engine.version_table import VersionTable  # noqa: PLC0415
+
+            self.versions = VersionTable.create(version_path)
+            router.version_hooks.append(self._publish)
+            self._publish(set(router.boards))
+
+    def _publish(self, board_ids) -> None:
+        boards = self.engine.router.boards
+        for b in board_ids:
+            ctl = boards.get(b)
+            if ctl is not None:
+                self.versions.publish(b, ctl.version)
 
     # ------------------------------------------------------------ calls
 
@@ -191,15 +207,22 @@ class EngineHost:
     # ------------------------------------------------------------ read replicas
 
     def _replica_board(self, gateway: str, board_id: str):
-        """``(board record, state)`` of ``board_id`` for a gateway's read replica, None when
-        unknown. The gateway now counts among those an archive waits for (:meth:`_barrier`)."""
+        """``(board record, state, where its version is)`` of ``board_id`` for a gateway's
+        read replica, None when unknown; where: ``(path, token, slot)`` of the version
+        table, or None. The gateway now counts among those an archive waits for (:meth:`_barrier`)."""
         from engine import records as R  # noqa: PLC0415
 
         self._polled.setdefault(gateway, self._seq)
         ctl = self.engine.router.boards.get(board_id)
         if ctl is None:
             return None
-        return R.board_record(ctl.spec), ctl.admission.state.value
+        where = None
+        if self.versions is not None:
+            slot = self.versions.slot(board_id)
+            if slot is not None:
+                self.versions.publish(board_id, ctl.version)
+                where = (str(self.versions.path), self.versions.token, slot)
+        return R.board_record(ctl.spec), ctl.admission.state.value, where
 
     def _share_view(self, board_id: str, version: int, entries: list, complete: bool) -> None:
         """Keep a page-1 view a replica built, so its cursor pages through any gateway."""
@@ -304,6 +327,10 @@ class EngineHost:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self.versions is not None:
+            self.engine.router.version_hooks.remove(self._publish)
+            self.versions.close(unlink=True)
+            self.versions = None
 
 
 class LocalChannel:

@@ -36,9 +36,10 @@ from typing import Awaitable, Callable
 from engine import records as R
 from engine.model import BoardState, Page, PlayerView
 from engine.router import Router, RouterConfig
+from engine.version_table import VersionTable
 
-#: ``lookup(board_id)`` -> ``(board record, state)`` or None (unknown board).
-BoardLookup = Callable[[str], Awaitable[tuple[list, str] | None]]
+#: ``lookup(board_id)`` -> ``(board record, state, version table place)`` or None (unknown board).
+BoardLookup = Callable[[str], Awaitable[tuple | None]]
 #: ``share_view(board_id, version, entries, complete)``: the host keeps a page-1 view too.
 ShareView = Callable[[str, int, list, bool], Awaitable[None]]
 
@@ -51,7 +52,11 @@ class ReadReplica:
         self._host_only: set[str] = set()  # archived, or unknown at the last lookup
         self._learning: dict[str, asyncio.Future] = {}
         self._shared: dict[tuple[str, int], asyncio.Future] = {}
+        self._tables: dict[str, VersionTable | None] = {}  # path -> the host's version table, if on this machine
+        self._slot: dict[str, tuple[VersionTable, int]] = {}  # board -> where its version is read
+        self._newest: dict[str, int] = {}  # board -> version of the newest view built here
         self.reads = 0  # reads answered here (tests, metrics)
+        self.version_rounds = 0  # top reads that asked the shards for the version
 
     async def serves(self, board_id: str) -> bool:
         """True when this replica answers ``board_id``'s hot reads (learning it from the host first)."""
@@ -69,12 +74,19 @@ class ReadReplica:
         got = await self.lookup(board_id)
         if got is None:
             return False  # unknown now; it may be created later: ask again next time
-        rec, state = got
+        rec, state, where = got
         if BoardState(state) is BoardState.ARCHIVED:
             self._host_only.add(board_id)
             return False
         if board_id not in self._host_only:
             self.router.boards.setdefault(board_id, self.router._new_ctl(R.spec_of(rec)))
+            if where is not None:
+                path, token, slot = where
+                if path not in self._tables:
+                    self._tables[path] = VersionTable.open(path, token)
+                table = self._tables[path]
+                if table is not None and table.token == token:
+                    self._slot[board_id] = (table, slot)
         return board_id in self.router.boards
 
     async def forget(self, board_id: str) -> None:
@@ -98,8 +110,13 @@ class ReadReplica:
                 return None
         else:
             ctl.version = await self._current_version(ctl)
+            newest = self._newest.get(board_id)
+            if newest is not None and newest > ctl.version and r._view(board_id, newest) is not None:
+                ctl.version = newest  # a view built at a cut the version table has not reached yet: fresher still
         page = await r.top(board_id, offset, limit, at_version, ties)
         if (board_id, page.version) in r.views:  # a page of a view: the host has it before the page is answered
+            if page.version > self._newest.get(board_id, -1):
+                self._newest[board_id] = page.version
             await self._share((board_id, page.version))
         self.reads += 1
         return page
@@ -116,7 +133,13 @@ class ReadReplica:
         await asyncio.shield(fut)
 
     async def _current_version(self, ctl) -> int:
+        """The board's version as of now: from the host's version table on this
+        machine (no call), else one ``size`` round to the shards."""
         board_id = ctl.spec.board_id
+        at = self._slot.get(board_id)
+        if at is not None:
+            return at[0].read(at[1])
+        self.version_rounds += 1
 
         async def attempt():
             answers = await self.router._fan(ctl, lambda a: ["size", board_id])

@@ -302,6 +302,9 @@ class Router:
         # Awaited before the shards drop an archived board's rows: an engine host
         # (engine.engine_host) waits there until no gateway's read replica still reads them.
         self.drop_barriers: list[Callable[[str], Awaitable]] = []
+        # Called with the ids of the boards a cycle changed, once their versions moved and
+        # before any acknowledgement: an engine host publishes the versions (engine.version_table).
+        self.version_hooks: list[Callable[[set], None]] = []
         self.metrics = {
             "fsync_seconds": [], "ingest_to_rank_seconds": [], "outcomes": defaultdict(int),
             "batches": 0, "storage_errors": 0,
@@ -901,6 +904,10 @@ class Router:
             else:
                 answer = self._finish_record(records[start], per_record[start], new_deltas)
             replies.append((fut, answer))
+        if self.version_hooks:
+            touched = {rec[1] for rec in records if len(rec) > 1 and isinstance(rec[1], str) and rec[1] in self.boards}
+            for hook in self.version_hooks:
+                hook(touched)
         if logging_dead is None:
             _reply(replies)
         else:  # answered once the dead letters are durable (never blocking this completer on the sequencer)

@@ -39,7 +39,8 @@ class EngineHostActor:
 
         gc_tuning.fix_mmap_threshold()
         self.engine = await ClusterEngine.open(**engine_kwargs)
-        self.host = EngineHost(self.engine)
+        # the boards' versions for the gateways on this machine, next to the log (engine.version_table)
+        self.host = EngineHost(self.engine, version_path=os.path.join(engine_kwargs["data_dir"], "versions"))
         gc_tuning.tune()
         return os.getpid()
 

@@ -25,11 +25,14 @@ def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-async def setup():
+@pytest.fixture(params=["version-table", "size-rounds"])
+async def setup(request, tmp_path):
+    """Two gateways with replicas; top versions from the host's version table
+    (gateways on its machine) or from a size round (gateways elsewhere)."""
     eng = await LocalService.open(data_dir=None, n_shards=3)
     await eng.create_board(BoardSpec(B, Policy.BEST_SCORE, shards=4))
-    host = EngineHost(eng, drop_wait_s=5.0)
+    path = str(tmp_path / "versions") if request.param == "version-table" else None
+    host = EngineHost(eng, drop_wait_s=5.0, version_path=path)
     gateways = [RemoteEngine(LocalChannel(host), replica_transport=eng.router.t) for _ in range(2)]
     yield eng, host, gateways
     for g in gateways:
@@ -58,6 +61,8 @@ async def test_replica_reads_equal_the_engine_and_see_every_acknowledged_write(s
         ids = [f"p{i}" for i in range(0, 40, 3)]
         assert await b.ranked_subset(B, ids) == await eng.ranked_subset(B, ids)
     assert b.replica.reads > 0 and b.replica.router.boards.keys() == {B}
+    # with the version table no top read asked the shards for the version
+    assert (b.replica.version_rounds == 0) == (b.replica._slot != {})
     with pytest.raises(PlayerNotFound):
         await b.player(B, "nobody")
 
@@ -139,3 +144,21 @@ async def test_forget_waits_for_the_replicas_reads_in_flight(setup):
     ctl.shard_reads -= 1
     await asyncio.wait_for(done, 1)
     assert not await a.replica.serves(B)
+
+
+def test_version_table_is_shared_by_path_and_token(tmp_path):
+    from engine.version_table import VersionTable
+
+    table = VersionTable.create(tmp_path / "v", slots=2)
+    assert table.slot("a") == 0 and table.slot("b") == 1 and table.slot("c") is None  # full: read from shards
+    table.publish("b", 41)
+    table.publish("c", 7)  # no slot: ignored
+    reader = VersionTable.open(tmp_path / "v", table.token)
+    assert reader is not None and reader.read(1) == 41
+    table.publish("b", 42)
+    assert reader.read(1) == 42  # the same pages
+    assert VersionTable.open(tmp_path / "v", b"x" * 16) is None  # another host's table (another machine)
+    assert VersionTable.open(tmp_path / "none", table.token) is None
+    reader.close()
+    table.close(unlink=True)
+    assert not (tmp_path / "v").exists()

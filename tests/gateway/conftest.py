@@ -6,6 +6,9 @@ engine's semantics in the gateway tests."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -117,18 +120,24 @@ def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[list, l
     from engine.engine_host import EngineHost, LocalChannel  # noqa: PLC0415
     from engine.remote_engine import RemoteEngine  # noqa: PLC0415
 
-    host = EngineHost(engine)
+    versions = tempfile.mkdtemp(prefix="fr-versions-")
+    host = EngineHost(engine, version_path=os.path.join(versions, "versions"))
     # each with a read replica over the engine's shards, as a worker reads the shard actors
     remotes = [RemoteEngine(LocalChannel(host), replica_transport=engine.router.t) for _ in range(workers)]
     app_kw.setdefault("token_secret", b"s" * 32)  # the workers of one data directory share its secret
-    return [create_app(make_settings(), r, **app_kw) for r in remotes], remotes
+
+    async def close_host():
+        await host.close()
+        shutil.rmtree(versions, ignore_errors=True)
+
+    return [create_app(make_settings(), r, **app_kw) for r in remotes], [r.close for r in remotes] + [close_host]
 
 
-async def close_apps(apps, remotes) -> None:
+async def close_apps(apps, closers) -> None:
     for app in apps:
         await app.state.gateway.hub.close()
-    for r in remotes:
-        await r.close()
+    for close in closers:
+        await close()
 
 
 def pytest_collection_modifyitems(config, items):
