@@ -1,12 +1,16 @@
 """``python -m benchmarks http``: FlowRank's HTTP front against a FastAPI + Redis peer, one run.
 
     python -m benchmarks http [--quick] [--size 50000] [--duration 10] [--connections 32]
-                              [--partitions 1,4] [--shard-actors 2] [--repeat 1] [--seed 7] [--out DIR]
+                              [--partitions 1,4] [--workers 1,2] [--shard-actors 2] [--repeat 1]
+                              [--seed 7] [--out DIR]
 
 In one run, on loopback:
 
-1. ``flowrank serve`` (embedded Ray, its own ``RAY_TMPDIR``) with one
-   best_score board per partition count, preloaded with ``--size`` players;
+1. ``flowrank serve --workers N`` (embedded Ray, its own ``RAY_TMPDIR``) for
+   each ``--workers`` count in turn, with one best_score board per partition
+   count, preloaded with ``--size`` players (1 worker: the gateway holds the
+   engine; N > 1: N gateway processes on one port in front of the engine host
+   actor, docs/http.md "Several gateways");
 2. ``redis-server`` (``appendonly yes``, ``appendfsync always``) and the peer
    app (:mod:`benchmarks.http_peer`, uvicorn, one worker) with one board
    preloaded the same way (the peer has one sorted set: no partitions);
@@ -21,8 +25,8 @@ starts is owned (:mod:`benchmarks.processes`: own session, environment marker)
 by one :class:`contextlib.ExitStack` and stopped on every exit path (normal
 end, error, Ctrl-C, SIGTERM); wrk runs are bounded by a timeout.
 
-Gateway workers: one. ``flowrank serve --workers N`` does not exist yet, so
-there is no 2-worker column.
+The table has one FlowRank row per (route, partitions, workers); a row with
+more than one worker also gives its ratio to the 1-worker row.
 """
 
 from __future__ import annotations
@@ -105,8 +109,8 @@ def _served(argv: list[str], env: dict, tmp: Path, what: str, port: int, timeout
 
 
 @contextlib.contextmanager
-def flowrank_server(shard_actors: int):
-    """``flowrank serve`` with an embedded Ray (its own RAY_TMPDIR), loopback, generous rate limits."""
+def flowrank_server(shard_actors: int, workers: int = 1):
+    """``flowrank serve --workers N`` with an embedded Ray (its own RAY_TMPDIR), loopback, generous rate limits."""
     tmp = Path(tempfile.mkdtemp(prefix="fr-httpb-"))
     ray_tmp = tempfile.mkdtemp(prefix="fr-hb-", dir="/tmp")
     port = _free_port()
@@ -114,7 +118,7 @@ def flowrank_server(shard_actors: int):
     env.pop("RAY_ADDRESS", None)
     argv = [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--data-dir", str(tmp / "data"), "--keys", str(_keys_file(tmp)), "--engine", "ray",
-            "--shard-actors", str(shard_actors)]
+            "--shard-actors", str(shard_actors), "--workers", str(workers)]
     try:
         with _served(argv, env, tmp, "flowrank serve", port, 180) as server:
             yield server
@@ -201,13 +205,17 @@ def measure(wrk: str, base: str, board: str, size: int, args, nonce: str) -> dic
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| route | partitions | FlowRank req/s | p50 ms | p99 ms | peer req/s | p50 ms | p99 ms | req/s ratio |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| route | partitions | workers | FlowRank req/s | p50 ms | p99 ms | peer req/s | p50 ms | p99 ms "
+             "| req/s ratio | vs 1 worker |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    one = {(r["route"], r["partitions"]): r["flowrank"]["rps"] for r in rows if r.get("workers", 1) == 1}
     for r in rows:
-        f, p = r["flowrank"], r["peer"]
+        f, p, w = r["flowrank"], r["peer"], r.get("workers", 1)
         ratio = f"{f['rps'] / p['rps']:.2f}x" if p["rps"] else "–"
-        lines.append(f"| {r['route']} | {r['partitions']} | {f['rps']:,.0f} | {f['p50_ms']:.2f} | {f['p99_ms']:.2f} "
-                     f"| {p['rps']:,.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | {ratio} |")
+        base = one.get((r["route"], r["partitions"]))
+        scale = f"{f['rps'] / base:.2f}x" if w > 1 and base else "–"
+        lines.append(f"| {r['route']} | {r['partitions']} | {w} | {f['rps']:,.0f} | {f['p50_ms']:.2f} "
+                     f"| {f['p99_ms']:.2f} | {p['rps']:,.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | {ratio} | {scale} |")
     return "\n".join(lines)
 
 
@@ -225,7 +233,7 @@ def plot(rows: list[dict], path: Path, title: str) -> bool:
     width = 0.38
     for row_axes, group in zip(axes, groups):
         xs = range(len(group))
-        labels = [f"{r['route'].replace('write batch of 500', 'write ×500')}\n{r['partitions']}p" for r in group]
+        labels = [f"{r['route'].replace('write batch of 500', 'write ×500')}\n{r['partitions']}p {r.get('workers', 1)}w" for r in group]
         for ax, (metric, name) in zip(row_axes, (("rps", "requests/s"), ("p50_ms", "p50 latency (ms)"),
                                                  ("p99_ms", "p99 latency (ms)"))):
             ax.bar([x - width / 2 for x in xs], [r["flowrank"][metric] for r in group], width, label="FlowRank")
@@ -256,6 +264,7 @@ def parser() -> argparse.ArgumentParser:
                     help="wrk connections for write batches of 500 (default 8: a few game servers posting big batches)")
     ap.add_argument("--partitions", default="1,4", help="FlowRank board partition counts")
     ap.add_argument("--warmup", type=int, default=2, help="seconds of unrecorded load per route before its runs")
+    ap.add_argument("--workers", default="1,2", help="FlowRank gateway worker counts, one server each (default 1,2)")
     ap.add_argument("--shard-actors", type=int, default=2, help="FlowRank shard actors (default 2)")
     ap.add_argument("--repeat", type=int, default=1, help="wrk runs per route (median reported)")
     ap.add_argument("--routes", default=",".join(ROUTES),
@@ -280,6 +289,7 @@ def _main(argv: list[str] | None) -> int:
     args.size = args.size or base["size"]
     args.duration = args.duration or base["duration"]
     partitions = [int(x) for x in args.partitions.split(",") if x]
+    worker_counts = [int(x) for x in args.workers.split(",") if x]
     args.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
     unknown = [r for r in args.routes if r not in ROUTES]
     if unknown:
@@ -290,7 +300,7 @@ def _main(argv: list[str] | None) -> int:
               "write_connections": args.write_connections,
               "partitions": partitions, "shard_actors": args.shard_actors, "repeat": args.repeat,
               "warmup_s": args.warmup, "seed": args.seed, "routes": args.routes,
-              "gateway_workers": 1, "wrk_threads": 1}
+              "gateway_workers": worker_counts, "wrk_threads": 1}
     print(header(params, machine), flush=True)
     load_before = os.getloadavg()
     print(f"  load    : {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1/5/15 min) before the run",
@@ -300,14 +310,15 @@ def _main(argv: list[str] | None) -> int:
     results: dict = {"flowrank": {}, "peer": None}
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with sigterm_raises(), contextlib.ExitStack() as stack:
-        print("\nFlowRank (flowrank serve, embedded Ray, 1 gateway worker)", flush=True)
-        fr = stack.enter_context(flowrank_server(args.shard_actors))
-        for p in partitions:
-            preload(fr.url, board_id(p), p, args.size, args.seed)
-        for p in partitions:
-            print(f" partitions={p}", flush=True)
-            results["flowrank"][p] = measure(wrk, fr.url, board_id(p), args.size, args, f"fr{p}-{nonce}")
-        stack.close()  # FlowRank down before the peer runs: each side gets the machine alone
+        for w in worker_counts:
+            print(f"\nFlowRank (flowrank serve --workers {w}, embedded Ray)", flush=True)
+            fr = stack.enter_context(flowrank_server(args.shard_actors, w))
+            for p in partitions:
+                preload(fr.url, board_id(p), p, args.size, args.seed)
+            for p in partitions:
+                print(f" partitions={p} workers={w}", flush=True)
+                results["flowrank"][(p, w)] = measure(wrk, fr.url, board_id(p), args.size, args, f"fr{p}w{w}-{nonce}")
+            stack.close()  # each FlowRank server down before the next, and before the peer: each gets the machine alone
         print("\nPeer (FastAPI + redis-py asyncio, redis-server appendfsync always, 1 worker)", flush=True)
         rs = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
         peer = stack.enter_context(peer_server(rs.port))
@@ -315,8 +326,8 @@ def _main(argv: list[str] | None) -> int:
         results["peer"] = measure(wrk, peer.url, board_id(1), args.size, args, f"peer-{nonce}")
     load_after = os.getloadavg()
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows = [{"route": route, "partitions": p, "flowrank": results["flowrank"][p][route],
-             "peer": results["peer"][route]} for route in args.routes for p in partitions]
+    rows = [{"route": route, "partitions": p, "workers": w, "flowrank": results["flowrank"][(p, w)][route],
+             "peer": results["peer"][route]} for route in args.routes for p in partitions for w in worker_counts]
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m benchmarks http " + " ".join(argv if argv is not None else sys.argv[2:])
     md = "\n".join([
@@ -332,9 +343,10 @@ def _main(argv: list[str] | None) -> int:
         "",
         table(rows),
         "",
-        "Peer: one sorted set, so its row repeats for each partition count. Gateway workers: 1 "
-        "(`flowrank serve --workers N` does not exist yet: no 2-worker column). Writes: batches of 500 fresh "
-        "event ids per request over existing players.",
+        "Peer: one sorted set and one uvicorn worker, so its row repeats for each partition and worker count. "
+        "Workers: `flowrank serve --workers N` (1: the gateway holds the engine; more: gateway processes on one "
+        "port in front of the engine host actor); \"vs 1 worker\" is the row's req/s over the 1-worker row's. "
+        "Writes: batches of 500 fresh event ids per request over existing players.",
         "",
     ])
     (out / "http.md").write_text(md)

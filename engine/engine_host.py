@@ -50,7 +50,7 @@ ENGINE_CALLS = frozenset({
 })
 #: The host's own calls.
 HOST_CALLS = frozenset({"stats", "watch", "forget", "export_open", "export_next", "export_close",
-                        "replica_board", "share_view"})
+                        "replica_board", "share_view", "default_shards"})
 CALLS = ENGINE_CALLS | HOST_CALLS
 
 
@@ -171,6 +171,10 @@ class EngineHost:
         except Exception as exc:  # noqa: BLE001 - the gateway logs it and answers 500, as in one process
             log.exception("engine call %s failed", method)
             return Reply(False, exc)
+
+    def _default_shards(self) -> int | None:
+        """Partitions of a board created without ``shards`` (the gateway's default)."""
+        return getattr(self.engine, "default_shards", None)
 
     async def _stats(self) -> dict:
         await self.engine.refresh_stats()

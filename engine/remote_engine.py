@@ -72,11 +72,17 @@ class RemoteEngine:
         self._closed = False
         self.calls_sent = 0  # messages sent (a message carries every call of a turn)
         self.calls_made = 0  # engine calls made
+        self.default_shards: int | None = None  # the engine's, once connect() asked
         self.replica = None
         if replica_transport is not None:
             from engine.read_replica import ReadReplica  # noqa: PLC0415
 
             self.replica = ReadReplica(replica_transport, self._replica_board, self._share_view)
+
+    async def connect(self) -> "RemoteEngine":
+        """Learn what the gateway reads from its engine at start (``default_shards``)."""
+        self.default_shards = await self._call("default_shards")
+        return self
 
     async def _replica_board(self, board_id: str):
         self._ensure_feed()  # archive notices must reach this gateway before it reads from the shards

@@ -90,7 +90,7 @@ async def remote_engine(actor):
     from engine.remote_engine import RemoteEngine  # noqa: PLC0415
 
     shards = await actor.shard_actors.remote()
-    return RemoteEngine(RayChannel(actor), replica_transport=RayShards(shards))
+    return await RemoteEngine(RayChannel(actor), replica_transport=RayShards(shards)).connect()
 
 
 class RayChannel:

@@ -53,6 +53,7 @@ async def test_answers_equal_the_engine_and_one_message_carries_a_turn(pair):
     assert await remote.board(B) == await eng.board(B)
     assert await remote.checksum(B) == await eng.checksum(B)
     assert await remote.ready() is True
+    assert (await remote.connect()).default_shards == eng.default_shards  # boards created without shards agree
 
 
 async def test_engine_errors_come_back_as_themselves(pair):

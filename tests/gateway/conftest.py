@@ -109,7 +109,7 @@ class RoundRobin(httpx.AsyncBaseTransport):
         return await t.handle_async_request(request)
 
 
-def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[list, list]:
+async def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[list, list]:
     """``workers`` gateway apps over ``engine``: with one, the app holds the engine
     (as ``flowrank serve`` does); with more, each app holds a RemoteEngine to one
     EngineHost over ``engine``, through the pickled bytes a Ray actor carries,
@@ -123,7 +123,8 @@ def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[list, l
     versions = tempfile.mkdtemp(prefix="fr-versions-")
     host = EngineHost(engine, version_path=os.path.join(versions, "versions"))
     # each with a read replica over the engine's shards, as a worker reads the shard actors
-    remotes = [RemoteEngine(LocalChannel(host), replica_transport=engine.router.t) for _ in range(workers)]
+    remotes = [await RemoteEngine(LocalChannel(host), replica_transport=engine.router.t).connect()
+               for _ in range(workers)]
     app_kw.setdefault("token_secret", b"s" * 32)  # the workers of one data directory share its secret
 
     async def close_host():
@@ -159,7 +160,7 @@ async def harness(request):
     marker = request.node.get_closest_marker("settings")
     kw = dict(marker.kwargs) if marker else {}
     engine = await open_engine(kw.pop("delta_retention", 10_000))
-    apps, remotes = gateway_apps(engine, request.param, lambda: settings(**kw))
+    apps, remotes = await gateway_apps(engine, request.param, lambda: settings(**kw))
     async with httpx.AsyncClient(transport=RoundRobin(apps), base_url="http://test") as client:
         yield Harness(apps[0], engine, client, apps)
     await close_apps(apps, remotes)
@@ -190,7 +191,7 @@ def thread_server(make_settings=settings, wrap=None, workers: int = 1, **engine_
     def run():
         async def main():
             engine = await open_engine(**engine_kw)
-            apps, remotes = gateway_apps(engine, workers, make_settings)
+            apps, remotes = await gateway_apps(engine, workers, make_settings)
             try:
                 servers = []
                 for app in apps:
