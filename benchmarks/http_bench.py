@@ -239,7 +239,7 @@ def plot(rows: list[dict], path: Path, title: str) -> bool:
             ax.bar([x - width / 2 for x in xs], [r["flowrank"][metric] for r in group], width, label="FlowRank")
             ax.bar([x + width / 2 for x in xs], [r["peer"][metric] for r in group], width, label="FastAPI + Redis")
             ax.set_xticks(list(xs))
-            ax.set_xticklabels(labels, fontsize=8)
+            ax.set_xticklabels(labels, fontsize=7, rotation=60 if len(group) > 8 else 0)
             ax.set_title(name, fontsize=10)
             if metric == "p99_ms" and group is groups[0]:
                 ax.axhline(25, color="grey", lw=0.8, ls="--", label="25 ms")  # the p99 target for reads
