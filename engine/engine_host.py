@@ -129,6 +129,8 @@ class EngineHost:
         self._exports: dict[str, Any] = {}
         self._notices: deque[Notice] = deque(maxlen=1024)
         self._polled: dict[str, int] = {}  # gateway -> the seq its last poll started from (all before it handled)
+        self._seen: dict[str, float] = {}  # gateway -> loop time its last poll started or ended
+        self.gone_after_s = 60.0  # a gateway neither polling nor seen this long is forgotten (it died)
         router = getattr(engine, "router", None)
         if router is not None:
             router.drop_barriers.append(self._barrier)
@@ -274,6 +276,7 @@ class EngineHost:
         """``gateway`` is gone: its watches end and its poll returns."""
         self._watch(gateway, ())
         self._polled.pop(gateway, None)
+        self._seen.pop(gateway, None)
         ev = self._wake.pop(gateway, None)
         if ev is not None:
             ev.set()
@@ -298,6 +301,11 @@ class EngineHost:
         """The pickled :class:`Feed` of ``gateway``'s watched commits after
         ``after``; waits up to ``timeout_s`` for one when there is none yet."""
         self._polled[gateway] = max(after, self._polled.get(gateway, after))
+        now = asyncio.get_running_loop().time()
+        self._seen[gateway] = now
+        for g in [g for g, t in self._seen.items() if now - t > self.gone_after_s and g not in self._wake]:
+            log.warning("gateway %s stopped polling %.0f s ago: forgetting it", g, now - self._seen[g])
+            self._forget(g)
         if not self._pending(gateway, after):
             ev = self._wake[gateway] = asyncio.Event()
             try:
@@ -307,6 +315,7 @@ class EngineHost:
             finally:
                 if self._wake.get(gateway) is ev:
                     del self._wake[gateway]
+                self._seen[gateway] = asyncio.get_running_loop().time()
         boards = self._watching.get(gateway, frozenset())
         commits = tuple(c for c in self._commits if c.seq > after and c.board_id in boards)
         notices = tuple(n for n in self._notices if n.seq > after)

@@ -109,7 +109,8 @@ class ReadReplica:
             if view is None or not (offset + limit <= len(view) or view.complete):
                 return None
         else:
-            ctl.version = await self._current_version(ctl)
+            # versions only grow: concurrent size rounds may finish out of order, keep the newest
+            ctl.version = max(ctl.version, await self._current_version(ctl))
             newest = self._newest.get(board_id)
             if newest is not None and newest > ctl.version and r._view(board_id, newest) is not None:
                 ctl.version = newest  # a view built at a cut the version table has not reached yet: fresher still

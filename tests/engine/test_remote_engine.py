@@ -147,3 +147,15 @@ async def test_stats_are_the_host_engines(pair):
     assert remote.stats() == {}
     await remote.refresh_stats()
     assert remote.stats()["outcomes"] == eng.stats()["outcomes"]
+
+
+async def test_a_gateway_that_stopped_polling_is_forgotten(pair):
+    eng, host, remote = pair
+    host._watch("dead", [B])
+    await host.feed("dead", 0, 0.001)  # it polled once, then died
+    assert "dead" in host._polled and len(eng.router.listeners) == 1
+    host.gone_after_s = 0.0
+    await asyncio.sleep(0.01)
+    await host.feed("alive", 0, 0.001)  # the next poll of anyone sweeps it
+    assert "dead" not in host._polled and "dead" not in host._watching
+    assert eng.router.listeners == []  # nobody watches any more: the engine builds no deltas
