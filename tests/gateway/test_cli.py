@@ -100,3 +100,15 @@ def test_keep_alive_must_be_positive():
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "--keep-alive", bad])
     assert build_parser().parse_args(["serve"]).keep_alive == 75.0
+
+
+def test_workers_need_the_ray_engine(capsys):
+    from gateway.cli import main
+
+    assert main(["serve", "--workers", "2", "--engine", "local"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flowrank: error: --workers needs the Ray engine") and err.count("\n") == 1
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--workers", bad])
+    assert build_parser().parse_args(["serve"]).workers == 1
