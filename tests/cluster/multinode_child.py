@@ -7,6 +7,7 @@ Runs outside pytest's session Ray (a Cluster needs its own GCS).
 from __future__ import annotations
 
 import asyncio
+import shutil
 import json
 import os
 import random
@@ -36,7 +37,17 @@ async def main(data_dir: str) -> dict:
     ray.init(address=cluster.address)
     out: dict = {}
     try:
-        eng = await ClusterEngine.open(data_dir=data_dir, n_shards=3)
+        # SPREAD is best effort: a fresh worker node may not be in the scheduler's view yet and
+        # every shard actor lands on the head (seen once in CI). Open again until a worker hosts one.
+        for attempt in range(5):
+            eng = await ClusterEngine.open(data_dir=data_dir, n_shards=3)
+            placed = await asyncio.gather(*(s.node_id.remote() for s in eng.shards))
+            if any(w.node_id in placed for w in workers):
+                break
+            await eng.close()
+            shutil.rmtree(data_dir)  # nothing was written: the next open starts empty, as this one did
+            await asyncio.sleep(1.0)
+        out["opens"] = attempt + 1
         board = "g:m:s:multi"
         await eng.create_board(BoardSpec(board, Policy.BEST_SCORE, shards=3))
         rnd = random.Random(5)
