@@ -67,22 +67,52 @@ def id_less(arena, offs, i, j):
 @numba.njit(cache=True)
 def _intern(buf, boffs, arena, offs, n, slots, create, out):
     """Find (or add, when ``create``) each id of ``buf``; returns the new count.
-    The caller has made room for every id to be new."""
+    The caller has made room for every id to be new.
+
+    In stages over the whole batch: hash every id, read every id's first
+    slot, then the offsets of the players found there, then compare bytes.
+    Each stage's loads are independent of each other, so the CPU overlaps
+    their cache misses (one table of a million players is mostly out of
+    cache) instead of waiting for each id's chain of misses in turn. An id
+    not settled by its first slot (new, or its slot taken by another id)
+    takes the plain probe afterwards, in batch order, so new players get
+    their indexes in order of first appearance."""
     mask = len(slots) - 1
+    k = len(boffs) - 1
+    pos = np.empty(k, np.int64)
+    cand = np.empty(k, np.int32)
+    for i in range(k):
+        pos[i] = np.int64(hash_bytes(buf, boffs[i], boffs[i + 1]) & np.uint64(mask))
+    for i in range(k):
+        cand[i] = slots[pos[i]]
+    c0 = np.empty(k, np.int64)
+    c1 = np.empty(k, np.int64)
+    for i in range(k):
+        c = cand[i]
+        if c >= 0:
+            c0[i], c1[i] = offs[c], offs[c + 1]
+        else:
+            c0[i], c1[i] = 0, -1
+    for i in range(k):
+        if c1[i] >= 0 and same_bytes(arena, c0[i], c1[i], buf, boffs[i], boffs[i + 1]):
+            out[i] = cand[i]
+        else:
+            out[i] = -2  # not settled by its first slot
     used = offs[n]
-    for i in range(len(boffs) - 1):
+    for i in range(k):
+        if out[i] != -2:
+            continue
         s0, s1 = boffs[i], boffs[i + 1]
-        h = hash_bytes(buf, s0, s1)
-        pos = np.int64(h & np.uint64(mask))
+        p = pos[i]
         while True:
-            cur = slots[pos]
+            cur = slots[p]
             if cur < 0:
                 if create:
-                    for k in range(s1 - s0):
-                        arena[used + k] = buf[s0 + k]
+                    for q in range(s1 - s0):
+                        arena[used + q] = buf[s0 + q]
                     used += s1 - s0
                     offs[n + 1] = used
-                    slots[pos] = n
+                    slots[p] = n
                     out[i] = n
                     n += 1
                 else:
@@ -91,7 +121,7 @@ def _intern(buf, boffs, arena, offs, n, slots, create, out):
             if same_bytes(arena, offs[cur], offs[cur + 1], buf, s0, s1):
                 out[i] = cur
                 break
-            pos = (pos + 1) & mask
+            p = (p + 1) & mask
     return n
 
 
