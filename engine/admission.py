@@ -33,7 +33,8 @@ class Admission:
         self.held: dict[str, HeldEvent] = {}  # pending decisions, in log order
         self.decided: dict[str, tuple[str, HeldEvent]] = {}  # event id -> (decision, event)
         self.freeze_position: int | None = None
-        self._pending: list[str] = []  # ids admitted since the last commit
+        # ids admitted since the last commit: one id, or a batch's identity words and the ids it held
+        self._pending: list[str | tuple[np.ndarray, list[str]]] = []
 
     def admit(self, ev: ScoreEvent) -> Outcome | None:
         """The verdict for an event, or None when it goes on to ``apply``.
@@ -65,18 +66,20 @@ class Admission:
             return self._hold(ev, Outcome.HELD_FOR_REVIEW)
         return None
 
-    def decide_columns(self, cols: ScoreColumns) -> np.ndarray:
+    def decide_columns(self, cols: ScoreColumns, player_bytes: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """``admit`` for each event of a batch, in order, as uint8 verdict
         codes (``engine.records.CODE``; 0 = go on to apply): one dedup-table
         call for the batch (it sees duplicates inside the batch too) and
         numpy for season state and review. A board with a quarantine takes
-        the event-by-event path (quarantined ids are checked one by one)."""
+        the event-by-event path (quarantined ids are checked one by one).
+        ``player_bytes``: ``engine.players.encode_ids(cols.player_ids)``, when
+        the caller has it (a batch's ids are then read once)."""
         n = len(cols)
         code = R.CODE
         if self.held or self.decided:
             return np.fromiter((0 if v is None else code[v] for v in map(self.admit, cols.events())),
                                dtype=np.uint8, count=n)
-        fps = fingerprints(cols)
+        fps = fingerprints(cols, player_bytes)
         words = self.dedup.words_many(cols.event_ids)
         seen = self.dedup.check_many(cols.event_ids, fps, words)
         verdicts = np.zeros(n, np.uint8)
@@ -85,9 +88,10 @@ class Admission:
         new = np.flatnonzero(seen == Seen.NEW.value)
         if not len(new):
             return verdicts
-        ids = cols.event_ids if len(new) == n else [cols.event_ids[i] for i in new.tolist()]
-        self.dedup.add_many(ids, fps[new], words[new] if len(new) < n else words)
-        self._pending.extend(ids)
+        added = words[new] if len(new) < n else words
+        self.dedup.add_words(added, fps[new])  # the ids' str objects are not touched again (cold in cache)
+        held: list[str] = []
+        self._pending.append((added, held))
         if not accepts_scores(self.state):
             hold, reason = new, Outcome.HELD_FOR_CORRECTION
         elif self.spec.review_above is not None:
@@ -95,6 +99,7 @@ class Admission:
         else:
             return verdicts
         verdicts[hold] = code[reason]
+        held.extend(cols.event_ids[i] for i in hold.tolist())
         metas = cols.metadata()
         for i in hold.tolist():
             self._hold(ScoreEvent(cols.board_id, cols.event_ids[i], cols.player_ids[i], int(cols.values[i]),
@@ -125,9 +130,16 @@ class Admission:
     def rollback(self) -> None:
         """The log refused the batch: forget what ``admit`` remembered since
         the last commit, so a retry is judged afresh. O(k)."""
-        for event_id in reversed(self._pending):
-            self.dedup.discard(event_id)
-            self.held.pop(event_id, None)
+        for item in reversed(self._pending):
+            if isinstance(item, str):
+                self.dedup.discard(item)
+                self.held.pop(item, None)
+                continue
+            words, held = item
+            for w0, w1, w2 in reversed(words.tolist()):
+                self.dedup.discard_words(w0, w1, w2)
+            for event_id in held:
+                self.held.pop(event_id, None)
         self._pending.clear()
 
     def replay(self, ev: ScoreEvent, verdict: Outcome | None) -> None:

@@ -50,6 +50,7 @@ from engine.model import (
 )
 from engine.journal import Journal
 from engine.partition import KIND_DECISION, Partition, Row
+from engine.players import encode_ids
 from engine.ranking import entries_of, merge_window, rank_locally
 
 
@@ -100,19 +101,20 @@ class Board:
         if cols.board_id != self.spec.board_id:
             return BatchResult(np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8),
                                np.full(n, self.version, np.int64))
-        verdicts = self.admission.decide_columns(cols)
+        player_bytes = encode_ids(cols.player_ids)  # once, for the fingerprints and the interning
+        verdicts = self.admission.decide_columns(cols, player_bytes)
         self.admission.commit()
         base = self.partition.changes
-        got = self.partition.apply_columns(cols, verdicts)
+        got = self.partition.apply_columns(cols, verdicts, player_bytes=player_bytes)
         versions = base + np.cumsum(got.changed, dtype=np.int64)
         at = np.flatnonzero(got.changed)
         if len(at):
-            pids = cols.player_ids
             metas = None
             if cols.moffs is not None:
                 full = cols.metadata()
                 metas = [full[i] or None for i in at.tolist()]
-            self.ring.push_columns([pids[i] for i in at.tolist()], got.values[at], got.achieved[at], metadata=metas)
+            self.ring.push_columns(self.partition.players.names(got.players[at]), got.values[at], got.achieved[at],
+                                   metadata=metas)
         return BatchResult(got.codes, versions)
 
     def apply(self, ev: ScoreEvent) -> EventResult:

@@ -8,10 +8,20 @@ snapshot). It never returns a gapped replay.
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 import numpy as np
 
 from engine.model import Delta, RowChange, RowStatus
+
+
+class Names(Protocol):
+    """Player ids of a chunk of changes: a list, or ids decoded only when read
+    (:class:`engine.players.InternedNames`)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, at: slice, /) -> list[str]: ...
 
 
 class ChangeRing:
@@ -42,7 +52,7 @@ class ChangeRing:
         for d in deltas:
             self.push(d)
 
-    def push_columns(self, player_ids: list[str], values: np.ndarray, achieved: np.ndarray,
+    def push_columns(self, player_ids: "Names", values: np.ndarray, achieved: np.ndarray,
                      status: RowStatus = RowStatus.ACTIVE, metadata: list | None = None) -> None:
         """One delta per row, versions ``version + 1 ..``, each changing one
         player's row to (value, achieved, status, metadata: None for all or

@@ -84,11 +84,12 @@ def _meta_kernel(mbuf, moffs, out):
             out[i] = _mix(out[i], hash_bytes(mbuf, moffs[i], moffs[i + 1]))
 
 
-def fingerprints(cols) -> np.ndarray:
+def fingerprints(cols, player_bytes: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """The 64-bit content fingerprint of every event of a batch of columns:
     the player id's UTF-8 bytes, the three int64s and the metadata bytes
-    (when there are any), in one numba pass (two with metadata)."""
-    pbuf, poffs = encode_ids(cols.player_ids)
+    (when there are any), in one numba pass (two with metadata).
+    ``player_bytes``: ``encode_ids(cols.player_ids)`` when the caller has it."""
+    pbuf, poffs = encode_ids(cols.player_ids) if player_bytes is None else player_bytes
     out = np.empty(len(cols.player_ids), np.uint64)
     _content_kernel(pbuf, poffs, _i64(cols.values), _i64(cols.achieved), _i64(cols.submitted), out)
     if getattr(cols, "moffs", None) is not None:
@@ -512,7 +513,10 @@ class DedupTable:
         """Forget the id if it is remembered. O(1) for the newest id (how
         ``Admission.rollback`` undoes ``add``) and the oldest; otherwise the
         ring closes the gap from its nearer end, O(min(age, n - age))."""
-        w0, w1, w2 = self._words(event_id)
+        self.discard_words(*self._words(event_id))
+
+    def discard_words(self, w0: int, w1: int, w2: int) -> None:
+        """``discard`` of the id with these identity words (a row of ``words_many``)."""
         if _discard(self._ent, self._slots, self._meta, w0, w1, w2) < 0:
             raise AssertionError("dedup table is corrupt")
 
@@ -566,18 +570,22 @@ class DedupTable:
 
     def remember_many(self, event_ids: Sequence[str], fps) -> None:
         """``remember`` each id in order. O(k) amortised."""
-        self._put_many(event_ids, fps, self.retention)
+        self._put_words(self._words_many(event_ids), fps, self.retention)
 
     def add_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> None:
         """``add`` each id in order (no eviction until ``trim``). O(k) amortised."""
-        self._put_many(event_ids, fps, _NO_LIMIT, words)
+        self._put_words(self._words_many(event_ids) if words is None else words, fps, _NO_LIMIT)
 
-    def _put_many(self, event_ids: Sequence[str], fps, limit: int, words: np.ndarray | None = None) -> None:
-        k = len(event_ids)
+    def add_words(self, words: np.ndarray, fps) -> None:
+        """``add_many`` of ids given only by their identity words (rows of ``words_many``)."""
+        self._put_words(words, fps, _NO_LIMIT)
+
+    def _put_words(self, words: np.ndarray, fps, limit: int) -> None:
+        k = len(words)
         cs = self._fold_many(fps, k)
         if not k:
             return
-        ids = self._words_many(event_ids) if words is None else np.ascontiguousarray(words)
+        ids = np.ascontiguousarray(words)
         done = 0
         while True:
             done = _put_many(self._ent, self._slots, self._meta, ids, cs, limit, done)

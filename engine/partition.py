@@ -129,6 +129,7 @@ class Applied(NamedTuple):
     changed: np.ndarray  # bool: the ranking changed (one version step)
     values: np.ndarray  # int64: the row's value after the event (when changed)
     achieved: np.ndarray  # int64: the row's achieved_at after the event (when changed)
+    players: np.ndarray | None = None  # int32: each event's player in the partition's PlayerTable
 
 
 @numba.njit(cache=True)
@@ -261,12 +262,14 @@ class Partition:
 
     # ------------------------------------------------------------------ writes
 
-    def apply_columns(self, cols: ScoreColumns, verdicts: np.ndarray | None = None, kind: int = KIND_SCORE) -> Applied:
+    def apply_columns(self, cols: ScoreColumns, verdicts: np.ndarray | None = None, kind: int = KIND_SCORE,
+                      player_bytes: tuple[np.ndarray, np.ndarray] | None = None) -> Applied:
         """Apply a batch in order: one kernel call, one index move per touched
         player. ``verdicts`` (uint8, 0 = apply) are outcomes decided before
-        apply (duplicate, held, conflict), which are only journalled."""
+        apply (duplicate, held, conflict), which are only journalled.
+        ``player_bytes``: ``encode_ids(cols.player_ids)``, when the caller has it."""
         n = len(cols)
-        idx = self.players.intern(cols.player_ids)
+        idx = self.players.intern_encoded(*(encode_ids(cols.player_ids) if player_bytes is None else player_bytes))
         self._reserve_rows(len(self.players))
         ebuf, eoffs = encode_ids(cols.event_ids)
         mbuf, moffs = (cols.meta, cols.moffs) if cols.moffs is not None else (_NO_META, np.zeros(n + 1, np.int64))
@@ -295,7 +298,7 @@ class Partition:
         if self.meta or cols.moffs is not None:
             self._keep_metadata(idx, changed, mbuf, moffs)
         self._move(touched, was_active, old_p, old_t)
-        return Applied(codes, changed, out_val, out_ach)
+        return Applied(codes, changed, out_val, out_ach, idx)
 
     def _keep_metadata(self, idx: np.ndarray, changed: np.ndarray, mbuf: np.ndarray, moffs: np.ndarray) -> None:
         """Each changed row takes the metadata of the batch's last event that
@@ -595,9 +598,11 @@ class Partition:
         sel = idx[ok]
         p, t = self._keys(sel)
         counts = self.index.count_less_many(p, t, sel, self.players.arena, self.players.offs)
-        out: list[int | None] = [None] * len(idx)
-        for k, c in zip(np.flatnonzero(ok).tolist(), (counts + 1).tolist()):
-            out[k] = c
+        full = np.zeros(len(idx), np.int64)
+        full[ok] = counts + 1
+        out: list[int | None] = full.tolist()  # type: ignore[assignment]
+        for k in np.flatnonzero(~ok).tolist():
+            out[k] = None
         return out
 
     def rank(self, player_id: str) -> int | None:

@@ -231,6 +231,10 @@ class PlayerTable:
     def id_of(self, i: int) -> str:
         return decode_id(self.arena[self.offs[i]:self.offs[i + 1]].tobytes())
 
+    def names(self, idx: np.ndarray) -> "InternedNames":
+        """The ids of players ``idx`` as a sequence that decodes them only when read."""
+        return InternedNames(self, idx)
+
     def bytes_of(self, idx) -> tuple[np.ndarray, np.ndarray]:
         """The UTF-8 bytes of many players' ids in one buffer plus their int64
         offsets (``len(idx) + 1``): one gather, no Python object per id."""
@@ -293,3 +297,25 @@ def _grown(a: np.ndarray, need: int) -> np.ndarray:
     out = np.zeros(size, dtype=a.dtype)
     out[: len(a)] = a
     return out
+
+
+class InternedNames:
+    """Player ids held as indexes into a :class:`PlayerTable`, decoded when
+    read: what a ring of changes keeps per changed row (4 bytes, and no
+    touch of each id's ``str`` object on the write path, where a batch's ids
+    are cold in cache)."""
+
+    __slots__ = ("table", "idx")
+
+    def __init__(self, table: PlayerTable, idx: np.ndarray) -> None:
+        self.table, self.idx = table, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, at: slice) -> list[str]:
+        id_of = self.table.id_of
+        return [id_of(i) for i in self.idx[at].tolist()]
+
+    def __iter__(self):
+        return iter(self[:])

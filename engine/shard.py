@@ -294,7 +294,8 @@ class ShardCore:
 
     def _apply_rows(self, offset: int, partition: Partition, cols: ScoreColumns, verdicts: np.ndarray) -> Applied:
         n = len(cols)
-        out = Applied(np.zeros(n, np.uint8), np.zeros(n, np.bool_), np.zeros(n, np.int64), np.zeros(n, np.int64))
+        out = Applied(np.zeros(n, np.uint8), np.zeros(n, np.bool_), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                      np.zeros(n, np.int32))
         for row in range(n):
             one = np.array([row])
             try:
