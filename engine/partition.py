@@ -692,9 +692,13 @@ class Partition:
     def checksum_sum(self) -> int:
         """Sum mod 2**128 of a stable per-row hash: order-independent and
         additive across partitions (see :mod:`engine.checksum`)."""
-        total = 0
-        for r in self.all_rows():
-            total += row_digest(r.player_id, r.value, r.achieved_at, r.status.value, r.row_version, r.metadata)
+        ids = np.flatnonzero(self.st[: len(self.players)] != ST_NONE)
+        names = self.players.ids_of(ids)
+        status = np.where(self.st[ids] == ST_ACTIVE, 0, 1).tolist()
+        words = (ACTIVE.value, INVALIDATED_STATUS.value)
+        metas = [self.meta.get(p) for p in ids.tolist()] if self.meta else [None] * len(ids)
+        total = sum(map(row_digest, names, self.val[ids].tolist(), self.ach[ids].tolist(),
+                        [words[x] for x in status], self.rv[ids].tolist(), metas))
         return total & ((1 << 128) - 1)
 
     def nbytes(self) -> int:
