@@ -102,10 +102,11 @@ class Board:
             return BatchResult(np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8),
                                np.full(n, self.version, np.int64))
         player_bytes = encode_ids(cols.player_ids)  # once, for the fingerprints and the interning
+        ids_new = self.admission.dedup.evicted == 0  # the table still holds every id this board admitted
         verdicts = self.admission.decide_columns(cols, player_bytes)
         self.admission.commit()
         base = self.partition.changes
-        got = self.partition.apply_columns(cols, verdicts, player_bytes=player_bytes)
+        got = self.partition.apply_columns(cols, verdicts, player_bytes=player_bytes, ids_new=ids_new)
         versions = base + np.cumsum(got.changed, dtype=np.int64)
         at = np.flatnonzero(got.changed)
         if len(at):

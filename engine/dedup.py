@@ -239,6 +239,7 @@ def _evict_oldest(ent, slots, meta):
         head = 0
     meta[0] = head
     meta[1] -= 1
+    meta[2] += 1
     return True
 
 
@@ -462,7 +463,7 @@ class DedupTable:
         self._seed = board_seed(board_id)
         self._ent = np.zeros((0, 4), np.uint32)
         self._slots = np.zeros(0, np.int32)
-        self._meta = np.zeros(2, np.int64)
+        self._meta = np.zeros(3, np.int64)  # ring head, ids held, ids evicted by the retention ever
         # admit() checks an id, then adds it: hash it once
         self._last_id: str | None = None
         self._last_words = (0, 0, 0)
@@ -636,10 +637,19 @@ class DedupTable:
         self._ent, self._slots = ent, slots
         self._meta[0], self._meta[1] = 0, n
 
+    @property
+    def evicted(self) -> int:
+        """Ids the retention has evicted since the board began (restored from
+        snapshots; a snapshot that did not record it counts as 1). While it
+        is 0 the table holds every id the board ever admitted, so an id not
+        found here was never seen: callers may skip older fallbacks."""
+        return int(self._meta[2])
+
     def to_state(self) -> dict:
-        """``{"v": 1, "entries": bytes}``: the ring's live ``(id0, id1, id2,
-        content)`` uint32 rows, little-endian, oldest first. O(n)."""
-        return {"v": STATE_VERSION, "entries": self._entries().astype("<u4").tobytes()}
+        """``{"v": 1, "entries": bytes, "evicted": int}``: the ring's live
+        ``(id0, id1, id2, content)`` uint32 rows, little-endian, oldest
+        first, and :attr:`evicted`. O(n)."""
+        return {"v": STATE_VERSION, "entries": self._entries().astype("<u4").tobytes(), "evicted": self.evicted}
 
     @classmethod
     def from_state(cls, retention: int, state: dict | list, board_id: str = "") -> "DedupTable":
@@ -657,6 +667,8 @@ class DedupTable:
             if state.get("v") != STATE_VERSION:
                 raise ValueError(f"unknown dedup state version {state.get('v')!r}")
             entries = np.frombuffer(state["entries"], dtype="<u4").reshape(-1, 4)
+        evicted = 1 if isinstance(state, list) else int(state.get("evicted", 1))  # unrecorded: assume some
+        t._meta[2] = evicted + max(0, len(entries) - retention)
         entries = entries[-retention:]
         if len(entries):
             t._load(entries, len(entries))

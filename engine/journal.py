@@ -155,10 +155,11 @@ class JournalLost(Exception):
 
 
 @numba.njit(cache=True)
-def owner_find(slots, j_eoffs, j_earena, buf, s0, s1):
-    """Tail row of the owned event whose id is ``buf[s0:s1]``, or -1."""
+def owner_find(slots, j_eoffs, j_earena, buf, s0, s1, h):
+    """Tail row of the owned event whose id is ``buf[s0:s1]`` (whose
+    ``hash_bytes`` is ``h``), or -1."""
     mask = len(slots) - 1
-    pos = np.int64(hash_bytes(buf, s0, s1) & np.uint64(mask))
+    pos = np.int64(h & np.uint64(mask))
     while True:
         r = slots[pos]
         if r < 0:
@@ -169,9 +170,10 @@ def owner_find(slots, j_eoffs, j_earena, buf, s0, s1):
 
 
 @numba.njit(cache=True)
-def owner_add(slots, j_eoffs, j_earena, r):
+def owner_add(slots, r, h):
+    """Link tail row ``r``, whose id hashes (``hash_bytes``) to ``h``."""
     mask = len(slots) - 1
-    pos = np.int64(hash_bytes(j_earena, j_eoffs[r], j_eoffs[r + 1]) & np.uint64(mask))
+    pos = np.int64(h & np.uint64(mask))
     while slots[pos] >= 0:
         pos = (pos + 1) & mask
     slots[pos] = r
@@ -181,7 +183,7 @@ def owner_add(slots, j_eoffs, j_earena, r):
 def _rehash_owned(slots, j_eoffs, j_earena, owned_rows):
     slots[:] = -1
     for r in owned_rows:
-        owner_add(slots, j_eoffs, j_earena, r)
+        owner_add(slots, r, hash_bytes(j_earena, j_eoffs[r], j_eoffs[r + 1]))
 
 
 @numba.njit(cache=True)
@@ -642,7 +644,8 @@ class Journal:
         """Row of the owned event with this id, or -1."""
         raw = event_id.encode("utf-8", "surrogatepass")
         buf = np.frombuffer(raw, np.uint8)
-        t = int(owner_find(self.slots, self.eoffs, self.earena, buf, 0, len(raw))) if self.owned else -1
+        h = np.uint64(hash_bytes(buf, 0, len(raw)))
+        t = int(owner_find(self.slots, self.eoffs, self.earena, buf, 0, len(raw), h)) if self.owned else -1
         if t >= 0:
             return self.base + t
         return int(self.find_stored(buf, np.array([0, len(raw)], np.int64), np.zeros(1, np.int64))[0])

@@ -65,7 +65,7 @@ from engine.journal import (
     owner_find,
 )
 from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
-from engine.players import PlayerTable, encode_ids, same_bytes
+from engine.players import PlayerTable, encode_ids, hash_bytes, same_bytes
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 from engine.rank_index import RankIndex
 
@@ -147,7 +147,21 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
     changes = 0
     big = np.int64(9223372036854775807)
     small = np.int64(-9223372036854775807 - 1)
-    for x in range(len(idx)):
+    # Touch every row, journal head and owner slot the batch will use first:
+    # these loads are independent of each other, so the CPU overlaps their
+    # cache misses (a million players' rows are mostly out of cache); the
+    # loop below, where each event depends on the one before, then finds
+    # them in cache.
+    n = len(idx)
+    hs = np.empty(n, np.uint64)
+    mask = len(slots) - 1
+    touched = np.int64(0)
+    for x in range(n):
+        p = idx[x]
+        h = hash_bytes(ebuf, eoffs[x], eoffs[x + 1])
+        hs[x] = h
+        touched += r_val[p] + r_ach[p] + r_st[p] + heads[p] + slots[np.int64(h & np.uint64(mask))]
+    for x in range(n):
         p = idx[x]
         v, a, s = vals[x], achs[x], subs[x]
         s0, s1 = eoffs[x], eoffs[x + 1]
@@ -158,7 +172,7 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
         if verdict != 0:
             code = verdict
         else:
-            r = owner_find(slots, j_eoffs, j_earena, ebuf, s0, s1)
+            r = owner_find(slots, j_eoffs, j_earena, ebuf, s0, s1, hs[x])
             if r >= 0:  # an id older than the dedup window, seen here before
                 same = (j_pid[r] == p and j_val[r] == v and j_ach[r] == a and j_sub[r] == s
                         and same_bytes(j_marena, j_moffs[r], j_moffs[r + 1], mbuf, m0, m1))
@@ -219,10 +233,10 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
             j_marena[q0 + k] = mbuf[m0 + k]
         j_moffs[jn + 1] = q0 + (m1 - m0)
         if own:
-            owner_add(slots, j_eoffs, j_earena, jn)
+            owner_add(slots, jn, hs[x])
             owned += 1
         jn += 1
-    return jn, owned, changes
+    return jn, owned, changes, touched
 
 
 class Partition:
@@ -263,11 +277,15 @@ class Partition:
     # ------------------------------------------------------------------ writes
 
     def apply_columns(self, cols: ScoreColumns, verdicts: np.ndarray | None = None, kind: int = KIND_SCORE,
-                      player_bytes: tuple[np.ndarray, np.ndarray] | None = None) -> Applied:
+                      player_bytes: tuple[np.ndarray, np.ndarray] | None = None, ids_new: bool = False) -> Applied:
         """Apply a batch in order: one kernel call, one index move per touched
         player. ``verdicts`` (uint8, 0 = apply) are outcomes decided before
         apply (duplicate, held, conflict), which are only journalled.
-        ``player_bytes``: ``encode_ids(cols.player_ids)``, when the caller has it."""
+        ``player_bytes``: ``encode_ids(cols.player_ids)``, when the caller has it.
+        ``ids_new``: the caller vouches that no event of verdict 0 was seen
+        before (the board's dedup table has never evicted an id, so it would
+        have caught it), and the journal's stored runs are not searched for
+        redeliveries older than the dedup window (one probe per event and run)."""
         n = len(cols)
         idx = self.players.intern_encoded(*(encode_ids(cols.player_ids) if player_bytes is None else player_bytes))
         self._reserve_rows(len(self.players))
@@ -284,8 +302,8 @@ class Partition:
         changed = np.empty(n, np.bool_)
         out_val = np.zeros(n, np.int64)
         out_ach = np.zeros(n, np.int64)
-        prior, pp, pv, pa, ps, pm = self._prior(ebuf, eoffs, verdicts, mbuf, moffs)
-        jn, owned, changes = _apply_kernel(
+        prior, pp, pv, pa, ps, pm = self._prior(ebuf, eoffs, verdicts, mbuf, moffs, ids_new)
+        jn, owned, changes, _ = _apply_kernel(
             self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
             _i64(cols.submitted), verdicts, kind, ebuf, eoffs, mbuf, moffs,
             self.val, self.ach, self.sub, self.rv, self.st,
@@ -325,7 +343,7 @@ class Partition:
             self.has_meta[players[gets]] = 1
 
     def _prior(self, ebuf: np.ndarray, eoffs: np.ndarray, verdicts: np.ndarray, mbuf: np.ndarray,
-               moffs: np.ndarray) -> tuple:
+               moffs: np.ndarray, ids_new: bool = False) -> tuple:
         """Stored journal rows owning the batch's ids (redeliveries from before
         the tail), and their player and content, for the kernel (metadata: a
         bool, equal to the event's)."""
@@ -334,7 +352,7 @@ class Partition:
         prior = np.full(n, -1, np.int64)
         content = [np.zeros(n, np.int32), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
         same_meta = np.zeros(n, np.bool_)
-        if j.runs:
+        if j.runs and not ids_new:
             sel = np.flatnonzero(verdicts == 0)
             prior[sel] = j.find_stored(ebuf, eoffs, sel)
             for x in np.flatnonzero(prior >= 0).tolist():

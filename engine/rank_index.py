@@ -10,11 +10,18 @@ Storage is a list of blocks of at most ``CAP`` keys each (the idea of
 ``sortedcontainers.SortedList``, with packed arrays instead of Python
 objects): ``P``, ``T`` (int64) and ``ID`` (int32) hold block ``b`` at
 ``[b * CAP, b * CAP + cnt[b])``, sorted; ``order`` lists the blocks in key
-order. Finding a key is a binary search over the blocks' last keys and
-then inside one block: O(log n). Inserting shifts at most ``CAP`` keys and
-splits a full block in two. ``prefix`` (keys before each block) is rebuilt
-lazily, once per batch of writes, so a rank is O(log n) too.
-About 20 bytes per key at full blocks; ~28 at the usual fill.
+order, and ``LP``, ``LT``, ``LI`` each block's last key in that order.
+Finding a key is a binary search over those last keys (about 20 bytes per
+block, so the search stays in cache) and then inside one block: O(log n).
+Inserting shifts at most ``CAP`` keys; a full block first hands a quarter or
+more of its keys to a neighbour with room and splits in two only when its
+neighbours are nearly full too, and a block drained below ``MERGE_BELOW``
+keys joins a neighbour, so blocks stay about four fifths full however the
+keys churn (a million players' keys: 82 %, ~25 bytes per key with the
+arrays' growth headroom; plain halving left 44 % and ~45 bytes). ``prefix``
+(keys before each block) is rebuilt lazily, once per batch of writes, so a
+rank is O(log n) too. Batched counts search inside their blocks in lockstep,
+so the cache misses of different queries overlap.
 """
 
 from __future__ import annotations

@@ -109,6 +109,30 @@ def test_remember_evicts_once_and_trim_evicts_the_rest():
     t._check()
 
 
+def test_evicted_counts_what_the_retention_dropped_across_snapshots():
+    """``evicted`` is 0 only while the table holds every id ever admitted
+    (Board then skips the journal's search for redeliveries older than the
+    window): retention evictions count, a rollback's discard does not, and
+    a snapshot keeps the count (one that did not record it counts as 1)."""
+    t = DedupTable(3, "b")
+    for i in range(3):
+        t.add(f"e{i}", FP)
+    t.discard("e2")  # a rollback: e2 was never made durable
+    t.trim()
+    assert t.evicted == 0
+    for i in range(3, 6):
+        t.remember(f"e{i}", FP)
+    assert t.evicted == 2 and "e0" not in t and "e1" not in t
+    state = t.to_state()
+    assert DedupTable.from_state(3, state, "b").evicted == 2
+    assert DedupTable.from_state(1, state, "b").evicted == 4  # a smaller retention drops two more
+    fresh = DedupTable(3, "b")
+    fresh.remember("x", FP)
+    assert DedupTable.from_state(3, fresh.to_state(), "b").evicted == 0
+    assert DedupTable.from_state(3, {"v": 1, "entries": fresh.to_state()["entries"]}, "b").evicted == 1
+    assert DedupTable.from_state(3, ["x", FP], "b").evicted == 1
+
+
 def test_discard_newest_oldest_middle_and_unknown():
     t = DedupTable(100, "b")
     for i in range(10):

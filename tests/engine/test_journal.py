@@ -22,7 +22,7 @@ from engine.journal import (
     FENCE, KIND_SCORE, Journal, JournalColumns, JournalLost, MemoryStore, Run, merged_blocks, owner_add, probe_run,
 )
 from engine.log.journal_files import FilePlace, FileStore
-from engine.players import encode_ids
+from engine.players import encode_ids, hash_bytes
 
 TRICKY = ["e", "é", "𝔘", "e\ud800", "a" * 40, "a" * 39 + "b"]
 
@@ -57,7 +57,7 @@ def append_batch(j: Journal, rows: list, rnd: random.Random, n: int, owned_ids: 
         j.n += 1
         r = j.base + t
         if eid not in owned_ids and j.find(eid) < 0:
-            owner_add(j.slots, j.eoffs, j.earena, t)
+            owner_add(j.slots, t, np.uint64(hash_bytes(j.earena, j.eoffs[t], j.eoffs[t + 1])))
             j.owned += 1
             owned_ids[eid] = r
         rows.append((p, eid, v, a, s, meta))
