@@ -20,6 +20,7 @@ from engine.columns import ScoreColumns
 from engine.dedup import DedupTable, Seen, fingerprint, fingerprints
 from engine.errors import AlreadyDecided, EventNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
+from engine.players import BatchIds
 from engine.season import accepts_corrections, accepts_scores, next_state
 
 
@@ -66,21 +67,21 @@ class Admission:
             return self._hold(ev, Outcome.HELD_FOR_REVIEW)
         return None
 
-    def decide_columns(self, cols: ScoreColumns, player_bytes: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    def decide_columns(self, cols: ScoreColumns, ids: BatchIds | None = None) -> np.ndarray:
         """``admit`` for each event of a batch, in order, as uint8 verdict
         codes (``engine.records.CODE``; 0 = go on to apply): one dedup-table
         call for the batch (it sees duplicates inside the batch too) and
         numpy for season state and review. A board with a quarantine takes
         the event-by-event path (quarantined ids are checked one by one).
-        ``player_bytes``: ``engine.players.encode_ids(cols.player_ids)``, when
-        the caller has it (a batch's ids are then read once)."""
+        ``ids``: the batch's ids already encoded, when the caller has them
+        (each id's ``str`` is then read once, for every step)."""
         n = len(cols)
         code = R.CODE
         if self.held or self.decided:
             return np.fromiter((0 if v is None else code[v] for v in map(self.admit, cols.events())),
                                dtype=np.uint8, count=n)
-        fps = fingerprints(cols, player_bytes)
-        words = self.dedup.words_many(cols.event_ids)
+        fps = fingerprints(cols, None if ids is None else (ids.players, ids.player_offs))
+        words = self.dedup.words_many(cols.event_ids, None if ids is None else (ids.events, ids.event_offs))
         seen = self.dedup.check_many(cols.event_ids, fps, words)
         verdicts = np.zeros(n, np.uint8)
         verdicts[seen == Seen.DUPLICATE.value] = code[Outcome.DUPLICATE_IGNORED]

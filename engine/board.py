@@ -50,7 +50,7 @@ from engine.model import (
 )
 from engine.journal import Journal
 from engine.partition import KIND_DECISION, Partition, Row
-from engine.players import encode_ids
+from engine.players import BatchIds
 from engine.ranking import entries_of, merge_window, rank_locally
 
 
@@ -101,12 +101,12 @@ class Board:
         if cols.board_id != self.spec.board_id:
             return BatchResult(np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8),
                                np.full(n, self.version, np.int64))
-        player_bytes = encode_ids(cols.player_ids)  # once, for the fingerprints and the interning
+        ids = BatchIds.of(cols.player_ids, cols.event_ids)  # once, for admission and the partition
         ids_new = self.admission.dedup.evicted == 0  # the table still holds every id this board admitted
-        verdicts = self.admission.decide_columns(cols, player_bytes)
+        verdicts = self.admission.decide_columns(cols, ids)
         self.admission.commit()
         base = self.partition.changes
-        got = self.partition.apply_columns(cols, verdicts, player_bytes=player_bytes, ids_new=ids_new)
+        got = self.partition.apply_columns(cols, verdicts, ids=ids, ids_new=ids_new)
         versions = base + np.cumsum(got.changed, dtype=np.int64)
         at = np.flatnonzero(got.changed)
         if len(at):

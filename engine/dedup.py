@@ -46,11 +46,12 @@ import xxhash
 
 from engine.columns import int64_column as _i64
 from engine.players import encode_ids, hash_bytes
+from engine.xxh3 import MAX_SHORT, xxh3_128_many
 
 _xxh64 = xxhash.xxh3_64_intdigest
 _xxh128 = xxhash.xxh3_128_intdigest
-_xxh128_digest = xxhash.xxh3_128_digest
 _M32 = 0xFFFFFFFF
+_M64 = (1 << 64) - 1
 _NO_LIMIT = 1 << 62  # "never evict" for add()
 _MIN_CAPACITY = 64
 STATE_VERSION = 1
@@ -537,13 +538,23 @@ class DedupTable:
 
     def _words_many(self, event_ids: Sequence[str]) -> np.ndarray:
         """(k, 3) uint32 identity fingerprints, the same words as ``_words``."""
-        seed = self._seed
-        try:
-            raw = b"".join([_xxh128_digest(e.encode(), seed) for e in event_ids])
-        except UnicodeEncodeError:
-            raw = b"".join([_xxh128_digest(_utf8(e), seed) for e in event_ids])
-        be = np.frombuffer(raw, dtype=">u4").reshape(-1, 4)  # most significant word first
-        return np.ascontiguousarray(be[:, :0:-1], dtype=np.uint32)
+        return self.words_of(*encode_ids(event_ids))
+
+    def words_of(self, buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """``_words_many`` of ids given as one UTF-8 arena and offsets
+        (:func:`engine.players.encode_ids`): xxh3-128 in one numba pass
+        (:mod:`engine.xxh3`), ``xxhash`` for any id over 240 bytes."""
+        lo, hi, long = xxh3_128_many(buf, offs, self._seed)
+        if long:
+            lens = np.diff(offs)
+            for x in np.flatnonzero(lens > MAX_SHORT).tolist():
+                d = _xxh128(buf[offs[x]:offs[x + 1]].tobytes(), self._seed)
+                lo[x], hi[x] = d & _M64, d >> 64
+        out = np.empty((len(lo), 3), np.uint32)
+        out[:, 0] = lo & np.uint64(_M32)
+        out[:, 1] = lo >> np.uint64(32)
+        out[:, 2] = hi & np.uint64(_M32)
+        return out
 
     @staticmethod
     def _fold_many(fps, k: int) -> np.ndarray:
@@ -552,10 +563,12 @@ class DedupTable:
             raise ValueError(f"{k} event ids but {a.size} fingerprints")
         return ((a ^ (a >> np.uint64(32))) & np.uint64(_M32)).astype(np.uint32)
 
-    def words_many(self, event_ids: Sequence[str]) -> np.ndarray:
+    def words_many(self, event_ids: Sequence[str], event_bytes: tuple[np.ndarray, np.ndarray] | None = None
+                   ) -> np.ndarray:
         """The identity fingerprints of many ids, to pass to ``check_many``
-        and ``add_many`` so a batch is hashed once."""
-        return self._words_many(event_ids)
+        and ``add_many`` so a batch is hashed once. ``event_bytes``:
+        ``encode_ids(event_ids)``, when the caller has it."""
+        return self._words_many(event_ids) if event_bytes is None else self.words_of(*event_bytes)
 
     def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> np.ndarray:
         """``check`` of each id as if every NEW one were added before the

@@ -65,7 +65,7 @@ from engine.journal import (
     owner_find,
 )
 from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
-from engine.players import PlayerTable, encode_ids, hash_bytes, same_bytes
+from engine.players import BatchIds, PlayerTable, encode_ids, hash_bytes, same_bytes
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 from engine.rank_index import RankIndex
 
@@ -277,19 +277,21 @@ class Partition:
     # ------------------------------------------------------------------ writes
 
     def apply_columns(self, cols: ScoreColumns, verdicts: np.ndarray | None = None, kind: int = KIND_SCORE,
-                      player_bytes: tuple[np.ndarray, np.ndarray] | None = None, ids_new: bool = False) -> Applied:
+                      ids: BatchIds | None = None, ids_new: bool = False) -> Applied:
         """Apply a batch in order: one kernel call, one index move per touched
         player. ``verdicts`` (uint8, 0 = apply) are outcomes decided before
         apply (duplicate, held, conflict), which are only journalled.
-        ``player_bytes``: ``encode_ids(cols.player_ids)``, when the caller has it.
+        ``ids``: the batch's ids already encoded (:class:`BatchIds`), when the caller has them.
         ``ids_new``: the caller vouches that no event of verdict 0 was seen
         before (the board's dedup table has never evicted an id, so it would
         have caught it), and the journal's stored runs are not searched for
         redeliveries older than the dedup window (one probe per event and run)."""
         n = len(cols)
-        idx = self.players.intern_encoded(*(encode_ids(cols.player_ids) if player_bytes is None else player_bytes))
+        if ids is None:
+            ids = BatchIds.of(cols.player_ids, cols.event_ids)
+        idx = self.players.intern_encoded(ids.players, ids.player_offs)
         self._reserve_rows(len(self.players))
-        ebuf, eoffs = encode_ids(cols.event_ids)
+        ebuf, eoffs = ids.events, ids.event_offs
         mbuf, moffs = (cols.meta, cols.moffs) if cols.moffs is not None else (_NO_META, np.zeros(n + 1, np.int64))
         self.journal.reserve(n, len(ebuf), len(mbuf))
         if verdicts is None:

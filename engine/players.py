@@ -18,7 +18,7 @@ comparator orders ids (:func:`id_less`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numba
 import numpy as np
@@ -174,6 +174,21 @@ def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     # a writable buffer: numba specialises readonly arrays separately
     buf = np.frombuffer(bytearray(b"".join(enc)), dtype=np.uint8)
     return buf, boffs
+
+
+class BatchIds(NamedTuple):
+    """A batch's player and event ids as UTF-8 arenas with offsets
+    (:func:`encode_ids`), encoded once for every kernel that reads them
+    (content fingerprints, dedup words, interning, the journal)."""
+
+    players: np.ndarray  # uint8
+    player_offs: np.ndarray  # int64, len + 1
+    events: np.ndarray  # uint8
+    event_offs: np.ndarray  # int64, len + 1
+
+    @classmethod
+    def of(cls, player_ids: Sequence[str], event_ids: Sequence[str]) -> "BatchIds":
+        return cls(*encode_ids(player_ids), *encode_ids(event_ids))
 
 
 def decode_id(raw: bytes) -> str:
