@@ -239,6 +239,35 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
     return jn, owned, changes, touched
 
 
+@numba.njit(cache=True)
+def distinct(idx):
+    """The distinct values of an int32 array, in order of first appearance:
+    an open-addressing set the size of the batch (no sort, and nothing the
+    size of the board)."""
+    n = len(idx)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    slots = np.full(size, -1, np.int32)
+    out = np.empty(n, np.int32)
+    k = 0
+    for x in range(n):
+        v = idx[x]
+        pos = (v * 0x9E3779B1) & mask
+        while True:
+            cur = slots[pos]
+            if cur == v:
+                break
+            if cur < 0:
+                slots[pos] = v
+                out[k] = v
+                k += 1
+                break
+            pos = (pos + 1) & mask
+    return out[:k]
+
+
 class Partition:
     """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
@@ -296,7 +325,7 @@ class Partition:
         self.journal.reserve(n, len(ebuf), len(mbuf))
         if verdicts is None:
             verdicts = np.zeros(n, np.uint8)
-        touched = np.unique(idx)
+        touched = distinct(idx)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
         j = self.journal

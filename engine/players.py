@@ -157,12 +157,19 @@ def gather(arena: np.ndarray, offs: np.ndarray, idx: np.ndarray) -> tuple[np.nda
 def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes of many ids in one buffer plus their int64 offsets."""
     n = len(ids)
-    joined = "".join(ids)
-    if joined.isascii():  # one byte per character: lengths are the str lengths
+    joined = "\x00".join(ids)  # one pass over the ids' str objects (cold in cache on the write path)
+    if joined.isascii():  # one byte per character
+        raw = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        seps = np.flatnonzero(raw == 0)
+        if len(seps) == max(0, n - 1):  # no id holds a NUL: the separators give the lengths
+            boffs = np.zeros(n + 1, dtype=np.int64)
+            if n:
+                boffs[1:-1] = seps - np.arange(n - 1)
+                boffs[-1] = len(raw) - (n - 1)
+            return (raw[raw != 0] if n > 1 else raw.copy()), boffs
         boffs = np.zeros(n + 1, dtype=np.int64)
-        if n:
-            np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=n), out=boffs[1:])
-        return np.frombuffer(bytearray(joined.encode("ascii")), dtype=np.uint8), boffs
+        np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=n), out=boffs[1:])
+        return np.frombuffer(bytearray("".join(ids).encode("ascii")), dtype=np.uint8), boffs
     try:
         enc = [s.encode() for s in ids]
     except UnicodeEncodeError:  # a lone surrogate: keep it, it still orders by code point
