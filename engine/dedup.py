@@ -587,7 +587,9 @@ class DedupTable:
         self._put_words(self._words_many(event_ids), fps, self.retention)
 
     def add_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> None:
-        """``add`` each id in order (no eviction until ``trim``). O(k) amortised."""
+        """``add`` each id in order (no eviction until ``trim``, but that a
+        table at its retention first evicts its oldest ids to make room, see
+        ``_put_words``). O(k) amortised."""
         self._put_words(self._words_many(event_ids) if words is None else words, fps, _NO_LIMIT)
 
     def add_words(self, words: np.ndarray, fps) -> None:
@@ -599,6 +601,14 @@ class DedupTable:
         cs = self._fold_many(fps, k)
         if not k:
             return
+        cap = self.capacity
+        if limit == _NO_LIMIT and cap >= self.retention and k <= cap < len(self) + k:
+            # A table at its retention makes room by evicting its oldest ids now, not at the trim
+            # (growing it would add an eighth for good). A rollback does not bring them back: an
+            # id older than the window is the journal's to recognise (engine.journal), as it
+            # would be after the trim.
+            if not _trim(self._ent, self._slots, self._meta, cap - k):
+                raise AssertionError("dedup table is corrupt")
         ids = np.ascontiguousarray(words)
         done = 0
         while True:

@@ -33,11 +33,12 @@ from engine.players import id_less
 
 CAP = 128
 #: A block left with fewer keys than this after a removal joins a neighbour
-#: if the two then hold at most MERGE_INTO keys. Without it, blocks that
-#: players' improving scores drain sit near a third full (a board's keys
-#: keep moving up); with it they stay about two thirds full.
-MERGE_BELOW = CAP // 4
-MERGE_INTO = CAP * 3 // 4
+#: if the two then hold at most MERGE_INTO keys, else takes keys from it
+#: until both hold about half their sum (a B-tree's underflow rule). Without
+#: it, the blocks that players' improving scores drain sit near a third full
+#: (a board's keys keep moving up) and the index grows with events.
+MERGE_BELOW = CAP // 2
+MERGE_INTO = CAP * 7 // 8
 #: A full block hands keys to a neighbour (instead of splitting) when that
 #: neighbour has room for at least twice this many.
 ROOM_MIN = 8
@@ -212,26 +213,63 @@ def _remove_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, rp, rt, ri, arena
         r = c - 1
         if r == 0:  # the block is empty: drop it from the order
             _drop_block(order, LP, LT, LI, meta, free, j, b)
-        elif r < MERGE_BELOW:  # nearly empty: join a neighbour that has room
-            if j + 1 < nb and r + cnt[order[j + 1]] <= MERGE_INTO:
-                nx = order[j + 1]
-                m = cnt[nx]
-                P[base + r:base + r + m] = P[nx * CAP:nx * CAP + m]
-                T[base + r:base + r + m] = T[nx * CAP:nx * CAP + m]
-                ID[base + r:base + r + m] = ID[nx * CAP:nx * CAP + m]
-                cnt[b] = r + m
-                LP[j], LT[j], LI[j] = LP[j + 1], LT[j + 1], LI[j + 1]
-                _drop_block(order, LP, LT, LI, meta, free, j + 1, nx)
-            elif j > 0 and r + cnt[order[j - 1]] <= MERGE_INTO:
-                pv = order[j - 1]
-                m = cnt[pv]
-                P[pv * CAP + m:pv * CAP + m + r] = P[base:base + r]
-                T[pv * CAP + m:pv * CAP + m + r] = T[base:base + r]
-                ID[pv * CAP + m:pv * CAP + m + r] = ID[base:base + r]
-                cnt[pv] = m + r
-                LP[j - 1], LT[j - 1], LI[j - 1] = LP[j], LT[j], LI[j]
-                _drop_block(order, LP, LT, LI, meta, free, j, b)
+        elif r < MERGE_BELOW:  # under half full: join a neighbour, or even out with it
+            _rebalance(P, T, ID, cnt, order, LP, LT, LI, meta, free, j, b, r)
     return missing
+
+
+@numba.njit(cache=True)
+def _rebalance(P, T, ID, cnt, order, LP, LT, LI, meta, free, j, b, r):
+    """Block ``b`` (logical ``j``) holds ``r`` keys, under half: merge it with
+    its next (else previous) neighbour when the two fit in MERGE_INTO keys,
+    else move keys over from that neighbour so both hold about half their
+    sum. So every block but a lone one stays at least ~44 % full, however
+    the keys churn (scores that keep improving drain the blocks they leave)."""
+    nb = meta[0]
+    base = b * CAP
+    if j + 1 < nb:
+        nx = order[j + 1]
+        m, nbase = cnt[nx], nx * CAP
+        if r + m <= MERGE_INTO:
+            P[base + r:base + r + m] = P[nbase:nbase + m]
+            T[base + r:base + r + m] = T[nbase:nbase + m]
+            ID[base + r:base + r + m] = ID[nbase:nbase + m]
+            cnt[b] = r + m
+            LP[j], LT[j], LI[j] = LP[j + 1], LT[j + 1], LI[j + 1]
+            _drop_block(order, LP, LT, LI, meta, free, j + 1, nx)
+            return
+        h = (m - r) // 2
+        if h > 0:  # the next block's first h keys move to b's end
+            P[base + r:base + r + h] = P[nbase:nbase + h]
+            T[base + r:base + r + h] = T[nbase:nbase + h]
+            ID[base + r:base + r + h] = ID[nbase:nbase + h]
+            for q in range(m - h):
+                P[nbase + q], T[nbase + q], ID[nbase + q] = P[nbase + q + h], T[nbase + q + h], ID[nbase + q + h]
+            cnt[b], cnt[nx] = r + h, m - h
+            last = base + r + h - 1
+            LP[j], LT[j], LI[j] = P[last], T[last], ID[last]
+        return
+    if j > 0:
+        pv = order[j - 1]
+        m, pbase = cnt[pv], pv * CAP
+        if r + m <= MERGE_INTO:
+            P[pbase + m:pbase + m + r] = P[base:base + r]
+            T[pbase + m:pbase + m + r] = T[base:base + r]
+            ID[pbase + m:pbase + m + r] = ID[base:base + r]
+            cnt[pv] = m + r
+            LP[j - 1], LT[j - 1], LI[j - 1] = LP[j], LT[j], LI[j]
+            _drop_block(order, LP, LT, LI, meta, free, j, b)
+            return
+        h = (m - r) // 2
+        if h > 0:  # the previous block's last h keys move to b's front
+            for q in range(r - 1, -1, -1):
+                P[base + q + h], T[base + q + h], ID[base + q + h] = P[base + q], T[base + q], ID[base + q]
+            P[base:base + h] = P[pbase + m - h:pbase + m]
+            T[base:base + h] = T[pbase + m - h:pbase + m]
+            ID[base:base + h] = ID[pbase + m - h:pbase + m]
+            cnt[b], cnt[pv] = r + h, m - h
+            last = pbase + m - h - 1
+            LP[j - 1], LT[j - 1], LI[j - 1] = P[last], T[last], ID[last]
 
 
 @numba.njit(cache=True, inline="always")
@@ -360,7 +398,7 @@ class RankIndex:
 
     def _grow(self) -> None:
         old = len(self.cnt)
-        new = old + old // 4 + 4  # 1.25x: at most a quarter of the blocks allocated ahead
+        new = old + old // 8 + 4  # 1.125x: at most an eighth of the blocks allocated ahead
         for name in ("P", "T", "ID"):
             a = getattr(self, name)
             b = np.zeros(new * CAP, dtype=a.dtype)

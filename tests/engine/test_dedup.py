@@ -133,6 +133,22 @@ def test_evicted_counts_what_the_retention_dropped_across_snapshots():
     assert DedupTable.from_state(3, ["x", FP], "b").evicted == 1
 
 
+def test_a_table_at_its_retention_makes_room_instead_of_growing():
+    """``add_many`` on a full table evicts its oldest ids first (growing would
+    keep an eighth more for good, and memory must not grow with events); a
+    rollback then forgets the new ids, and the evicted ones stay evicted
+    (the journal recognises ids older than the window)."""
+    a = Admission(BoardSpec("b", Policy.BEST_SCORE), 4)
+    t = a.dedup
+    t.add_many([f"e{i}" for i in range(4)], [FP] * 4)
+    a.commit()
+    assert t.capacity == 4 and t.evicted == 0
+    t.add_many(["n1", "n2"], [FP, FP])
+    assert t.capacity == 4 and len(t) == 4 and t.evicted == 2
+    assert [e in t for e in ("e0", "e1", "e2", "e3", "n1", "n2")] == [False, False, True, True, True, True]
+    t._check()
+
+
 def test_discard_newest_oldest_middle_and_unknown():
     t = DedupTable(100, "b")
     for i in range(10):
