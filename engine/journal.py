@@ -499,7 +499,7 @@ class Journal:
         self.store.meta.append(self.marena[: self.moffs[n]].tobytes())
         self.store.rows.append(rec.tobytes())
         hashes = hash_ids(self.earena, self.eoffs, owned)
-        order = np.argsort(hashes, kind="stable")
+        order = np.argsort(hashes)  # ids are distinct: equal hashes are collisions, in any order
         self.runs.append(self.store.write_run(self.next_seq, hashes[order], self.base + owned[order]))
         self.next_seq += 1
         self.base += n
@@ -507,7 +507,7 @@ class Journal:
         self.owned = 0
         self.eoffs[0] = 0
         self.moffs[0] = 0
-        self.slots = np.full(128, -1, np.int64)
+        self.slots.fill(-1)  # the next tail fills as this one did: keep the size, skip the doublings
         self._merge_runs()
 
     def _merge_runs(self) -> None:
