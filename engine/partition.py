@@ -240,6 +240,43 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
 
 
 @numba.njit(cache=True)
+def _row_keys(pol, rows, val, ach, sub, st, active, kp, kt):
+    """Whether each row is ACTIVE and its index key (primary, tie): one
+    pass instead of a numpy gather per column."""
+    for k in range(len(rows)):
+        r = rows[k]
+        active[k] = st[r] == ST_ACTIVE
+        if pol == 2:
+            kp[k], kt[k] = val[r], sub[r]
+        else:
+            kp[k], kt[k] = ~val[r], ach[r]
+
+
+@numba.njit(cache=True)
+def _moves(pol, touched, was, op, ot, val, ach, sub, st, rp, rt, ri, ip, it, ii):
+    """The index keys to remove (old keys of rows that were ACTIVE and moved
+    or left) and to insert (new keys of rows ACTIVE now that moved or came):
+    (removals, insertions) written to the front of rp/rt/ri and ip/it/ii."""
+    nr = 0
+    ni = 0
+    for k in range(len(touched)):
+        r = touched[k]
+        now = st[r] == ST_ACTIVE
+        if pol == 2:
+            np_, nt = val[r], sub[r]
+        else:
+            np_, nt = ~val[r], ach[r]
+        same = was[k] and now and op[k] == np_ and ot[k] == nt
+        if was[k] and not same:
+            rp[nr], rt[nr], ri[nr] = op[k], ot[k], r
+            nr += 1
+        if now and not same:
+            ip[ni], it[ni], ii[ni] = np_, nt, r
+            ni += 1
+    return nr, ni
+
+
+@numba.njit(cache=True)
 def distinct(idx):
     """The distinct values of an int32 array, in order of first appearance:
     an open-addressing set the size of the batch (no sort, and nothing the
@@ -326,8 +363,9 @@ class Partition:
         if verdicts is None:
             verdicts = np.zeros(n, np.uint8)
         touched = distinct(idx)
-        was_active = self.st[touched] == ST_ACTIVE
-        old_p, old_t = self._keys(touched)
+        k = len(touched)
+        was_active, old_p, old_t = np.empty(k, np.bool_), np.empty(k, np.int64), np.empty(k, np.int64)
+        _row_keys(self._pol, touched, self.val, self.ach, self.sub, self.st, was_active, old_p, old_t)
         j = self.journal
         codes = np.empty(n, np.uint8)
         changed = np.empty(n, np.bool_)
@@ -396,17 +434,17 @@ class Partition:
 
     def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray) -> None:
         """Move the touched players' index keys to their rows' current keys."""
-        now_active = self.st[touched] == ST_ACTIVE
-        new_p, new_t = self._keys(touched)
-        same = was_active & now_active & (old_p == new_p) & (old_t == new_t)
-        out = was_active & ~same
-        into = now_active & ~same
+        k = len(touched)
+        rp, rt, ri = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
+        ip, it, ii = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
+        nr, ni = _moves(self._pol, touched, was_active, old_p, old_t, self.val, self.ach, self.sub, self.st,
+                        rp, rt, ri, ip, it, ii)
         arena, offs = self.players.arena, self.players.offs
-        if out.any():
-            self.index.remove_many(old_p[out], old_t[out], touched[out], arena, offs)
-        if into.any():
-            ip, it, ii = new_p[into], new_t[into], touched[into]
-            if len(ip) > 64:  # in key order: neighbouring inserts share blocks (cache)
+        if nr:
+            self.index.remove_many(rp[:nr], rt[:nr], ri[:nr], arena, offs)
+        if ni:
+            ip, it, ii = ip[:ni], it[:ni], ii[:ni]
+            if ni > 64:  # in key order: neighbouring inserts share blocks (cache)
                 order = np.lexsort((it, ip))
                 ip, it, ii = ip[order], it[order], ii[order]
             self.index.insert_many(ip, it, ii, arena, offs)
