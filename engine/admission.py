@@ -114,7 +114,10 @@ class Admission:
         keep = np.flatnonzero((verdicts == R.APPLY) | (verdicts == held_codes[0]) | (verdicts == held_codes[1]))
         if not len(keep):
             return
-        self.dedup.remember_many([cols.event_ids[i] for i in keep.tolist()], fingerprints(cols)[keep])
+        ids = BatchIds.of(cols.player_ids, cols.event_ids)
+        words = self.dedup.words_of(ids.events, ids.event_offs)
+        fps = fingerprints(cols, (ids.players, ids.player_offs))
+        self.dedup.remember_words(words[keep], fps[keep])
         metas = None
         for i in keep.tolist():
             if verdicts[i] != R.APPLY:

@@ -592,6 +592,10 @@ class DedupTable:
         ``_put_words``). O(k) amortised."""
         self._put_words(self._words_many(event_ids) if words is None else words, fps, _NO_LIMIT)
 
+    def remember_words(self, words: np.ndarray, fps) -> None:
+        """``remember_many`` of ids given only by their identity words (rows of ``words_many``)."""
+        self._put_words(words, fps, self.retention)
+
     def add_words(self, words: np.ndarray, fps) -> None:
         """``add_many`` of ids given only by their identity words (rows of ``words_many``)."""
         self._put_words(words, fps, _NO_LIMIT)
