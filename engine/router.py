@@ -356,20 +356,21 @@ class Router:
 
     # ------------------------------------------------------------- recovery
 
-    def fold(self, offset: int, rec: list) -> None:
+    def fold(self, offset: int, rec) -> None:
         """Replay one log record into router state (recovery; no I/O)."""
-        kind = rec[0]
+        rec = R.parse(rec)
+        kind = rec.kind
         if kind in R.BOARD_KINDS:
             spec = R.spec_of(rec)
             self.boards.setdefault(spec.board_id, self._new_ctl(spec))
         elif kind == R.STATE:
-            ctl = self.boards.get(rec[1])
+            ctl = self.boards.get(rec.board_id)
             if ctl is not None:
-                ctl.admission.state = BoardState(rec[2])
+                ctl.admission.state = BoardState(rec.state)
                 if ctl.admission.state is BoardState.FROZEN:
                     ctl.admission.freeze_position = offset
         elif kind in R.SCORE_BATCHES or kind == R.SCORE:
-            ctl = self.boards.get(rec[1])
+            ctl = self.boards.get(rec.board_id)
             if ctl is not None:
                 if kind in R.SCORE_BATCHES:
                     ctl.admission.replay_columns(*R.columns_of(rec))
@@ -377,14 +378,14 @@ class Router:
                     ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
                 ctl.admission.dedup.trim()
         elif kind == R.INVALIDATE:
-            ctl = self.boards.get(rec[1])
+            ctl = self.boards.get(rec.board_id)
             if ctl is not None:
                 ctl.corrections += 1
         elif kind in R.DECISIONS:
-            ctl = self.boards.get(rec[1])
-            if ctl is not None and rec[2] in ctl.admission.held:
-                held = ctl.admission.held.pop(rec[2])
-                ctl.admission.decided[rec[2]] = (rec[3], held)
+            ctl = self.boards.get(rec.board_id)
+            if ctl is not None and rec.event_id in ctl.admission.held:
+                held = ctl.admission.held.pop(rec.event_id)
+                ctl.admission.decided[rec.event_id] = (rec.decision, held)
         elif kind == R.DEAD_LETTER:
             self._dead_logged.add(R.dead_letter_of(rec).key)
         self.log_offset = offset
@@ -716,8 +717,8 @@ class Router:
         for kind, _payload, _fut, start, count, _undo in subs:
             if kind in ("state", "schedule"):  # the freeze position is the record's offset, as replay sets it
                 for i in range(start, start + count):
-                    if records[i][2] == BoardState.FROZEN.value:
-                        self.boards[records[i][1]].admission.freeze_position = first + i
+                    if records[i].state == BoardState.FROZEN.value:
+                        self.boards[records[i].board_id].admission.freeze_position = first + i
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
         for i, (rec, where) in enumerate(zip(records, targets), first):
@@ -747,7 +748,7 @@ class Router:
             ctl = self._ctl(board_id)
             before = (ctl.admission.state, ctl.admission.freeze_position)
             ctl.admission.state = next_state(ctl.admission.state, state)
-            records.append([R.STATE, board_id, state.value])
+            records.append(R.StateRecord(R.STATE, board_id, state.value))
 
             def undo():
                 ctl.admission.state, ctl.admission.freeze_position = before
@@ -759,7 +760,7 @@ class Router:
             spec = ctl.spec
             for target in season.due(ctl.admission.state, spec.closes_at, spec.finalize_after_s, now).transitions:
                 ctl.admission.state = next_state(ctl.admission.state, target)
-                records.append([R.STATE, board_id, target.value])
+                records.append(R.StateRecord(R.STATE, board_id, target.value))
                 log.info("board %s: scheduled move to %s (closes_at %s)", board_id, target.value, spec.closes_at)
 
             def undo():
@@ -787,7 +788,7 @@ class Router:
             ctl.admission.check_corrections_allowed()
             ctl.corrections += 1
             cid = f"correction:{inv.event_id}:{ctl.corrections}"
-            records.append([R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator])
+            records.append(R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator))
 
             def undo():
                 ctl.corrections -= 1
@@ -842,20 +843,21 @@ class Router:
         for k in held_rows:
             held[cols.event_ids[k]] = moved[cols.event_ids[k]]
 
-    def _targets(self, rec: list) -> list[int]:
-        kind = rec[0]
+    def _targets(self, rec: R.Record) -> list[int]:
+        """The shard actors a record goes to."""
+        kind = rec.kind
         if kind in R.SCORE_BATCHES:
-            ctl = self.boards.get(rec[1])
-            return [] if ctl is None else [ctl.part_actor[rec[2]]]
+            ctl = self.boards.get(rec.board_id)
+            return [] if ctl is None else [ctl.part_actor[rec.partition]]
         if kind in R.BOARD_KINDS:
             return list(range(self.t.n))
         if kind in R.DECISIONS:
-            ctl = self.boards[rec[1]]
-            return [ctl.part_actor[part_of(rec[6], ctl.spec.shards)]]
+            ctl = self.boards[rec.board_id]
+            return [ctl.part_actor[part_of(rec.player_id, ctl.spec.shards)]]
         if kind == R.INVALIDATE:
-            return self.boards[rec[1]].actors
-        if kind == R.STATE and rec[2] == BoardState.ARCHIVED.value:  # its partitions stop changing
-            return self.boards[rec[1]].actors
+            return self.boards[rec.board_id].actors
+        if kind == R.STATE and rec.state == BoardState.ARCHIVED.value:  # its partitions stop changing
+            return self.boards[rec.board_id].actors
         if kind == R.DEAD_LETTER:  # every shard: the one that made it stops reporting it
             return list(range(self.t.n))
         return []
@@ -905,7 +907,7 @@ class Router:
                 answer = self._finish_record(records[start], per_record[start], new_deltas)
             replies.append((fut, answer))
         if self.version_hooks:
-            touched = {rec[1] for rec in records if len(rec) > 1 and isinstance(rec[1], str) and rec[1] in self.boards}
+            touched = {rec.board_id for rec in records if isinstance(rec.board_id, str) and rec.board_id in self.boards}
             for hook in self.version_hooks:
                 hook(touched)
         if logging_dead is None:
@@ -1036,24 +1038,24 @@ class Router:
                 Delta(v, (RowChange(p, value, at, active, meta),)) for v, p, value, at, meta in zip(
                     range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k))
 
-    def _finish_record(self, rec: list, got: list, new_deltas) -> object:
-        kind = rec[0]
-        ctl = self.boards.get(rec[1])
+    def _finish_record(self, rec: R.Record, got: list, new_deltas) -> object:
+        kind = rec.kind
+        ctl = self.boards.get(rec.board_id)
         if kind in R.DECISIONS:
             a, (code, change) = got[0]
             self._note_change(ctl, a, change, new_deltas)
             outcome = None if code == 0 else R.outcome_of(code)
-            return DecisionResult(rec[2], rec[3], outcome, ctl.version)
+            return DecisionResult(rec.event_id, rec.decision, outcome, ctl.version)
         if kind == R.INVALIDATE:
             for a, ans in got:
                 if ans is not None:
                     pid, active, value, change, refused = ans
                     if refused:
-                        return TotalOutOfRange.invalidating(rec[2], pid)
+                        return TotalOutOfRange.invalidating(rec.event_id, pid)
                     self._note_change(ctl, a, change, new_deltas)
                     status = RowStatus.ACTIVE if active else RowStatus.INVALIDATED
-                    return InvalidationResult(rec[3], pid, status, value if active else None, ctl.version)
-            return EventNotFound(f"No applied event {rec[2]!r} on board {rec[1]!r}.", "event_id")
+                    return InvalidationResult(rec.correction_id, pid, status, value if active else None, ctl.version)
+            return EventNotFound(f"No applied event {rec.event_id!r} on board {rec.board_id!r}.", "event_id")
         return None
 
     def _note_change(self, ctl: BoardCtl, actor: int, change, new_deltas) -> None:

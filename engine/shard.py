@@ -164,27 +164,27 @@ class ShardCore:
                 self._skip[d.offset].append(d)
             self._unlogged.pop(d.key, None)
 
-    def owns(self, rec: list) -> bool:
-        """Whether a log record concerns a partition on this shard."""
-        kind = rec[0]
+    def owns(self, rec) -> bool:
+        """Whether a log record concerns a partition on this shard actor."""
+        rec = R.parse(rec)
+        kind = rec.kind
         if kind in R.BOARD_KINDS or kind == R.DEAD_LETTER:
             return True
-        spec = self.specs.get(rec[1])
+        spec = self.specs.get(rec.board_id)
         if spec is None:
             return False
         if kind in R.SCORE_BATCHES:
-            return rec[2] in self.parts.get(spec.board_id, ())
-        if kind == R.SCORE:  # self.parts holds only the partitions placed here
-            return part_of(rec[3], spec.shards) in self.parts.get(spec.board_id, ())
-        if kind in R.DECISIONS:
-            return part_of(rec[6], spec.shards) in self.parts.get(spec.board_id, ())
+            return rec.partition in self.parts.get(spec.board_id, ())
+        if kind == R.SCORE or kind in R.DECISIONS:  # self.parts holds only the partitions placed here
+            return part_of(rec.player_id, spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.INVALIDATE:
             return spec.board_id in self.parts
         if kind == R.STATE:
-            return rec[2] == ARCHIVED and spec.board_id in self.parts
+            return rec.state == ARCHIVED and spec.board_id in self.parts
         return False
 
-    def _apply_record(self, offset: int, rec: list):
+    def _apply_record(self, offset: int, rec):
+        rec = R.parse(rec)
         if offset in self._dead_offsets:
             result = [DEAD, None]
         elif self._skipped_whole(offset, rec):
@@ -194,7 +194,7 @@ class ShardCore:
                 result = self._dispatch(rec, offset)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
-        self._remember_result(offset, result, rec[1] if len(rec) > 1 and isinstance(rec[1], str) else None)
+        self._remember_result(offset, result, rec.board_id if isinstance(rec.board_id, str) else None)
         return result
 
     def _remember_result(self, offset: int, result, board_id: str | None = None) -> None:
@@ -217,11 +217,10 @@ class ShardCore:
             self.result_cache_bytes -= self._result_bytes.pop(offset)
             self._result_board.pop(offset, None)
 
-    def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
+    def _dead_letter(self, offset: int, rec: R.Record, exc: Exception) -> list:
         error = R.error_text(exc)
-        log.error("dead-lettering log offset %d (%s %s): %s", offset, rec[0], rec[1:3], error)
-        self._add_dead([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, error],
-                       logged=False)
+        log.error("dead-lettering log offset %d (%s %s %s): %s", offset, rec.kind, rec.board_id, R.event_id_of(rec), error)
+        self._add_dead([offset, rec.board_id, R.event_id_of(rec), error], logged=False)
         return [DEAD, None]
 
     def _add_dead(self, entry: list, logged: bool) -> None:
@@ -234,45 +233,45 @@ class ShardCore:
         if not logged:
             self._unlogged[_dead_key(entry)] = entry
 
-    def _skipped_whole(self, offset: int, rec: list) -> bool:
+    def _skipped_whole(self, offset: int, rec: R.Record) -> bool:
         """Whether the log holds a dead letter for this whole record (no row):
         if so it is dead-lettered here as it was live, with the logged error."""
         for d in self._skip.get(offset, ()):
             if d.row is None:
-                if rec[0] == R.INVALIDATE and not any(p.owns_event(rec[2]) for p in self.parts.get(rec[1], {}).values()):
-                    return False  # another shard's partition owns the event: nothing was dead-lettered here
-                log.warning("skipping log offset %d (%s %s): dead-lettered before: %s", offset, rec[0], rec[1:3],
-                            d.error)
-                self._add_dead([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, d.error],
-                               logged=True)
+                if isinstance(rec, R.InvalidationRecord) and not any(
+                        p.owns_event(rec.event_id) for p in self.parts.get(rec.board_id, {}).values()):
+                    return False  # another shard actor's partition owns the event: nothing was dead-lettered here
+                log.warning("skipping log offset %d (%s %s %s): dead-lettered before: %s", offset, rec.kind,
+                            rec.board_id, R.event_id_of(rec), d.error)
+                self._add_dead([offset, rec.board_id, R.event_id_of(rec), d.error], logged=True)
                 return True
         return False
 
-    def _apply_score(self, rec: list) -> list:
+    def _apply_score(self, rec: R.ScoreRecord) -> list:
         """A score record: ``[code, change_wire]``."""
-        spec = self.specs.get(rec[1])
+        spec = self.specs.get(rec.board_id)
         if spec is None:
             return [UNKNOWN_SEASON, None]
-        partition = self.parts.get(spec.board_id, {}).get(part_of(rec[3], spec.shards))
+        partition = self.parts.get(spec.board_id, {}).get(part_of(rec.player_id, spec.shards))
         if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: nothing changes
-            return [rec[7], None]
+            return [rec.verdict, None]
         ev = R.event_of(rec)
-        if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
-            partition.record(ev, R.outcome_of(rec[7]))
-            return [rec[7], None]
+        if rec.verdict != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
+            partition.record(ev, R.outcome_of(rec.verdict))
+            return [rec.verdict, None]
         outcome, change = partition.apply(ev)
         return [R.CODE[outcome], change_wire(change)]
 
-    def _apply_scores(self, offset: int, rec: list) -> list:
+    def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord) -> list:
         """A columnar score record, one batch: ``[codes, changed rows, values,
         achieved]`` as bytes (uint8, int32, int64, int64). Rows dead-lettered
         before are journalled as DEAD_LETTERED; a batch that fails is applied
         row by row so only the poison rows are dead-lettered."""
-        spec = self.specs.get(rec[1])
+        spec = self.specs.get(rec.board_id)
         cols, verdicts = R.columns_of(rec)
         if spec is None:
             return [bytes([UNKNOWN_SEASON]) * len(cols), b"", b"", b""]
-        partition = self.parts.get(spec.board_id, {}).get(rec[2])
+        partition = self.parts.get(spec.board_id, {}).get(rec.partition)
         if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: events are only held
             return [verdicts.astype(np.uint8).tobytes(), b"", b"", b""]
         for o, row in self._dead_rows:
@@ -309,8 +308,8 @@ class ShardCore:
                 a[row] = b[0]
         return out
 
-    def _dispatch(self, rec: list, offset: int = -1):
-        kind = rec[0]
+    def _dispatch(self, rec: R.Record, offset: int = -1):
+        kind = rec.kind
         if kind in R.SCORE_BATCHES:
             return self._apply_scores(offset, rec)
         if kind == R.DEAD_LETTER:  # the router logged a dead letter: from now on the log knows it
@@ -331,24 +330,22 @@ class ShardCore:
                     self.parts[spec.board_id] = mine
             return None
         if kind == R.INVALIDATE:
-            _, board_id, event_id, correction_id = rec[:4]
-            for partition in self.parts.get(board_id, {}).values():
-                if partition.owns_event(event_id):
-                    row, change, refused = partition.invalidate(event_id, correction_id)
+            for partition in self.parts.get(rec.board_id, {}).values():
+                if partition.owns_event(rec.event_id):
+                    row, change, refused = partition.invalidate(rec.event_id, rec.correction_id)
                     return [row.player_id, row.key is not None, row.value, change_wire(change), refused]
             return None
         if kind in R.DECISIONS:
-            board_id, decision = rec[1], rec[3]
             ev = R.decided_event(rec)
-            spec = self.specs[board_id]
-            partition = self.parts[board_id][part_of(ev.player_id, spec.shards)]
-            if decision == "reject":
+            spec = self.specs[rec.board_id]
+            partition = self.parts[rec.board_id][part_of(ev.player_id, spec.shards)]
+            if rec.decision == "reject":
                 partition.record_rejection(ev)
                 return [0, None]
             outcome, change = partition.apply(ev, kind=KIND_DECISION)
             return [R.CODE[outcome], change_wire(change)]
-        if kind == R.STATE and rec[2] == ARCHIVED:  # the router sends only this state change here
-            self.archived.add(rec[1])
+        if kind == R.STATE and rec.state == ARCHIVED:  # the router sends only this state change here
+            self.archived.add(rec.board_id)
         return None  # state changes live in the router
 
     # ------------------------------------------------------------------- reads
