@@ -237,14 +237,18 @@ Record = (BoardRecord | ScheduledBoardRecord | StateRecord | ScoresRecord | Scor
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
-def parse(rec) -> Record:
+def parse(rec, offset: int = -1) -> Record:
     """A log record (a list as msgpack decodes it, or already a record) as its
     named type. Each kind has one layout (a longer one is a new letter), so
-    the list's length is the type's; a list of an unknown kind or of another
-    length raises (recovery refuses it first, :func:`check_kind`)."""
+    the list's length is the type's (another length raises TypeError); an
+    unknown kind raises UnsupportedFormat (:func:`check_kind`; ``offset``:
+    where the record is, for the message)."""
     if type(rec) in _RECORD_TYPES:
         return rec
-    return TYPES[rec[0]]._make(rec)
+    kind = TYPES.get(rec[0]) if isinstance(rec, (list, tuple)) and rec else None
+    if kind is None:
+        check_kind(offset, rec)
+    return kind._make(rec)
 
 
 # Outcome codes as logged: append-only (a code never changes meaning). 0 means "apply".

@@ -164,10 +164,13 @@ def test_record_builders_pack_to_the_lists_they_replaced():
     assert pack(dead) == pack(LISTS["L"])
 
 
-def test_parse_refuses_a_list_of_another_layout():
-    for bad in (["T", "b"], ["T", "b", "FROZEN", "extra"], ["X", "b"]):
-        with pytest.raises((TypeError, KeyError)):
+def test_parse_refuses_a_list_of_another_layout_or_kind():
+    for bad in (["T", "b"], ["T", "b", "FROZEN", "extra"]):
+        with pytest.raises(TypeError):
             R.parse(bad)
+    for unknown in (["X", "b"], [], None):
+        with pytest.raises(UnsupportedFormat, match="at offset 12"):
+            R.parse(unknown, 12)
 
 
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
