@@ -73,6 +73,7 @@ from engine.ranking import (
     rank_locally,
     with_tied_ranks,
 )
+from engine.turns import RoundBatcher
 from engine.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
@@ -110,52 +111,24 @@ class CutLock:
 
 
 class TurnBatcher:
-    """Batches read requests into one call per shard actor per *round*.
-
-    Requests submitted while fewer than ``max_rounds`` rounds are in flight
-    go out at the end of the current event-loop turn; otherwise they wait for
-    a round to finish and then all go together (adaptive batching: no added
-    latency when idle, bigger batches under load). A round submits its calls
-    to every shard actor in one synchronous step, so the requests of one
-    fan-out always see the same cut (no batch dispatch can fall between them).
-    A request is an :mod:`engine.wire` request; its future gets ``(offset,
-    reply)``: the actor's applied log offset and the named reply.
+    """Batches read requests into one call per shard actor per *round*
+    (:class:`engine.turns.RoundBatcher`): requests of one event-loop turn go
+    out together, and a round submits its calls to every shard actor in one
+    synchronous step, so the requests of one fan-out always see the same cut
+    (no batch dispatch can fall between them). A request is an
+    :mod:`engine.wire` request; its future gets ``(offset, reply)``: the
+    actor's applied log offset and the named reply.
     """
 
     def __init__(self, transport: ShardTransport, max_rounds: int = 2):
         self.t = transport
-        self.pending: dict[int, list] = {}
-        self.scheduled = False
-        self.rounds = 0
-        self.max_rounds = max_rounds
+        self.turns: RoundBatcher[tuple] = RoundBatcher(self._send, max_rounds)
 
     def ask(self, actor: int, req: tuple) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.setdefault(actor, []).append((req, fut))
-        self._schedule()
-        return fut
+        return self.turns.submit(actor, req)
 
-    def _schedule(self) -> None:
-        if not self.scheduled and self.pending and self.rounds < self.max_rounds:
-            self.scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
-
-    def flush(self):
-        self.scheduled = False
-        if not self.pending:
-            return
-        pending, self.pending = self.pending, {}
-        self.rounds += 1
-        waits = [self._deliver(self.t.read(actor, [r for r, _ in items]), items)  # one cut
-                 for actor, items in pending.items()]
-        asyncio.ensure_future(self._round(waits))
-
-    async def _round(self, waits) -> None:
-        try:
-            await asyncio.gather(*waits)
-        finally:
-            self.rounds -= 1
-            self._schedule()
+    def _send(self, actor, items: list) -> Awaitable[None]:
+        return self._deliver(self.t.read(actor, [r for r, _ in items]), items)  # the call starts now: one cut
 
     @staticmethod
     async def _deliver(aw, items):
