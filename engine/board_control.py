@@ -75,7 +75,7 @@ class RouterConfig:
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
     max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
     export_block_rows: int = 16_384  # rows per spill block: an export holds one per partition
-    export_read_files: bool = True  # open spill files here when possible (False: always ask the shards; tests)
+    export_read_files: bool = True  # open spill files here when possible (False: always ask the shard actors; tests)
     schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
     history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
 
@@ -97,7 +97,7 @@ class BoardCtl:
     parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
     part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
     archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
-    shard_reads: int = 0  # reads asking the shards now (an archive waits for them before the drop)
+    shard_reads: int = 0  # reads asking the shard actors now (an archive waits for them before the drop)
 
 
 class BoardRegistry:
@@ -228,7 +228,7 @@ class BoardControl:
         if spec.shards < 1:
             raise ValidationFailed("shards must be at least 1.", "shards")
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
-        await self.sequencer.enqueue("board", spec, 1)
+        await self.sequencer.submit_board(spec)
         if spec.closes_at is not None:
             await self.close_due([spec.board_id])
             self.wake_season_timer()  # its next wake-up may now be sooner
@@ -244,12 +244,12 @@ class BoardControl:
 
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         ctl = self.registry.ctl(board_id)
-        await self.sequencer.enqueue("state", (board_id, state), 1)
+        await self.sequencer.submit_state(board_id, state)
         if state is BoardState.ARCHIVED:
             try:
                 await self._archive(ctl)
             except Exception:  # the state is durable; the next start builds the archive
-                log.exception("archiving board %r failed; its rows stay on the shards until a restart "
+                log.exception("archiving board %r failed; its rows stay on the shard actors until a restart "
                               "builds the archive", board_id)
         return await self.fanout.board(board_id)
 
@@ -270,7 +270,7 @@ class BoardControl:
         rows and the archive is the same whenever it is built. Order (docs/
         recovery.md): read every row in one cut; encode; save (temp file, fsync,
         rename); read it back; switch the board's reads to it; wait for reads
-        already asking the shards; drop. A crash before the rename leaves no
+        already asking the shard actors; drop. A crash before the rename leaves no
         archive (the next start builds it); after it, a finished one."""
         board_id = ctl.spec.board_id
         if ctl.archive is not None:
@@ -285,7 +285,7 @@ class BoardControl:
         version = sum(ans.version for ans in got)
         parts = [cols for ans in got for cols in ans.value]
         if len(parts) != ctl.spec.shards:
-            raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but its archive is missing and the shards no "
+            raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but its archive is missing and the shard actors no "
                                      "longer hold its rows: restore the archive file from a backup.")
         found = await asyncio.to_thread(self.archives.open, board_id)  # finished before a crash: keep it
         if found is None:
@@ -299,21 +299,21 @@ class BoardControl:
             found = await asyncio.to_thread(self.archives.open, board_id)
         if found is None or found.info.version != version or found.info.board_id != board_id:
             raise StorageUnavailable(f"The archive of board {board_id!r} does not hold its rows at version "
-                                     f"{version}; its rows stay on the shards.", retry_after=1)
+                                     f"{version}; its rows stay on the shard actors.", retry_after=1)
         ctl.archive = found
         ctl.version = version
         for barrier in self.drop_barriers:  # reads in other processes (engine.read_replica)
             await barrier(board_id)
-        while ctl.shard_reads:  # reads that chose the shards before the switch
+        while ctl.shard_reads:  # reads that chose the shard actors before the switch
             await asyncio.sleep(0.002)
         await self.fanout.fan(ctl, lambda a: W.Drop(W.DROP, board_id))
-        await asyncio.to_thread(release_memory)  # the build's buffers (and in-process shards' rows) go back
+        await asyncio.to_thread(release_memory)  # the build's buffers (and in-process shard actors' rows) go back
         log.info("board %r archived at version %d: %d rows", board_id, version, len(found))
 
     async def _history_of(self, ctl: BoardCtl) -> ArchiveHistory:
         """Every journal row of an ARCHIVED board, read from each partition in
         chunks of ``cfg.history_chunk_rows`` (one read per chunk, its rows as
-        numpy columns). The shards no longer change an ARCHIVED board's
+        numpy columns). The shard actors no longer change an ARCHIVED board's
         partitions, so the chunks need no common cut."""
         board_id, step = ctl.spec.board_id, self.cfg.history_chunk_rows
         parts = []
@@ -323,7 +323,7 @@ class BoardControl:
                 _, got = await self.fanout.reads.ask(actor, W.HCols(W.HCOLS, board_id, part, start, step))
                 if got.value is None:
                     raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but partition {part} is no longer on "
-                                             "its shard: restore the archive file from a backup.")
+                                             "its shard actor: restore the archive file from a backup.")
                 chunk = W.HistoryChunk._make(got.value)
                 total = chunk.total
                 ids = chunk.ids if chunk.ids is not None else ids
@@ -353,7 +353,7 @@ class BoardControl:
                     continue
                 d = season.due(ctl.admission.state, ctl.spec.closes_at, ctl.spec.finalize_after_s, now)
                 if d.transitions:
-                    waits.append(self.sequencer.put("schedule", (board_id, now), 1))  # queued in this turn, in board order
+                    waits.append(self.sequencer.submit_schedule(board_id, now))  # queued in this turn, in board order
                 if d.wake_at is not None and (wake_at is None or d.wake_at < wake_at):
                     wake_at = d.wake_at
         finally:

@@ -25,6 +25,7 @@ import logging
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
+from enum import Enum
 from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
@@ -66,6 +67,19 @@ log = logging.getLogger("flowrank.router")
 _STATUS = {s.value: s for s in RowStatus}
 
 
+class Submission(str, Enum):
+    """What a queued submission is: named after the log record kind
+    (:data:`engine.records.KINDS`) it is logged as."""
+
+    SCORES = "scores"  # a ScoreBatch: one C / M record per board partition with events
+    BOARD = "board"  # a BoardSpec: one K record
+    STATE = "state"  # (board_id, BoardState) from an admin: one T record
+    SCHEDULE = "schedule"  # (board_id, now_ms) from the season timer: a T record per transition due (maybe none)
+    DECISION = "decision"  # a QuarantineDecision: one D / E record
+    INVALIDATION = "invalidation"  # an Invalidation: one I record
+    DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
+
+
 class LogPort(Protocol):
     async def append(self, records: list) -> int:
         """Durably append; returns the offset of the first record."""
@@ -74,7 +88,7 @@ class LogPort(Protocol):
 
 @dataclass
 class _Cycle:
-    submissions: list  # [(kind, payload, future, extra)]
+    submissions: list  # [(Submission, payload, future, start, count, undo)]
     records: list
     first: int
     futures: dict
@@ -180,32 +194,45 @@ class Sequencer:
         Unknown boards answer REJECTED_UNKNOWN_SEASON (version 0), unlogged."""
         if not len(batch):
             return BatchResult(np.zeros(0, np.uint8), np.zeros(0, np.int64))
-        return await self.enqueue("score", batch, len(batch))
+        return await self.enqueue(Submission.SCORES, batch, len(batch))
 
     async def decide(self, d: QuarantineDecision) -> DecisionResult:
         if d.decision not in ("apply", "reject"):
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
         self.registry.ctl(d.board_id)
-        return await self.enqueue("decide", d, 1)
+        return await self.enqueue(Submission.DECISION, d, 1)
 
     async def invalidate(self, inv: Invalidation) -> InvalidationResult:
         ctl = self.registry.ctl(inv.board_id)
         ctl.admission.check_corrections_allowed()
-        return await self.enqueue("invalidate", inv, 1)
+        return await self.enqueue(Submission.INVALIDATION, inv, 1)
 
-    async def enqueue(self, kind: str, payload, n: int):
+    async def submit_board(self, spec) -> None:
+        """Log a new board (BoardExists if the id is taken when its turn comes)."""
+        await self.enqueue(Submission.BOARD, spec, 1)
+
+    async def submit_state(self, board_id: str, state: BoardState) -> None:
+        """Log an admin's state change (the move must be allowed when its turn comes)."""
+        await self.enqueue(Submission.STATE, (board_id, state), 1)
+
+    def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future:
+        """Queue (now, never refused for a full queue) the scheduled moves due
+        at ``now_ms`` that are still owed when its turn comes; done once durable."""
+        return self.put(Submission.SCHEDULE, (board_id, now_ms), 1)
+
+    async def enqueue(self, kind: Submission, payload, n: int):
         """Queue a submission of ``n`` events and wait for its answer."""
         return await self.put(kind, payload, n)
 
-    def put(self, kind: str, payload, n: int) -> asyncio.Future:
+    def put(self, kind: Submission, payload, n: int) -> asyncio.Future:
         """Queue a submission now (queue order is log order); its future answers it.
         A scheduled season move is never refused for a full queue: it is one
         small record, and being late would let more events in before the close."""
-        if self.closing and kind != "dead":  # dead letters found while draining are still logged
+        if self.closing and kind != Submission.DEAD_LETTERS:  # dead letters found while draining are still logged
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
-        if self._queued_events + n > self.cfg.max_queued_events and kind not in ("schedule", "dead"):
+        if self._queued_events + n > self.cfg.max_queued_events and kind not in (Submission.SCHEDULE, Submission.DEAD_LETTERS):
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
-        per_board = Counter(payload.per_board()) if kind == "score" else Counter()
+        per_board = Counter(payload.per_board()) if kind == Submission.SCORES else Counter()
         for board_id, count in per_board.items():
             if self._board_queued[board_id] + count > self.cfg.max_board_queued_events:
                 raise Overloaded(f"Board {board_id!r} has too much work queued; retry shortly.", retry_after=1)
@@ -254,7 +281,7 @@ class Sequencer:
         if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
             for kind, payload, fut, _start, _count, places in subs:
                 if not fut.done():
-                    fut.set_result(self._finish_scores(payload, places, [], [], {}) if kind == "score" else None)
+                    fut.set_result(self._finish_scores(payload, places, [], [], {}) if kind == Submission.SCORES else None)
             return
         started = self.clock()
         try:
@@ -265,7 +292,7 @@ class Sequencer:
             for board_id in touched:
                 self.boards[board_id].admission.rollback() if board_id in self.boards else None
             for sub in reversed(subs):
-                if sub[0] != "score" and sub[5] is not None:
+                if sub[0] != Submission.SCORES and sub[5] is not None:
                     sub[5]()
             err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
                 f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
@@ -284,7 +311,7 @@ class Sequencer:
                 self.boards[board_id].admission.commit()
         self.registry.log_offset = first + len(records) - 1
         for kind, _payload, _fut, start, count, _undo in subs:
-            if kind in ("state", "schedule"):  # the freeze position is the record's offset, as replay sets it
+            if kind in (Submission.STATE, Submission.SCHEDULE):  # the freeze position is the record's offset, as replay sets it
                 for i in range(start, start + count):
                     if records[i].state == BoardState.FROZEN.value:
                         self.boards[records[i].board_id].admission.freeze_position = first + i
@@ -301,18 +328,18 @@ class Sequencer:
             await self.cut.release_write()
         await self._inflight.put(_Cycle(subs, records, first, futures, targets, started, durable_at))
 
-    def _prepare(self, kind: str, payload, records: list, touched: set):
+    def _prepare(self, kind: Submission, payload, records: list, touched: set):
         """Admission for one submission: appends its records, returns an undo."""
-        if kind == "score":
+        if kind == Submission.SCORES:
             return self._prepare_scores(payload, records, touched)
-        if kind == "board":
+        if kind == Submission.BOARD:
             spec = payload
             if spec.board_id in self.boards:
                 raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
             self.boards[spec.board_id] = self.registry.new_ctl(spec)
             records.append(R.board_record(spec))
             return lambda: self.boards.pop(spec.board_id, None)
-        if kind == "state":
+        if kind == Submission.STATE:
             board_id, state = payload
             ctl = self.registry.ctl(board_id)
             before = (ctl.admission.state, ctl.admission.freeze_position)
@@ -322,7 +349,7 @@ class Sequencer:
             def undo():
                 ctl.admission.state, ctl.admission.freeze_position = before
             return undo
-        if kind == "schedule":  # what the schedule owes at the instant close_due read the clock
+        if kind == Submission.SCHEDULE:  # what the schedule owes at the instant close_due read the clock
             board_id, now = payload
             ctl = self.registry.ctl(board_id)
             before = (ctl.admission.state, ctl.admission.freeze_position)
@@ -335,7 +362,7 @@ class Sequencer:
             def undo():
                 ctl.admission.state, ctl.admission.freeze_position = before
             return undo
-        if kind == "decide":
+        if kind == Submission.DECISION:
             d = payload
             ctl = self.registry.ctl(d.board_id)
             pos = list(ctl.admission.held).index(d.event_id) if d.event_id in ctl.admission.held else None
@@ -348,10 +375,10 @@ class Sequencer:
                 items.insert(pos, (d.event_id, held))
                 ctl.admission.held = dict(items)
             return undo
-        if kind == "dead":  # dead-letter records (see _log_dead_letters)
+        if kind == Submission.DEAD_LETTERS:  # dead-letter records (see _log_dead_letters)
             records.extend(payload)
             return lambda: self._dead_logged.difference_update(R.dead_letter_of(r).key for r in payload)
-        if kind == "invalidate":
+        if kind == Submission.INVALIDATION:
             inv = payload
             ctl = self.registry.ctl(inv.board_id)
             ctl.admission.check_corrections_allowed()
@@ -379,16 +406,16 @@ class Sequencer:
                 continue
             touched.add(cols.board_id)
             verdicts = ctl.admission.decide_columns(cols)
-            shards = ctl.spec.shards
+            n_parts = ctl.spec.shards
             mine = []
-            if shards == 1:
+            if n_parts == 1:
                 records.append(R.scores_record(cols, 0, verdicts))
                 mine.append((len(records) - 1, np.arange(len(cols))))
             else:
-                parts = parts_of(cols.player_ids, shards)
+                parts = parts_of(cols.player_ids, n_parts)
                 order = np.argsort(parts, kind="stable")
-                bounds = np.searchsorted(parts[order], np.arange(shards + 1))
-                for part in range(shards):
+                bounds = np.searchsorted(parts[order], np.arange(n_parts + 1))
+                for part in range(n_parts):
                     rows = order[bounds[part]:bounds[part + 1]]
                     if not len(rows):
                         continue
@@ -427,7 +454,7 @@ class Sequencer:
             return self.boards[rec.board_id].actors
         if kind == R.STATE and rec.state == BoardState.ARCHIVED.value:  # its partitions stop changing
             return self.boards[rec.board_id].actors
-        if kind == R.DEAD_LETTER:  # every shard: the one that made it stops reporting it
+        if kind == R.DEAD_LETTER:  # every shard actor: the one that made it stops reporting it
             return list(range(self.t.n))
         return []
 
@@ -469,7 +496,7 @@ class Sequencer:
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
         replies = []
         for kind, payload, fut, start, count, places in cyc.submissions:
-            if kind == "score":
+            if kind == Submission.SCORES:
                 answer = self._finish_scores(payload, places, records, per_record, new_deltas)
             elif count == 0:  # a schedule that found its transitions already made
                 answer = None
@@ -501,7 +528,7 @@ class Sequencer:
     def _log_dead_letters(self, unlogged: list) -> asyncio.Future | None:
         """Queue a dead-letter record for each dead letter the shard actors report
         that is not logged (or being logged) yet; a future done once they
-        are durable (None: nothing new). A shard reports a dead letter with
+        are durable (None: nothing new). A shard actor reports a dead letter with
         every answer until the record comes back to it, so one whose append
         failed is tried again with the next cycle."""
         new: dict[tuple, R.DeadLetter] = {}
@@ -514,7 +541,7 @@ class Sequencer:
             return None
         self._dead_logged.update(new)
         try:
-            return self.put("dead", [R.dead_letter_record(d) for d in new.values()], len(new))
+            return self.put(Submission.DEAD_LETTERS, [R.dead_letter_record(d) for d in new.values()], len(new))
         except Exception:
             self._dead_logged.difference_update(new)
             raise
@@ -538,7 +565,7 @@ class Sequencer:
         """One submission's answer as columns, in its event order: each
         board's version steps once per ranking change in that order (so k
         partitions number versions exactly as one does). Numpy over the
-        shards' answer columns; Python work only per changed row (its delta)."""
+        shard actors' answer columns; Python work only per changed row (its delta)."""
         n = len(batch)
         codes = np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8)
         versions = np.zeros(n, np.int64)
@@ -673,7 +700,7 @@ def results_of(events: Sequence[ScoreEvent], res: BatchResult) -> list[EventResu
 
 def _size(item) -> int:
     kind, payload = item[0], item[1]
-    return len(payload) if kind == "score" else 1
+    return len(payload) if kind == Submission.SCORES else 1
 
 
 def _trim(samples: list, keep: int = 4096) -> None:
