@@ -176,7 +176,7 @@ class ReadFanOut:
     async def consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]], ctl: BoardCtl | None = None):
         """Run a read until every shard actor answered from the same log offset.
         ``ctl``: the board read (counted in ``shard_reads`` meanwhile, so an
-        archive drops the shards' rows only once no read still needs them)."""
+        archive drops the shard actors' rows only once no read still needs them)."""
         if ctl is not None:
             ctl.shard_reads += 1
         try:
@@ -184,7 +184,7 @@ class ReadFanOut:
                 offsets, result = await attempt()
                 if len(offsets) <= 1:
                     return result
-                await asyncio.sleep(0.002 * (i + 1))  # a shard replayed ahead: let dispatch catch up
+                await asyncio.sleep(0.002 * (i + 1))  # a shard actor replayed ahead: let dispatch catch up
             raise Overloaded("Shards are recovering; retry shortly.", retry_after=1)
         finally:
             if ctl is not None:
@@ -216,12 +216,12 @@ class ReadFanOut:
                   ties: bool = False) -> Page:
         """Ranks offset+1 .. offset+limit. Every page is cut from a prefix of
         the ranking that starts at rank 1, so tied ranks (``ties``) come from
-        that prefix too, with no further shard call."""
+        that prefix too, with no further call to a shard actor."""
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:
             return Page(self._archive_version(ctl, at_version, "page"), _archive_page(ctl.archive, offset, limit, ties))
         # A view materialised at the board's current version answers without
-        # touching a shard: it is the state at a version every acknowledged
+        # asking a shard actor: it is the state at a version every acknowledged
         # write has reached (ctl.version moves before acknowledgements go out).
         wanted = ctl.version if at_version is None else at_version
         view = self.view(board_id, wanted)
@@ -350,10 +350,10 @@ class ReadFanOut:
         return await self.consistent(attempt, ctl)
 
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
-        """Exact count on the player's own shard plus, for every other shard,
+        """Exact count on the shard actor owning the player's partition plus, for every other actor,
         an estimate from a sorted sample of its keys (every ``step``-th key).
-        The estimate on a shard is off by less than ``step`` when the sample
-        is fresh, plus one per change on that shard since: the stated bound
+        The estimate on an actor is off by less than ``step`` when the sample
+        is fresh, plus one per change on that actor since: the stated bound
         is the sum, so the exact rank always lies within it."""
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:  # exact, and no slower
@@ -379,7 +379,7 @@ class ReadFanOut:
                 drift = ctl.actor_changes[a] - sample[0]
             _, step, keys = sample
             below = bisect.bisect_left(keys, key)
-            # The true count on this shard lies in [below*step, below*step + parts*(step-1)]
+            # The true count on this actor lies in [below*step, below*step + parts*(step-1)]
             # at sampling time, and each later change moves it by at most one.
             spread = ctl.parts_on[a] * (step - 1)
             est += below * step + spread // 2
@@ -499,9 +499,9 @@ class ReadFanOut:
         board has moved on. Following the cursors yields every ranked row of
         the snapshot's version exactly once, in rank order, whatever writes
         arrive in between. ``deltas_only``: when the deltas are gone, answer an
-        empty snapshot at the current version without reading any shard (the
+        empty snapshot at the current version without asking any shard actor (the
         live hub, which keeps its own window). Page 1 costs O(n log k) for n
-        ranked rows on k shards; later pages O(limit).
+        ranked rows in k partitions; later pages O(limit).
         """
         ctl = self.registry.ctl(board_id)
         cap = self.cfg.max_snapshot_page
@@ -567,7 +567,7 @@ class ReadFanOut:
         chunks of at most ``page_rows`` rows (docs/api.md §13, export).
 
         The version is pinned without a copy of the board here: in one
-        consistent cut every shard writes its partitions' ranked rows, in rank
+        consistent cut every shard actor writes its partitions' ranked rows, in rank
         order, to spill files (:meth:`_spill`); this iterator then merges them
         a block at a time (:class:`engine.export.Merge`) and removes them when
         it ends, however it ends. Writes made meanwhile never show. An
@@ -576,7 +576,7 @@ class ReadFanOut:
         before any row. ``ties``: chunks carry ``tied_rank`` (§13). Raises
         BoardNotFound on the first step. Memory: a block per partition and
         the chunk in hand, whatever the board's size; time O(n log k) for n
-        rows over k partitions (the shards' writing included).
+        rows over k partitions (the shard actors' writing included).
         """
         if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
             raise ValidationFailed("page_rows must be a positive integer.", "page_rows")
@@ -634,7 +634,7 @@ class ReadFanOut:
     async def _spill_sources(self, ctl: BoardCtl, files: list) -> list:
         """A block source per spill file: the file itself when this process
         can open it (its name removed at once, so the data goes with the last
-        close whatever happens), else frames asked of its shard."""
+        close whatever happens), else frames asked of its shard actor."""
         sources: list = []
         try:
             for f in files:
@@ -648,7 +648,7 @@ class ReadFanOut:
         return sources
 
     async def _close_sources(self, ctl: BoardCtl, sources: list, token: str | None) -> None:
-        """Close the open files; shards still holding files of ``token`` remove them."""
+        """Close the open files; shard actors still holding files of ``token`` remove them."""
         for src in sources:
             if isinstance(src, _FileSource):
                 src.close()
@@ -657,13 +657,13 @@ class ReadFanOut:
             await self._drop_spills(ctl, token, remote)
 
     async def _drop_spills(self, ctl: BoardCtl, token: str, actors: set | None = None) -> None:
-        """Ask shards to remove the spill files of ``token`` (best effort: a
-        shard that is down empties its spill directory when it starts)."""
+        """Ask shard actors to remove the spill files of ``token`` (best effort: a
+        shard actor that is down empties its spill directory when it starts)."""
         for a in ctl.actors if actors is None else sorted(actors):
             try:
                 await self.reads.ask(a, W.SpillDrop(W.SPILL_DROP, ctl.spec.board_id, token))
             except Exception:
-                log.warning("could not remove export spill files %s on shard %d", token, a)
+                log.warning("could not remove export spill files %s on shard actor %d", token, a)
 
     def _trim_views(self, max_rows: int) -> None:
         """Evict least recently used views until they hold at most ``max_rows``
@@ -737,8 +737,8 @@ class _FileSource:
 
 
 class _ShardSource:
-    """Blocks of a spill file on a shard this process cannot open (another
-    node): one shard read per block, the file's frames as the shard reads them."""
+    """Blocks of a spill file on a shard actor this process cannot open (another
+    node): one read per block, the file's frames as the actor reads them."""
 
     def __init__(self, reads: TurnBatcher, actor: int, board_id: str, token: str, partition: int) -> None:
         self.reads, self.actor, self.board_id, self.token, self.partition = reads, actor, board_id, token, partition
