@@ -532,9 +532,10 @@ class Sequencer:
         every answer until the record comes back to it, so one whose append
         failed is tried again with the next cycle."""
         new: dict[tuple, R.DeadLetter] = {}
-        for offset, board_id, event_id, error, *row in unlogged:
-            d = R.DeadLetter(board_id if isinstance(board_id, str) else None, offset, row[0] if row else None,
-                             event_id if isinstance(event_id, str) else None, error)
+        for item in unlogged:
+            got = W.ShardDeadLetter(*item)
+            d = R.DeadLetter(got.board_id if isinstance(got.board_id, str) else None, got.offset, got.row,
+                             got.event_id if isinstance(got.event_id, str) else None, got.error)
             if d.key not in self._dead_logged:
                 new.setdefault(d.key, d)
         if not new:

@@ -65,7 +65,7 @@ def _result_nbytes(result) -> int:
 
 def _dead_key(d: list) -> tuple[int, int | None]:
     """A dead letter's ``(offset, row)`` (row None unless it is a row of a columnar record)."""
-    return (d[0], d[4] if len(d) > 4 else None)
+    return W.ShardDeadLetter(*d).key
 
 
 def entry(row) -> W.Entry:
@@ -100,7 +100,8 @@ class ShardCore:
         # whenever it is built (docs/storage.md, "Archives").
         self.archived: set[str] = set()
         self.applied_offset = -1
-        self.dead_letters: list[list] = []  # [offset, board_id, event_id, error] (+ row of a columnar record)
+        # [offset, board_id, event_id, error] (+ row of a columnar record): engine.wire.ShardDeadLetter as kept
+        self.dead_letters: list[list] = []
         self._dead_offsets: set[int] = set()
         self._dead_rows: set[tuple[int, int]] = set()  # (offset, row) of columnar records
         # Dead letters the log holds no dead-letter record of yet, by (offset, row): reported to
@@ -227,10 +228,11 @@ class ShardCore:
     def _add_dead(self, entry: list, logged: bool) -> None:
         """Keep a dead letter (``[offset, board_id, event_id, error]``, plus the row of a columnar record)."""
         self.dead_letters.append(entry)
-        if len(entry) > 4:
-            self._dead_rows.add((entry[0], entry[4]))
+        d = W.ShardDeadLetter(*entry)
+        if d.row is not None:
+            self._dead_rows.add((d.offset, d.row))
         else:
-            self._dead_offsets.add(entry[0])
+            self._dead_offsets.add(d.offset)
         if not logged:
             self._unlogged[_dead_key(entry)] = entry
 

@@ -319,6 +319,22 @@ class Invalidated(NamedTuple):
     refused: bool  # the player's total would leave the int64 range: nothing changed
 
 
+class ShardDeadLetter(NamedTuple):
+    """A dead letter as a shard actor keeps and reports it (in ``ApplyAnswer.unlogged``,
+    its stats and its snapshot state): a list of four items, or five with the row
+    of a columnar score record, so ``ShardDeadLetter(*items)`` names either."""
+
+    offset: int
+    board_id: str | None
+    event_id: str | None
+    error: str
+    row: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return (self.offset, self.row)
+
+
 class ApplyAnswer(NamedTuple):
     """A shard actor's answer to one apply call."""
 
