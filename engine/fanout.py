@@ -253,14 +253,7 @@ class ReadFanOut:
                            ties: bool, pin: bool, fetch: int) -> Page:
         """A top page from one fan-out of ``fetch`` entries per shard actor (and,
         for page 1, the view it leaves for the pages and reads after it)."""
-
-        async def attempt():
-            answers = await self.fan(ctl, lambda a: W.Top(W.TOP, board_id, fetch))
-            version = sum(ans.version for _, ans in answers.values())
-            lists = [_wire_entries(ans.value) for _, ans in answers.values()]
-            return {o for o, _ in answers.values()}, (version, lists)
-
-        version, lists = await self.consistent(attempt, ctl)
+        version, lists = await self._tops(ctl, fetch)
         if at_version is not None and version != at_version:
             raise ViewExpired("That page's version is no longer retained: fetch page 1 again.", "cursor")
         merged = merge_top(lists, 0, fetch) if lists else []
@@ -268,6 +261,18 @@ class ReadFanOut:
             complete = len(merged) < fetch
             self.remember_view(board_id, version, merged, complete)
         return Page(version, _page_of(merged, offset, limit, ties))
+
+    async def _tops(self, ctl: BoardCtl, n: int) -> tuple[int, list]:
+        """Each shard actor's best ``n`` ranked entries of the board, in one
+        consistent cut: ``(version, [ranking entries per actor])``."""
+
+        async def attempt():
+            answers = await self.fan(ctl, lambda a: W.Top(W.TOP, ctl.spec.board_id, n))
+            version = sum(ans.version for _, ans in answers.values())
+            lists = [_wire_entries(ans.value) for _, ans in answers.values()]
+            return {o for o, _ in answers.values()}, (version, lists)
+
+        return await self.consistent(attempt, ctl)
 
     def view(self, board_id: str, version: int):
         key = (board_id, version)
@@ -546,14 +551,7 @@ class ReadFanOut:
             # Cheap check first: only a board still at that version can be re-read.
             if (await self.board(board_id)).version != at_version:
                 raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
-
-        async def attempt():
-            answers = await self.fan(ctl, lambda a: W.Top(W.TOP, board_id, _ALL))
-            version = sum(ans.version for _, ans in answers.values())
-            lists = [_wire_entries(ans.value) for _, ans in answers.values()]
-            return {o for o, _ in answers.values()}, (version, lists)
-
-        version, lists = await self.consistent(attempt, ctl)
+        version, lists = await self._tops(ctl, _ALL)
         if at_version is not None and version != at_version:
             raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
         view = _View(merge_top(lists, 0, sum(map(len, lists))) if lists else [], True)
