@@ -26,7 +26,7 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -86,9 +86,30 @@ class LogPort(Protocol):
 
 
 
+class _Queued(NamedTuple):
+    """A submission waiting in the queue."""
+
+    kind: Submission
+    payload: object
+    future: asyncio.Future
+    per_board: Counter  # score events per board (empty for other kinds)
+    size: int  # how many events it counts for in the queue and a cycle
+
+
+class _Prepared(NamedTuple):
+    """A submission admitted in a cycle: its records are ``records[start:start + count]``."""
+
+    kind: Submission
+    payload: object
+    future: asyncio.Future
+    start: int
+    count: int
+    undo: object  # undoes its admission if the append fails; for scores, its places (_prepare_scores)
+
+
 @dataclass
 class _Cycle:
-    submissions: list  # [(Submission, payload, future, start, count, undo)]
+    submissions: list  # [_Prepared]
     records: list
     first: int
     futures: dict
@@ -111,7 +132,7 @@ class Sequencer:
         self.cut = cut  # taken alone, for an instant, to dispatch a cycle (engine.fanout)
         self.clock = clock  # monotonic seconds: latencies, cool-downs
         self.listeners: list = []
-        self._queue: deque = deque()  # (kind, payload, future, events per board)
+        self._queue: deque[_Queued] = deque()
         self._queued_events = 0
         self._board_queued: Counter = Counter()
         self._wake: asyncio.Event | None = None
@@ -237,7 +258,7 @@ class Sequencer:
             if self._board_queued[board_id] + count > self.cfg.max_board_queued_events:
                 raise Overloaded(f"Board {board_id!r} has too much work queued; retry shortly.", retry_after=1)
         fut = asyncio.get_running_loop().create_future()
-        self._queue.append((kind, payload, fut, per_board))
+        self._queue.append(_Queued(kind, payload, fut, per_board, n))
         self._queued_events += n
         self._board_queued.update(per_board)
         self._wake.set()
@@ -248,40 +269,42 @@ class Sequencer:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                taken, size = [], 0
-                while self._queue and (not taken or size + _size(self._queue[0]) <= self.cfg.max_cycle_events):
+                taken: list[_Queued] = []
+                size = 0
+                while self._queue and (not taken or size + self._queue[0].size <= self.cfg.max_cycle_events):
                     item = self._queue.popleft()
-                    taken.append(item[:3])
-                    size += _size(item)
-                    self._board_queued.subtract(item[3])
+                    taken.append(item)
+                    size += item.size
+                    self._board_queued.subtract(item.per_board)
                 try:
                     async with self._seq_lock:
                         await self._cycle(taken)
                 except Exception as exc:  # never let the sequencer die
                     log.exception("sequencer cycle failed")
-                    for _, _, fut in taken:
+                    for fut in (q.future for q in taken):
                         if not fut.done():
                             fut.set_exception(exc if isinstance(exc, FlowRankError) else Overloaded(
                                 f"Internal error while sequencing ({type(exc).__name__}); retry.", retry_after=1))
                 finally:
                     self._queued_events -= size
 
-    async def _cycle(self, taken: list) -> None:
+    async def _cycle(self, taken: list[_Queued]) -> None:
         records: list = []
-        subs: list = []  # (kind, payload, fut, start index, count, undo)
+        subs: list[_Prepared] = []
         touched: set[str] = set()
-        for kind, payload, fut in taken:
+        for q in taken:
             start = len(records)
             try:
-                undo = self._prepare(kind, payload, records, touched)
+                undo = self._prepare(q.kind, q.payload, records, touched)
             except FlowRankError as exc:
-                fut.set_exception(exc)
+                q.future.set_exception(exc)
                 continue
-            subs.append((kind, payload, fut, start, len(records) - start, undo))  # score: undo = places
+            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(records) - start, undo))
         if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
-            for kind, payload, fut, _start, _count, places in subs:
-                if not fut.done():
-                    fut.set_result(self._finish_scores(payload, places, [], [], {}) if kind == Submission.SCORES else None)
+            for sub in subs:
+                if not sub.future.done():
+                    sub.future.set_result(self._finish_scores(sub.payload, sub.undo, [], [], {})
+                                          if sub.kind == Submission.SCORES else None)
             return
         started = self.clock()
         try:
@@ -292,13 +315,13 @@ class Sequencer:
             for board_id in touched:
                 self.boards[board_id].admission.rollback() if board_id in self.boards else None
             for sub in reversed(subs):
-                if sub[0] != Submission.SCORES and sub[5] is not None:
-                    sub[5]()
+                if sub.kind != Submission.SCORES and sub.undo is not None:
+                    sub.undo()
             err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
                 f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
             for sub in subs:
-                if not sub[2].done():
-                    sub[2].set_exception(err)
+                if not sub.future.done():
+                    sub.future.set_exception(err)
             return
         durable_at = self.clock()
         self.storage_failed_at = None
@@ -469,8 +492,8 @@ class Sequencer:
                     f"A shard failed while applying a durable batch ({type(exc).__name__}); the events are "
                     "in the log and will be applied on recovery; retry with the same event ids.", retry_after=1)
                 for sub in cyc.submissions:
-                    if not sub[2].done():
-                        sub[2].set_exception(err)
+                    if not sub.future.done():
+                        sub.future.set_exception(err)
                 await self._resync_after_failure()
             finally:
                 self._inflight.task_done()
@@ -697,11 +720,6 @@ def results_of(events: Sequence[ScoreEvent], res: BatchResult) -> list[EventResu
     outcome = R.outcome_of
     return [EventResult(ev.event_id, outcome(c), v) for ev, c, v in zip(events, res.codes.tolist(),
                                                                           res.versions.tolist())]
-
-
-def _size(item) -> int:
-    kind, payload = item[0], item[1]
-    return len(payload) if kind == Submission.SCORES else 1
 
 
 def _trim(samples: list, keep: int = 4096) -> None:

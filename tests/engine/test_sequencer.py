@@ -106,3 +106,36 @@ def test_events_of_an_unknown_board_are_answered_and_not_logged():
     parts, results = asyncio.run(go())
     assert [(r.outcome, r.version) for r in results] == [(Outcome.REJECTED_UNKNOWN_SEASON, 0)] * 2
     assert parts.log.records == [] and parts.transport.sent == {0: []}
+
+
+def test_dead_letters_are_logged_after_their_cycle_and_leave_the_queue_empty(monkeypatch):
+    """Two poison events of one batch: the shard actor dead-letters both rows,
+    the sequencer logs one L record each (one submission of two records) and
+    answers the batch once they are durable; the queue counts them in and out
+    alike (it used to count such a submission in by its records and out as one)."""
+    from engine.partition import Partition
+
+    real_apply = Partition.apply_columns
+
+    def poisoned(self, cols, verdicts=None, *a, **kw):  # a bug that raises for poison events it would rank
+        if any(e.startswith("poison") and (verdicts is None or verdicts[i] == 0) for i, e in enumerate(cols.event_ids)):
+            raise RuntimeError("boom")
+        return real_apply(self, cols, verdicts, *a, **kw)
+
+    monkeypatch.setattr(Partition, "apply_columns", poisoned)
+
+    async def go():
+        parts = assemble(n_actors=1)
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.BEST_SCORE, shards=1))
+            events = _events(3) + [ScoreEvent(B, f"poison{i}", f"x{i}", 1, 0, 0) for i in range(2)]
+            results = await parts.sequencer.submit(events)
+            return parts, results, parts.sequencer.queue_depth()
+        finally:
+            await parts.close()
+
+    parts, results, depth = asyncio.run(go())
+    assert [r.outcome for r in results] == [Outcome.APPLIED_FIRST_SCORE] * 3 + [Outcome.DEAD_LETTERED] * 2
+    dead = [R.parse(r) for r in parts.log.records if R.parse(r).kind == R.DEAD_LETTER]
+    assert sorted((d.offset, d.row, d.event_id) for d in dead) == [(1, 3, "poison0"), (1, 4, "poison1")]
+    assert depth == 0
