@@ -24,7 +24,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -80,6 +80,15 @@ class RouterConfig:
     history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
 
 
+class KeySample(NamedTuple):
+    """Every ``step``-th ranked key of a board's partitions on one shard actor,
+    taken when the board had ``changes`` ranking changes there."""
+
+    changes: int
+    step: int
+    keys: list
+
+
 @dataclass
 class BoardCtl:
     """What the router keeps per board: admission, versions, deltas, and where
@@ -93,7 +102,7 @@ class BoardCtl:
     version: int = 0
     corrections: int = 0
     actor_changes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    samples: dict[int, tuple[int, int, list]] = field(default_factory=dict)  # actor -> (changes at sample, step, keys)
+    samples: dict[int, "KeySample"] = field(default_factory=dict)  # actor -> its last key sample (approximate ranks)
     parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
     part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
     archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it

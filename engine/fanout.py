@@ -39,7 +39,7 @@ import numpy as np
 from engine import checksum as checksum_mod
 from engine import wire as W
 from engine.archive import ArchiveView
-from engine.board_control import BoardCtl, BoardRegistry, RouterConfig
+from engine.board_control import BoardCtl, BoardRegistry, KeySample, RouterConfig
 from engine.export import Block, Chunk, Merge, TiedRanks
 from engine.errors import (
     BoardArchived,
@@ -373,17 +373,16 @@ class ReadFanOut:
             if a == owner:
                 continue
             sample = ctl.samples.get(a)
-            drift = ctl.actor_changes[a] - sample[0] if sample else None
-            if sample is None or drift > max(sample[1], 64):
+            drift = ctl.actor_changes[a] - sample.changes if sample else None
+            if sample is None or drift > max(sample.step, 64):
                 _, sized = await self.reads.ask(a, W.Size(W.SIZE, board_id))
                 step = max(1, -(-sized.value // self.cfg.approx_sample_points))
                 changes_now = ctl.actor_changes[a]
                 _, sampled = await self.reads.ask(a, W.Sample(W.SAMPLE, board_id, step))
-                keys = sampled.keys
-                ctl.samples[a] = sample = (changes_now, step, keys)
-                drift = ctl.actor_changes[a] - sample[0]
-            _, step, keys = sample
-            below = bisect.bisect_left(keys, key)
+                ctl.samples[a] = sample = KeySample(changes_now, step, sampled.keys)
+                drift = ctl.actor_changes[a] - sample.changes
+            step = sample.step
+            below = bisect.bisect_left(sample.keys, key)
             # The true count on this actor lies in [below*step, below*step + parts*(step-1)]
             # at sampling time, and each later change moves it by at most one.
             spread = ctl.parts_on[a] * (step - 1)
