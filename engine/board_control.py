@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowrank.router")
 
 
-
 @dataclass
 class RouterConfig:
     """The router's settings (every part of it reads them)."""
@@ -102,7 +101,7 @@ class BoardCtl:
     version: int = 0
     corrections: int = 0
     actor_changes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    samples: dict[int, "KeySample"] = field(default_factory=dict)  # actor -> its last key sample (approximate ranks)
+    samples: dict[int, KeySample] = field(default_factory=dict)  # actor -> its last key sample (approximate ranks)
     parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
     part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
     archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
@@ -230,6 +229,7 @@ class BoardControl:
             ctl.actor_changes.clear()
             ctl.samples.clear()
 
+    # ------------------------------------------------------------- lifecycle
 
     async def create_board(self, spec: BoardSpec) -> BoardInfo:
         """Log the board; a ``closes_at`` already past freezes it (and
@@ -397,7 +397,6 @@ class BoardControl:
                 await asyncio.wait_for(self._sched_wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
-
 
 
 def epoch_ms() -> int:

@@ -85,7 +85,6 @@ class LogPort(Protocol):
         """Durably append; returns the offset of the first record."""
 
 
-
 class _Queued(NamedTuple):
     """A submission waiting in the queue."""
 
