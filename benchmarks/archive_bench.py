@@ -142,7 +142,7 @@ async def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
         results_before = _result_cache_bytes(svc)
         read_s: list[float] = []
         encode_s: list[float] = []
-        svc.router._history_of = _timed(read_s, svc.router._history_of)  # type: ignore[method-assign]
+        svc.router.control._history_of = _timed(read_s, svc.router.control._history_of)  # type: ignore[method-assign]
         sections = archive_mod._history_sections
         archive_mod._history_sections = _timed(encode_s, sections)  # type: ignore[assignment]
         t1 = time.perf_counter()

@@ -233,8 +233,8 @@ class EngineHost:
     def _share_view(self, board_id: str, version: int, entries: list, complete: bool) -> None:
         """Keep a page-1 view a replica built, so its cursor pages through any gateway."""
         router = self.engine.router
-        if router._view(board_id, version) is None:
-            router._remember_view(board_id, version, entries, complete)
+        if router.fanout.view(board_id, version) is None:
+            router.fanout.remember_view(board_id, version, entries, complete)
 
     async def _barrier(self, board_id: str) -> None:
         """Before the shards drop an archived board's rows: tell every gateway, and wait

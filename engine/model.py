@@ -109,7 +109,7 @@ class BoardSpec:
 
     board_id: str
     policy: Policy
-    shards: int = 1
+    shards: int = 1  # how many partitions the board's players are hashed across (placed on shard actors)
     max_plausible_time_ms: int = DEFAULT_MAX_PLAUSIBLE_TIME_MS
     review_above: int | None = None
     closes_at: int | None = None

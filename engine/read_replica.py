@@ -2,16 +2,18 @@
 
 With ``flowrank serve --workers N`` the engine host sequences every write;
 reads need no sequencer. A worker answers the hot reads (top pages, exact
-rank, around, ranked subsets) with a read-only :class:`engine.router.Router`
-of its own over the same shard actors: the same code, the same merges, one
-parallel round per read, no hop through the host (docs/http.md, "Several
-gateways"). Everything else goes to the host.
+rank, around, ranked subsets) with a read fan-out of its own
+(:class:`engine.fanout.ReadFanOut` over a :class:`engine.board_control.BoardRegistry`
+of the boards it learned) over the same shard actors: the router's read code,
+the same merges, one parallel round per read, no hop through the host
+(docs/http.md, "Several gateways"). It has no sequencer and no board control.
+Everything else goes to the host.
 
 Why the answers are the host's answers:
 
 * **Cuts.** Every batch goes to every shard actor, and every shard answer
   carries the log offset it has applied; a fan-out whose answers carry
-  different offsets is retried (``Router._consistent``). So a replica's answer
+  different offsets is retried (``ReadFanOut.consistent``). So a replica's answer
   is a consistent cut even though its calls and the host's interleave.
 * **Fresh.** The host acknowledges a write once the shards applied it, so a
   read that starts after an acknowledgement (through any gateway) sees it. A
@@ -34,8 +36,10 @@ import asyncio
 from typing import Awaitable, Callable
 
 from engine import records as R
+from engine import wire as W
+from engine.board_control import BoardRegistry, RouterConfig
+from engine.fanout import ReadFanOut
 from engine.model import BoardState, Page, PlayerView
-from engine.router import Router, RouterConfig
 from engine.version_table import VersionTable
 
 #: ``lookup(board_id)`` -> ``(board record, state, version table place)`` or None (unknown board).
@@ -46,7 +50,7 @@ ShareView = Callable[[str, int, list, bool], Awaitable[None]]
 
 class ReadReplica:
     def __init__(self, transport, lookup: BoardLookup, share_view: ShareView, config: RouterConfig | None = None):
-        self.router = Router(transport, log_port=None, config=config)  # never started: reads only
+        self.fanout = ReadFanOut(transport, BoardRegistry(transport.n, config))  # reads only
         self.lookup = lookup
         self.share_view = share_view
         self._host_only: set[str] = set()  # archived, or unknown at the last lookup
@@ -60,7 +64,7 @@ class ReadReplica:
 
     async def serves(self, board_id: str) -> bool:
         """True when this replica answers ``board_id``'s hot reads (learning it from the host first)."""
-        if board_id in self.router.boards:
+        if board_id in self.fanout.boards:
             return True
         if board_id in self._host_only:
             return False
@@ -79,7 +83,7 @@ class ReadReplica:
             self._host_only.add(board_id)
             return False
         if board_id not in self._host_only:
-            self.router.boards.setdefault(board_id, self.router._new_ctl(R.spec_of(rec)))
+            self.fanout.boards.setdefault(board_id, self.fanout.registry.new_ctl(R.spec_of(rec)))
             if where is not None:
                 path, token, slot = where
                 if path not in self._tables:
@@ -87,13 +91,13 @@ class ReadReplica:
                 table = self._tables[path]
                 if table is not None and table.token == token:
                     self._slot[board_id] = (table, slot)
-        return board_id in self.router.boards
+        return board_id in self.fanout.boards
 
     async def forget(self, board_id: str) -> None:
         """``board_id`` is archived: its reads go to the host from now on; returns
         once no read of this replica still asks the shards for its rows."""
         self._host_only.add(board_id)
-        ctl = self.router.boards.pop(board_id, None)
+        ctl = self.fanout.boards.pop(board_id, None)
         while ctl is not None and ctl.shard_reads:
             await asyncio.sleep(0.002)
 
@@ -102,17 +106,17 @@ class ReadReplica:
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
                   ties: bool = False) -> Page | None:
         """A top page, or None when the host must answer (a cursor whose view is not here)."""
-        r = self.router
-        ctl = r._ctl(board_id)
+        r = self.fanout
+        ctl = r.registry.ctl(board_id)
         if at_version is not None:
-            view = r._view(board_id, at_version)
+            view = r.view(board_id, at_version)
             if view is None or not (offset + limit <= len(view) or view.complete):
                 return None
         else:
             # versions only grow: concurrent size rounds may finish out of order, keep the newest
             ctl.version = max(ctl.version, await self._current_version(ctl))
             newest = self._newest.get(board_id)
-            if newest is not None and newest > ctl.version and r._view(board_id, newest) is not None:
+            if newest is not None and newest > ctl.version and r.view(board_id, newest) is not None:
                 ctl.version = newest  # a view built at a cut the version table has not reached yet: fresher still
         page = await r.top(board_id, offset, limit, at_version, ties)
         if (board_id, page.version) in r.views:  # a page of a view: the host has it before the page is answered
@@ -125,11 +129,11 @@ class ReadReplica:
     async def _share(self, key: tuple[str, int]) -> None:
         fut = self._shared.get(key)
         if fut is None or (fut.done() and fut.exception() is not None):
-            entries = self.router.views[key][1]
+            entries = self.fanout.views[key][1]
             fut = self._shared[key] = asyncio.ensure_future(
                 self.share_view(key[0], key[1], list(entries), entries.complete))
-            if len(self._shared) > 4 * self.router.cfg.max_views:
-                for k in [k for k in self._shared if k not in self.router.views and self._shared[k].done()]:
+            if len(self._shared) > 4 * self.fanout.cfg.max_views:
+                for k in [k for k in self._shared if k not in self.fanout.views and self._shared[k].done()]:
                     del self._shared[k]
         await asyncio.shield(fut)
 
@@ -143,22 +147,22 @@ class ReadReplica:
         self.version_rounds += 1
 
         async def attempt():
-            answers = await self.router._fan(ctl, lambda a: ["size", board_id])
-            return {o for o, _ in answers.values()}, sum(ans[0] for _, ans in answers.values())
+            answers = await self.fanout.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
+            return {o for o, _ in answers.values()}, sum(ans.version for _, ans in answers.values())
 
-        return await self.router._consistent(attempt, ctl)
+        return await self.fanout.consistent(attempt, ctl)
 
     async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
-        view = await self.router.player(board_id, player_id, ties)
+        view = await self.fanout.player(board_id, player_id, ties)
         self.reads += 1
         return view
 
     async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False) -> Page:
-        page = await self.router.around(board_id, player_id, radius, ties)
+        page = await self.fanout.around(board_id, player_id, radius, ties)
         self.reads += 1
         return page
 
     async def ranked_subset(self, board_id: str, player_ids, ties: bool = False) -> Page:
-        page = await self.router.ranked_subset(board_id, player_ids, ties)
+        page = await self.fanout.ranked_subset(board_id, player_ids, ties)
         self.reads += 1
         return page

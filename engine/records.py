@@ -1,8 +1,10 @@
-"""What goes into the event log, as compact msgpack-able lists.
+"""What goes into the event log: named records that msgpack writes as lists.
 
 Every record is a list whose first item is its kind letter; :data:`KINDS` is
 the table of kinds and their field layouts, :data:`CODE` the table of outcome
-codes. Both are on-disk formats (docs/storage.md, "Record vocabulary"):
+codes. Code reads and writes records as the named tuple of their kind
+(:data:`TYPES`, :func:`parse`): its first field is ``kind``, the others are the
+kind's fields, and msgpack packs it to the same bytes as the list. Both are on-disk formats (docs/storage.md, "Record vocabulary"):
 append-only, pinned by tests/engine/test_records.py, and numbered together as
 :data:`engine.formats.LOG_FORMAT`. A letter or a code never changes meaning;
 a new layout is a new letter (as ``C`` followed ``S``).
@@ -90,6 +92,165 @@ KINDS: dict[str, RecordKind] = {
                             "skips what it names, whatever the code does today (log format 4)"),
 }
 
+class BoardRecord(NamedTuple):
+    """``B``: a board created without a season schedule (read, no longer written)."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int  # how many partitions the board has (the API's name for it)
+    max_plausible_time_ms: int | None
+    review_above: int | None
+
+
+class ScheduledBoardRecord(NamedTuple):
+    """``K``: a board created, with its season schedule."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int  # how many partitions the board has (the API's name for it)
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+
+
+class StateRecord(NamedTuple):
+    """``T``: a season state change."""
+
+    kind: str
+    board_id: str
+    state: str
+
+
+class ScoresRecord(NamedTuple):
+    """``C``: one partition's score events of one sequencing cycle, as columns."""
+
+    kind: str
+    board_id: str
+    partition: int
+    event_ids: list
+    player_ids: list
+    values: bytes
+    achieved: bytes
+    submitted: bytes
+    verdicts: bytes
+
+
+class ScoresMetaRecord(NamedTuple):
+    """``M``: a ``C`` record whose events carry metadata."""
+
+    kind: str
+    board_id: str
+    partition: int
+    event_ids: list
+    player_ids: list
+    values: bytes
+    achieved: bytes
+    submitted: bytes
+    verdicts: bytes
+    meta: bytes
+    meta_offsets: bytes
+
+
+class ScoreRecord(NamedTuple):
+    """``S``: one score event (read, no longer written)."""
+
+    kind: str
+    board_id: str
+    event_id: str
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+    verdict: int
+
+
+class InvalidationRecord(NamedTuple):
+    """``I``: a moderator's invalidation of an applied event."""
+
+    kind: str
+    board_id: str
+    event_id: str
+    correction_id: str
+    reason: str | None
+    moderator: str | None
+
+
+class DecisionRecord(NamedTuple):
+    """``D``: a quarantine decision, with the held event."""
+
+    kind: str
+    board_id: str
+    event_id: str
+    decision: str
+    reason: str | None
+    moderator: str | None
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+
+
+class DecisionMetaRecord(NamedTuple):
+    """``E``: a ``D`` record whose held event carries metadata."""
+
+    kind: str
+    board_id: str
+    event_id: str
+    decision: str
+    reason: str | None
+    moderator: str | None
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+    metadata: bytes
+
+
+class DeadLetterRecord(NamedTuple):
+    """``L``: a record (or a row of one) a shard actor could not apply."""
+
+    kind: str
+    board_id: str | None
+    offset: int
+    row: int | None
+    event_id: str | None
+    error: str
+
+
+#: The named record type of each kind: its first field is ``kind``, the others are
+#: exactly ``KINDS[kind].fields``. msgpack packs a tuple as an array, so writing one
+#: of these gives the same bytes as the list it replaced (tests/engine/test_records.py).
+TYPES: dict[str, type] = {
+    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
+    SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
+    DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord,
+}
+for _kind, _type in TYPES.items():
+    assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
+assert set(TYPES) == set(KINDS), "every kind needs a record type"
+
+Record = (BoardRecord | ScheduledBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
+          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord)
+_RECORD_TYPES = frozenset(TYPES.values())
+
+
+def parse(rec, offset: int = -1) -> Record:
+    """A log record (a list as msgpack decodes it, or already a record) as its
+    named type. Each kind has one layout (a longer one is a new letter), so
+    the list's length is the type's (another length raises TypeError); an
+    unknown kind raises UnsupportedFormat (:func:`check_kind`; ``offset``:
+    where the record is, for the message)."""
+    if type(rec) in _RECORD_TYPES:
+        return rec
+    kind = TYPES.get(rec[0]) if isinstance(rec, (list, tuple)) and rec else None
+    if kind is None:
+        check_kind(offset, rec)
+    return kind._make(rec)
+
+
 # Outcome codes as logged: append-only (a code never changes meaning). 0 means "apply".
 CODE = {
     Outcome.APPLIED_FIRST_SCORE: 1, Outcome.APPLIED_NEW_BEST: 2, Outcome.REJECTED_NOT_AN_IMPROVEMENT: 3,
@@ -111,87 +272,101 @@ def outcome_of(code: int) -> Outcome:
     return _BY_CODE[code]
 
 
-def check_kind(offset: int, rec: list) -> None:
+def event_id_of(rec: Record) -> str | None:
+    """The event a record concerns (``S``, ``I``, ``D``, ``E``, ``L``), else None."""
+    return getattr(rec, "event_id", None)
+
+
+def check_kind(offset: int, rec) -> None:
     """Refuse a record whose kind is not in :data:`KINDS` (a newer writer's
     vocabulary, or damage) rather than skip it silently."""
-    if not isinstance(rec, list) or not rec or rec[0] not in KINDS:
-        kind = rec[0] if isinstance(rec, list) and rec else rec
+    if not isinstance(rec, (list, tuple)) or not rec or rec[0] not in KINDS:
+        kind = rec[0] if isinstance(rec, (list, tuple)) and rec else rec
         raise UnsupportedFormat(
             f"log record at offset {offset} has kind {kind!r}, not in log record format {LOG_FORMAT} "
             f"(kinds {''.join(KINDS)}); it was written by a newer FlowRank or is damaged")
 
 
-def decide_record(board_id: str, event_id: str, decision: str, reason, moderator, held) -> list:
+def decide_record(board_id: str, event_id: str, decision: str, reason, moderator,
+                  held) -> DecisionRecord | DecisionMetaRecord:
     """The log record of a quarantine decision on ``held`` (a HeldEvent):
     ``E`` when the held event carries metadata, else ``D``."""
-    rec = [DECIDE, board_id, event_id, decision, reason, moderator, held.player_id, held.value, held.achieved_at,
-           held.submitted_at]
+    fields = (board_id, event_id, decision, reason, moderator, held.player_id, held.value, held.achieved_at,
+              held.submitted_at)
     if held.metadata:
-        rec[0] = DECIDE_META
-        rec.append(held.metadata)
-    return rec
+        return DecisionMetaRecord(DECIDE_META, *fields, held.metadata)
+    return DecisionRecord(DECIDE, *fields)
 
 
-def decided_event(rec: list) -> ScoreEvent:
+def decided_event(rec) -> ScoreEvent:
     """The held event a ``D`` / ``E`` record decides on."""
-    return ScoreEvent(rec[1], rec[2], rec[6], rec[7], rec[8], rec[9], rec[10] if rec[0] == DECIDE_META else b"")
+    rec = parse(rec)
+    return ScoreEvent(rec.board_id, rec.event_id, rec.player_id, rec.value, rec.achieved_at, rec.submitted_at,
+                      rec.metadata if isinstance(rec, DecisionMetaRecord) else b"")
 
 
-def board_record(spec: BoardSpec) -> list:
-    return [BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
-            spec.closes_at, spec.finalize_after_s]
+def board_record(spec: BoardSpec) -> ScheduledBoardRecord:
+    return ScheduledBoardRecord(BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms,
+                                spec.review_above, spec.closes_at, spec.finalize_after_s)
 
 
-def spec_of(rec: list) -> BoardSpec:
+def spec_of(rec) -> BoardSpec:
     """The spec of a ``K`` record, or of an older ``B`` one (no schedule:
     ``closes_at`` None, the default ``finalize_after_s``)."""
-    if rec[0] == BOARD2:
-        return BoardSpec(rec[1], Policy(rec[2]), rec[3], rec[4], rec[5], rec[6], rec[7])
-    return BoardSpec(rec[1], Policy(rec[2]), rec[3], rec[4], rec[5])
+    rec = parse(rec)
+    if isinstance(rec, ScheduledBoardRecord):
+        return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
+                         rec.closes_at, rec.finalize_after_s)
+    return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above)
 
 
-def score_record(ev: ScoreEvent, verdict: Outcome | None) -> list:
-    return [SCORE, ev.board_id, ev.event_id, ev.player_id, ev.value, ev.achieved_at, ev.submitted_at,
-            APPLY if verdict is None else CODE[verdict]]
+def score_record(ev: ScoreEvent, verdict: Outcome | None) -> ScoreRecord:
+    return ScoreRecord(SCORE, ev.board_id, ev.event_id, ev.player_id, ev.value, ev.achieved_at, ev.submitted_at,
+                       APPLY if verdict is None else CODE[verdict])
 
 
-def event_of(rec: list) -> ScoreEvent:
-    return ScoreEvent(rec[1], rec[2], rec[3], rec[4], rec[5], rec[6])
+def event_of(rec) -> ScoreEvent:
+    """The event of an ``S`` record."""
+    rec = parse(rec)
+    return ScoreEvent(rec.board_id, rec.event_id, rec.player_id, rec.value, rec.achieved_at, rec.submitted_at)
 
 
-def verdict_of(rec: list) -> Outcome | None:
-    return None if rec[7] == APPLY else outcome_of(rec[7])
+def verdict_of(rec) -> Outcome | None:
+    """The verdict of an ``S`` record (None: apply)."""
+    verdict = parse(rec).verdict
+    return None if verdict == APPLY else outcome_of(verdict)
 
 
-def scores_record(cols: ScoreColumns, partition: int, verdicts: np.ndarray) -> list:
+def scores_record(cols: ScoreColumns, partition: int, verdicts: np.ndarray) -> ScoresRecord | ScoresMetaRecord:
     """One columnar record for a partition's share of a cycle's events
     (``M`` when some event carries metadata, else ``C``)."""
-    rec = [SCORES, cols.board_id, partition, cols.event_ids, cols.player_ids, _le64(cols.values),
-           _le64(cols.achieved), _le64(cols.submitted), np.asarray(verdicts, np.uint8).tobytes()]
+    fields = (cols.board_id, partition, cols.event_ids, cols.player_ids, _le64(cols.values), _le64(cols.achieved),
+              _le64(cols.submitted), np.asarray(verdicts, np.uint8).tobytes())
     if cols.moffs is not None and cols.meta is not None:
-        rec[0] = SCORES_META
-        rec += [cols.meta.tobytes(), _le64(cols.moffs)]
-    return rec
+        return ScoresMetaRecord(SCORES_META, *fields, cols.meta.tobytes(), _le64(cols.moffs))
+    return ScoresRecord(SCORES, *fields)
 
 
-def columns_of(rec: list) -> tuple[ScoreColumns, np.ndarray]:
+def columns_of(rec) -> tuple[ScoreColumns, np.ndarray]:
     """A ``SCORES`` (or ``SCORES_META``) record's columns and verdicts (0 = apply)."""
+    rec = parse(rec)
     meta = moffs = None
-    if rec[0] == SCORES_META:
-        meta = np.frombuffer(rec[9], np.uint8).copy()
-        moffs = np.frombuffer(rec[10], "<i8").astype(np.int64)
-    return (ScoreColumns(rec[1], rec[3], rec[4], np.frombuffer(rec[5], "<i8").astype(np.int64),
-                         np.frombuffer(rec[6], "<i8").astype(np.int64), np.frombuffer(rec[7], "<i8").astype(np.int64),
-                         meta, moffs),
-            np.frombuffer(rec[8], np.uint8).copy())
+    if isinstance(rec, ScoresMetaRecord):
+        meta = np.frombuffer(rec.meta, np.uint8).copy()
+        moffs = np.frombuffer(rec.meta_offsets, "<i8").astype(np.int64)
+    return (ScoreColumns(rec.board_id, rec.event_ids, rec.player_ids, np.frombuffer(rec.values, "<i8").astype(np.int64),
+                         np.frombuffer(rec.achieved, "<i8").astype(np.int64),
+                         np.frombuffer(rec.submitted, "<i8").astype(np.int64), meta, moffs),
+            np.frombuffer(rec.verdicts, np.uint8).copy())
 
 
-def logged_events(rec: list) -> Iterator[tuple[ScoreEvent, int]]:
+def logged_events(rec) -> Iterator[tuple[ScoreEvent, int]]:
     """Every score event a record holds with its verdict code, in log order
     (either record kind; none for other records)."""
-    if rec[0] == SCORE:
-        yield event_of(rec), rec[7]
-    elif rec[0] in SCORE_BATCHES:
+    rec = parse(rec)
+    if isinstance(rec, ScoreRecord):
+        yield event_of(rec), rec.verdict
+    elif isinstance(rec, (ScoresRecord, ScoresMetaRecord)):
         cols, verdicts = columns_of(rec)
         yield from zip(cols.events(), verdicts.tolist())
 
@@ -216,12 +391,13 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
-def dead_letter_record(d: DeadLetter) -> list:
-    return [DEAD_LETTER, d.board_id, d.offset, d.row, d.event_id, d.error[:MAX_ERROR_CHARS]]
+def dead_letter_record(d: DeadLetter) -> DeadLetterRecord:
+    return DeadLetterRecord(DEAD_LETTER, d.board_id, d.offset, d.row, d.event_id, d.error[:MAX_ERROR_CHARS])
 
 
-def dead_letter_of(rec: list) -> DeadLetter:
-    return DeadLetter(rec[1], rec[2], rec[3], rec[4], rec[5])
+def dead_letter_of(rec) -> DeadLetter:
+    rec = parse(rec)
+    return DeadLetter(rec.board_id, rec.offset, rec.row, rec.event_id, rec.error)
 
 
 #: How a dead-letter record's payload begins: a msgpack fixarray of its six items, then its kind

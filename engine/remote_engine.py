@@ -10,7 +10,8 @@ gateway cannot tell the difference; docs/http.md "Several gateways".
   out as one message (a Ray actor call costs its caller ~0.4 ms whatever it
   carries: RAY_NOTES). While ``max_rounds`` messages are in flight, new calls
   wait and then all go in the next one: no added latency when idle, bigger
-  messages under load (the adaptive batching of the router's shard reads).
+  messages under load (:class:`engine.turns.RoundBatcher`, as the router's
+  shard reads).
 * **Errors.** The engine's errors come back as themselves. A host that cannot
   be reached (restarting, gone) is ``OVERLOADED`` with a retry-after.
 * **The commit feed.** :meth:`watch` / :meth:`unwatch` name the boards this
@@ -29,11 +30,12 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from typing import AsyncIterator, Callable, Protocol, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
 
 from engine.engine_host import Call, Feed, dumps, loads
 from engine.errors import FlowRankError, Overloaded
 from engine.model import Delta
+from engine.turns import RoundBatcher
 
 log = logging.getLogger("flowrank.remote")
 
@@ -61,16 +63,13 @@ class RemoteEngine:
         self.gateway_id = uuid.uuid4().hex
         self.max_rounds = max_rounds
         self.feed_timeout_s = feed_timeout_s
-        self._pending: list[tuple[Call, asyncio.Future]] = []
-        self._scheduled = False
-        self._rounds = 0
+        self._turns: RoundBatcher[Call] = RoundBatcher(self._send, max_rounds)
         self._listeners: list = []
         self._watched: Counter = Counter()
         self._seq: int | None = None  # where the next poll starts (None: before the first watch answered)
         self._feed_task: asyncio.Task | None = None
         self._stats: dict = {}
         self._closed = False
-        self.calls_sent = 0  # messages sent (a message carries every call of a turn)
         self.calls_made = 0  # engine calls made
         self.default_shards: int | None = None  # the engine's, once connect() asked
         self.replica = None
@@ -94,46 +93,33 @@ class RemoteEngine:
     # ------------------------------------------------------------ the message per turn
 
     def _call(self, method: str, *args, **kwargs) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        self._pending.append((Call(method, args, kwargs or None), fut))
         self.calls_made += 1
-        self._schedule()
-        return fut
+        return self._turns.submit(None, Call(method, args, kwargs or None))
 
-    def _schedule(self) -> None:
-        if not self._scheduled and self._pending and self._rounds < self.max_rounds:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+    @property
+    def calls_sent(self) -> int:
+        """Messages sent (a message carries every call of a turn)."""
+        return self._turns.messages
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        if not self._pending:
-            return
-        batch, self._pending = self._pending, []
-        self._rounds += 1
-        self.calls_sent += 1
-        asyncio.ensure_future(self._round(batch))
+    def _send(self, _host, batch: list) -> Awaitable[None]:
+        return self._round(batch)
 
     async def _round(self, batch: list) -> None:
         try:
-            try:
-                replies = loads(await self.channel.call(dumps([c for c, _ in batch])))
-            except FlowRankError as exc:
-                replies = [(False, exc)] * len(batch)
-            except Exception as exc:  # noqa: BLE001 - the host is unreachable: every caller learns it
-                log.warning("engine host call failed: %r", exc)
-                err = Overloaded(f"The engine is unavailable ({type(exc).__name__}); retry shortly.", retry_after=1)
-                replies = [(False, err)] * len(batch)
-            for (_, fut), (ok, value) in zip(batch, replies):
-                if fut.done():
-                    continue
-                if ok:
-                    fut.set_result(value)
-                else:
-                    fut.set_exception(value)
-        finally:
-            self._rounds -= 1
-            self._schedule()
+            replies = loads(await self.channel.call(dumps([c for c, _ in batch])))
+        except FlowRankError as exc:
+            replies = [(False, exc)] * len(batch)
+        except Exception as exc:  # noqa: BLE001 - the host is unreachable: every caller learns it
+            log.warning("engine host call failed: %r", exc)
+            err = Overloaded(f"The engine is unavailable ({type(exc).__name__}); retry shortly.", retry_after=1)
+            replies = [(False, err)] * len(batch)
+        for (_, fut), (ok, value) in zip(batch, replies):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
 
     # ------------------------------------------------------------ the engine's methods
 

@@ -8,7 +8,7 @@ False
 >>> due(BoardState.OPEN, 1_000, 60, now_ms=1_000)
 Due(transitions=(<BoardState.FROZEN: 'FROZEN'>,), wake_at=61000)
 
-No clock here: the shell (:class:`engine.router.Router`) passes ``now_ms``.
+No clock here: the shell (:class:`engine.board_control.BoardControl`) passes ``now_ms``.
 """
 
 from __future__ import annotations

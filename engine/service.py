@@ -51,18 +51,19 @@ class ServiceConfig:
 
 
 class InProcessShards:
-    """Shard transport whose shards are objects in this process: a call runs
-    at submission, so submission order is execution order."""
+    """Shard transport (:class:`engine.wire.ShardTransport`) whose shard actors
+    are objects in this process: a call runs at submission, so submission
+    order is execution order."""
 
     def __init__(self, cores: list[ShardCore]):
         self.cores = cores
         self.n = len(cores)
 
-    def apply(self, shard: int, through: int, items: list):
-        return _done(lambda: self.cores[shard].apply(through, items))
+    def apply(self, actor: int, through: int, items: list):
+        return _done(lambda: self.cores[actor].apply(through, items))
 
-    def read(self, shard: int, requests: list):
-        return _done(lambda: self.cores[shard].read(requests))
+    def read(self, actor: int, requests: list):
+        return _done(lambda: self.cores[actor].read(requests))
 
 
 def _done(fn):

@@ -5,14 +5,15 @@ forwards to it). It applies the log records the router sends it, each
 batch carrying its log offsets, and ignores offsets it has already applied
 (Ray delivers at least once); it answers reads in batches; it snapshots
 itself as plain data and replays the shared log from its snapshot's offset.
-Arguments and answers are lists (cheap to ship between processes).
+Arguments and answers are the named tuples of :mod:`engine.wire` (the
+router's vocabulary too), which travel between processes as msgpack arrays:
+read requests (one op name each), replies, rows (:class:`~engine.wire.RowWire`),
+entries (:class:`~engine.wire.Entry`), changes (:class:`~engine.wire.ChangeWire`)
+and apply results. Log records arrive as :mod:`engine.records` records.
 
-Wire shapes: an *entry* is ``[primary, tie, player_id, value, achieved_at]``;
-a *row* is ``[player_id, value, achieved_at, submitted_at, active,
-row_version, primary, tie]`` (primary/tie None when not ranked); a *change*
-is ``[player_id, value, achieved_at, status]``. Each of them has one more
-item, the row's metadata (bytes of compact JSON), only when the row has
-metadata (docs/api.md §13).
+Naming: a *shard actor* is this process (``index`` among ``n_actors``); it
+hosts some *partitions* of many boards (a board's players are hashed across
+its ``spec.shards`` partitions, placed on actors by :mod:`engine.placement`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Iterable
 import numpy as np
 
 from engine import records as R
+from engine import wire as W
 from engine.columns import ScoreColumns
 from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.model import BoardSpec, Outcome
@@ -56,40 +58,43 @@ def _result_nbytes(result) -> int:
     """Approximate bytes a cached answer holds: its byte strings, one level deep, plus a fixed overhead."""
     if isinstance(result, (bytes, bytearray)):
         return 64 + len(result)
-    if isinstance(result, list):
+    if isinstance(result, (list, tuple)):
         return 64 + sum(len(x) if isinstance(x, (bytes, bytearray)) else 32 for x in result)
     return 64
 
 
 def _dead_key(d: list) -> tuple[int, int | None]:
     """A dead letter's ``(offset, row)`` (row None unless it is a row of a columnar record)."""
-    return (d[0], d[4] if len(d) > 4 else None)
+    return W.ShardDeadLetter(*d).key
 
 
-def entry(row) -> list:
+#: Builds a named tuple from its items without the Python-level ``__new__`` (half the cost):
+#: a read makes an entry per ranked row it returns (a snapshot, every row of the board).
+_tuple_new = tuple.__new__
+
+
+def entry(row) -> W.Entry:
     k = row.key
-    if row.metadata:
-        return [k[0], k[1], row.player_id, row.value, row.achieved_at, row.metadata]
-    return [k[0], k[1], row.player_id, row.value, row.achieved_at]
+    return _tuple_new(W.Entry, (k[0], k[1], row.player_id, row.value, row.achieved_at, row.metadata or None))
 
 
-def row_wire(row) -> list:
+def row_wire(row) -> W.RowWire:
     k = row.key
-    out = [row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
-           k[0] if k else None, k[1] if k else None]
-    return out + [row.metadata] if row.metadata else out
+    return W.RowWire(row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
+                     k[0] if k else None, k[1] if k else None, row.metadata or None)
 
 
-def change_wire(change) -> list | None:
+def change_wire(change) -> W.ChangeWire | None:
     if change is None:
         return None
-    out = [change.player_id, change.value, change.achieved_at, change.status.value]
-    return out + [change.metadata] if change.metadata else out
+    return W.ChangeWire(change.player_id, change.value, change.achieved_at, change.status.value,
+                        change.metadata or None)
 
 
 class ShardCore:
     def __init__(self, index: int, n_actors: int, journals: JournalPlace = JournalPlace()):
-        """``journals``: where the partitions' journals live (default: in memory)."""
+        """Shard actor ``index`` of ``n_actors``. ``journals``: where its
+        partitions' journals live (default: in memory)."""
         self.index = index
         self.n_actors = n_actors
         self.journals = journals
@@ -100,7 +105,8 @@ class ShardCore:
         # whenever it is built (docs/storage.md, "Archives").
         self.archived: set[str] = set()
         self.applied_offset = -1
-        self.dead_letters: list[list] = []  # [offset, board_id, event_id, error] (+ row of a columnar record)
+        # [offset, board_id, event_id, error] (+ row of a columnar record): engine.wire.ShardDeadLetter as kept
+        self.dead_letters: list[list] = []
         self._dead_offsets: set[int] = set()
         self._dead_rows: set[tuple[int, int]] = set()  # (offset, row) of columnar records
         # Dead letters the log holds no dead-letter record of yet, by (offset, row): reported to
@@ -117,9 +123,9 @@ class ShardCore:
 
     # ------------------------------------------------------------------ writes
 
-    def apply(self, through: int, items: list) -> list:
+    def apply(self, through: int, items: list) -> W.ApplyAnswer:
         """Apply ``items`` (``[offset, record]`` in log order) and mark every
-        offset up to ``through`` applied. Returns ``[results, unlogged]``: each
+        offset up to ``through`` applied. Returns ``(results, unlogged)``: each
         item's result, and every dead letter of this shard the log holds no
         dead-letter record of yet (``[offset, board_id, event_id, error]`` plus
         the row of a columnar record; the router logs them, and a dead-letter
@@ -129,12 +135,12 @@ class ShardCore:
         out = []
         for offset, rec in items:
             if offset <= self.applied_offset:
-                out.append(self._results.get(offset, [DEAD, None]))
+                out.append(self._results.get(offset, W.EventApplied(DEAD, None)))
             else:
                 out.append(self._apply_record(offset, rec))
         if through > self.applied_offset:
             self.applied_offset = through
-        return [out, list(self._unlogged.values())]
+        return W.ApplyAnswer(out, list(self._unlogged.values()))
 
     def replay(self, records: Iterable[tuple[int, list]], dead: dict | None = None) -> int:
         """Fold the log tail into this shard, keeping only its own records,
@@ -149,6 +155,7 @@ class ShardCore:
         for offset, rec in records:
             if offset <= self.applied_offset:
                 continue
+            rec = R.parse(rec, offset)
             if self.owns(rec):
                 self._apply_record(offset, rec)
                 n += 1
@@ -164,37 +171,37 @@ class ShardCore:
                 self._skip[d.offset].append(d)
             self._unlogged.pop(d.key, None)
 
-    def owns(self, rec: list) -> bool:
-        """Whether a log record concerns a partition on this shard."""
-        kind = rec[0]
+    def owns(self, rec) -> bool:
+        """Whether a log record concerns a partition on this shard actor."""
+        rec = R.parse(rec)
+        kind = rec.kind
         if kind in R.BOARD_KINDS or kind == R.DEAD_LETTER:
             return True
-        spec = self.specs.get(rec[1])
+        spec = self.specs.get(rec.board_id)
         if spec is None:
             return False
         if kind in R.SCORE_BATCHES:
-            return rec[2] in self.parts.get(spec.board_id, ())
-        if kind == R.SCORE:  # self.parts holds only the partitions placed here
-            return part_of(rec[3], spec.shards) in self.parts.get(spec.board_id, ())
-        if kind in R.DECISIONS:
-            return part_of(rec[6], spec.shards) in self.parts.get(spec.board_id, ())
+            return rec.partition in self.parts.get(spec.board_id, ())
+        if kind == R.SCORE or kind in R.DECISIONS:  # self.parts holds only the partitions placed here
+            return part_of(rec.player_id, spec.shards) in self.parts.get(spec.board_id, ())
         if kind == R.INVALIDATE:
             return spec.board_id in self.parts
         if kind == R.STATE:
-            return rec[2] == ARCHIVED and spec.board_id in self.parts
+            return rec.state == ARCHIVED and spec.board_id in self.parts
         return False
 
-    def _apply_record(self, offset: int, rec: list):
+    def _apply_record(self, offset: int, rec):
+        rec = R.parse(rec)
         if offset in self._dead_offsets:
-            result = [DEAD, None]
+            result = W.EventApplied(DEAD, None)
         elif self._skipped_whole(offset, rec):
-            result = [DEAD, None]
+            result = W.EventApplied(DEAD, None)
         else:
             try:
                 result = self._dispatch(rec, offset)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
-        self._remember_result(offset, result, rec[1] if len(rec) > 1 and isinstance(rec[1], str) else None)
+        self._remember_result(offset, result, rec.board_id if isinstance(rec.board_id, str) else None)
         return result
 
     def _remember_result(self, offset: int, result, board_id: str | None = None) -> None:
@@ -217,64 +224,64 @@ class ShardCore:
             self.result_cache_bytes -= self._result_bytes.pop(offset)
             self._result_board.pop(offset, None)
 
-    def _dead_letter(self, offset: int, rec: list, exc: Exception) -> list:
+    def _dead_letter(self, offset: int, rec: R.Record, exc: Exception) -> W.EventApplied:
         error = R.error_text(exc)
-        log.error("dead-lettering log offset %d (%s %s): %s", offset, rec[0], rec[1:3], error)
-        self._add_dead([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, error],
-                       logged=False)
-        return [DEAD, None]
+        log.error("dead-lettering log offset %d (%s %s %s): %s", offset, rec.kind, rec.board_id, R.event_id_of(rec), error)
+        self._add_dead([offset, rec.board_id, R.event_id_of(rec), error], logged=False)
+        return W.EventApplied(DEAD, None)
 
     def _add_dead(self, entry: list, logged: bool) -> None:
         """Keep a dead letter (``[offset, board_id, event_id, error]``, plus the row of a columnar record)."""
         self.dead_letters.append(entry)
-        if len(entry) > 4:
-            self._dead_rows.add((entry[0], entry[4]))
+        d = W.ShardDeadLetter(*entry)
+        if d.row is not None:
+            self._dead_rows.add((d.offset, d.row))
         else:
-            self._dead_offsets.add(entry[0])
+            self._dead_offsets.add(d.offset)
         if not logged:
             self._unlogged[_dead_key(entry)] = entry
 
-    def _skipped_whole(self, offset: int, rec: list) -> bool:
+    def _skipped_whole(self, offset: int, rec: R.Record) -> bool:
         """Whether the log holds a dead letter for this whole record (no row):
         if so it is dead-lettered here as it was live, with the logged error."""
         for d in self._skip.get(offset, ()):
             if d.row is None:
-                if rec[0] == R.INVALIDATE and not any(p.owns_event(rec[2]) for p in self.parts.get(rec[1], {}).values()):
-                    return False  # another shard's partition owns the event: nothing was dead-lettered here
-                log.warning("skipping log offset %d (%s %s): dead-lettered before: %s", offset, rec[0], rec[1:3],
-                            d.error)
-                self._add_dead([offset, rec[1] if len(rec) > 1 else None, rec[2] if len(rec) > 2 else None, d.error],
-                               logged=True)
+                if isinstance(rec, R.InvalidationRecord) and not any(
+                        p.owns_event(rec.event_id) for p in self.parts.get(rec.board_id, {}).values()):
+                    return False  # another shard actor's partition owns the event: nothing was dead-lettered here
+                log.warning("skipping log offset %d (%s %s %s): dead-lettered before: %s", offset, rec.kind,
+                            rec.board_id, R.event_id_of(rec), d.error)
+                self._add_dead([offset, rec.board_id, R.event_id_of(rec), d.error], logged=True)
                 return True
         return False
 
-    def _apply_score(self, rec: list) -> list:
-        """A score record: ``[code, change_wire]``."""
-        spec = self.specs.get(rec[1])
+    def _apply_score(self, rec: R.ScoreRecord) -> W.EventApplied:
+        """A score record: its code and change."""
+        spec = self.specs.get(rec.board_id)
         if spec is None:
-            return [UNKNOWN_SEASON, None]
-        partition = self.parts.get(spec.board_id, {}).get(part_of(rec[3], spec.shards))
+            return W.EventApplied(UNKNOWN_SEASON, None)
+        partition = self.parts.get(spec.board_id, {}).get(part_of(rec.player_id, spec.shards))
         if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: nothing changes
-            return [rec[7], None]
+            return W.EventApplied(rec.verdict, None)
         ev = R.event_of(rec)
-        if rec[7] != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
-            partition.record(ev, R.outcome_of(rec[7]))
-            return [rec[7], None]
+        if rec.verdict != R.APPLY:  # decided before apply (duplicate, held, conflict): history only
+            partition.record(ev, R.outcome_of(rec.verdict))
+            return W.EventApplied(rec.verdict, None)
         outcome, change = partition.apply(ev)
-        return [R.CODE[outcome], change_wire(change)]
+        return W.EventApplied(R.CODE[outcome], change_wire(change))
 
-    def _apply_scores(self, offset: int, rec: list) -> list:
-        """A columnar score record, one batch: ``[codes, changed rows, values,
-        achieved]`` as bytes (uint8, int32, int64, int64). Rows dead-lettered
+    def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord) -> W.ScoresApplied:
+        """A columnar score record, one batch (:class:`engine.wire.ScoresApplied`:
+        codes, changed rows, values, achieved as uint8, int32, int64, int64 bytes). Rows dead-lettered
         before are journalled as DEAD_LETTERED; a batch that fails is applied
         row by row so only the poison rows are dead-lettered."""
-        spec = self.specs.get(rec[1])
+        spec = self.specs.get(rec.board_id)
         cols, verdicts = R.columns_of(rec)
         if spec is None:
-            return [bytes([UNKNOWN_SEASON]) * len(cols), b"", b"", b""]
-        partition = self.parts.get(spec.board_id, {}).get(rec[2])
+            return W.ScoresApplied(bytes([UNKNOWN_SEASON]) * len(cols), b"", b"", b"")
+        partition = self.parts.get(spec.board_id, {}).get(rec.partition)
         if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: events are only held
-            return [verdicts.astype(np.uint8).tobytes(), b"", b"", b""]
+            return W.ScoresApplied(verdicts.astype(np.uint8).tobytes(), b"", b"", b"")
         for o, row in self._dead_rows:
             if o == offset:
                 verdicts[row] = DEAD
@@ -289,8 +296,8 @@ class ShardCore:
         except Exception:
             got = self._apply_rows(offset, partition, cols, verdicts)
         rows = np.flatnonzero(got.changed)
-        return [got.codes.tobytes(), rows.astype("<i4").tobytes(), got.values[rows].astype("<i8").tobytes(),
-                got.achieved[rows].astype("<i8").tobytes()]
+        return W.ScoresApplied(got.codes.tobytes(), rows.astype("<i4").tobytes(),
+                               got.values[rows].astype("<i8").tobytes(), got.achieved[rows].astype("<i8").tobytes())
 
     def _apply_rows(self, offset: int, partition: Partition, cols: ScoreColumns, verdicts: np.ndarray) -> Applied:
         n = len(cols)
@@ -310,8 +317,8 @@ class ShardCore:
                 a[row] = b[0]
         return out
 
-    def _dispatch(self, rec: list, offset: int = -1):
-        kind = rec[0]
+    def _dispatch(self, rec: R.Record, offset: int = -1):
+        kind = rec.kind
         if kind in R.SCORE_BATCHES:
             return self._apply_scores(offset, rec)
         if kind == R.DEAD_LETTER:  # the router logged a dead letter: from now on the log knows it
@@ -332,53 +339,53 @@ class ShardCore:
                     self.parts[spec.board_id] = mine
             return None
         if kind == R.INVALIDATE:
-            _, board_id, event_id, correction_id = rec[:4]
-            for partition in self.parts.get(board_id, {}).values():
-                if partition.owns_event(event_id):
-                    row, change, refused = partition.invalidate(event_id, correction_id)
-                    return [row.player_id, row.key is not None, row.value, change_wire(change), refused]
+            for partition in self.parts.get(rec.board_id, {}).values():
+                if partition.owns_event(rec.event_id):
+                    row, change, refused = partition.invalidate(rec.event_id, rec.correction_id)
+                    return W.Invalidated(row.player_id, row.key is not None, row.value, change_wire(change), refused)
             return None
         if kind in R.DECISIONS:
-            board_id, decision = rec[1], rec[3]
             ev = R.decided_event(rec)
-            spec = self.specs[board_id]
-            partition = self.parts[board_id][part_of(ev.player_id, spec.shards)]
-            if decision == "reject":
+            spec = self.specs[rec.board_id]
+            partition = self.parts[rec.board_id][part_of(ev.player_id, spec.shards)]
+            if rec.decision == "reject":
                 partition.record_rejection(ev)
-                return [0, None]
+                return W.EventApplied(0, None)
             outcome, change = partition.apply(ev, kind=KIND_DECISION)
-            return [R.CODE[outcome], change_wire(change)]
-        if kind == R.STATE and rec[2] == ARCHIVED:  # the router sends only this state change here
-            self.archived.add(rec[1])
+            return W.EventApplied(R.CODE[outcome], change_wire(change))
+        if kind == R.STATE and rec.state == ARCHIVED:  # the router sends only this state change here
+            self.archived.add(rec.board_id)
         return None  # state changes live in the router
 
     # ------------------------------------------------------------------- reads
 
-    def read(self, requests: list) -> list:
-        """Answer a batch of read requests: ``[applied_offset, answers]``.
+    def read(self, requests: list) -> W.ReadAnswer:
+        """Answer a batch of read requests (:mod:`engine.wire`): this actor's
+        applied log offset and one reply per request.
 
-        Every answer starts with the board's local version (the sum of the
+        Every reply starts with the board's local version (the sum of the
         ``changes`` of its partitions here), so the router can state the
         exact version a fan-out reflects.
         """
-        answers: list = [None] * len(requests)
+        reqs = [W.request(r) for r in requests]
+        answers: list = [None] * len(reqs)
         batched: dict[tuple[str, str], list[int]] = {}
 
         def flush() -> None:
             for (op, board_id), at in batched.items():
-                for i, ans in zip(at, _BATCHED[op](self, board_id, [requests[i] for i in at])):
+                for i, ans in zip(at, _BATCHED[op](self, board_id, [reqs[i] for i in at])):
                     answers[i] = ans
             batched.clear()
 
-        for i, req in enumerate(requests):
-            if req[0] in _BATCHED:
-                batched.setdefault((req[0], req[1]), []).append(i)
+        for i, req in enumerate(reqs):
+            if req.op in _BATCHED:
+                batched.setdefault((req.op, req.board_id), []).append(i)
             else:
-                if req[0] in _CHANGES_STATE:
+                if req.op in W.CHANGES_STATE:
                     flush()  # the reads before it answer from the state before it
                 answers[i] = self._read(req)
         flush()
-        return [self.applied_offset, answers]
+        return W.ReadAnswer(self.applied_offset, answers)
 
     # Exact-rank reads of many concurrent requests (the router coalesces them
     # into one call per shard actor per round): one lookup / count / gather
@@ -397,9 +404,9 @@ class ShardCore:
                 totals = [x + y for x, y in zip(totals, p.count_better_many(keys))]
         return totals
 
-    def _get_many(self, board_id: str, reqs: list) -> list:
+    def _get_many(self, board_id: str, reqs: list[W.Get]) -> list[W.RowReply]:
         parts, version = self._parts_version(board_id)
-        ids = [r[2] for r in reqs]
+        ids = [r.player_id for r in reqs]
         rows: list[Row | None] = [None] * len(ids)
         for p in parts:
             for k, row in enumerate(p.get_many(ids)):
@@ -407,17 +414,17 @@ class ShardCore:
                     rows[k] = row
         ranked = {k: row.key for k, row in enumerate(rows) if row is not None and row.key is not None}
         local = dict(zip(ranked, self._counts(parts, list(ranked.values()))))
-        return [[version, None, None] if row is None else [version, row_wire(row), local.get(k)]
+        return [W.RowReply(version, None, None) if row is None else W.RowReply(version, row_wire(row), local.get(k))
                 for k, row in enumerate(rows)]
 
-    def _count_many(self, board_id: str, reqs: list) -> list:
+    def _count_many(self, board_id: str, reqs: list[W.Count]) -> list[W.Reply]:
         parts, version = self._parts_version(board_id)
-        return [[version, c] for c in self._counts(parts, [(r[2][0], r[2][1], r[2][2]) for r in reqs])]
+        return [W.Reply(version, c) for c in self._counts(parts, [tuple(r.key) for r in reqs])]
 
-    def _nbrs_many(self, board_id: str, reqs: list) -> list:
+    def _nbrs_many(self, board_id: str, reqs: list[W.Nbrs]) -> list[W.WindowReply]:
         parts, version = self._parts_version(board_id)
-        keys = [(r[2][0], r[2][1], r[2][2]) for r in reqs]
-        above, below = [r[3] for r in reqs], [r[4] for r in reqs]
+        keys = [tuple(r.key) for r in reqs]
+        above, below = [r.above for r in reqs], [r.below for r in reqs]
         per_part = [p.neighbours_many(keys, above, below) for p in parts]
         out = []
         for k, (a, b) in enumerate(zip(above, below)):
@@ -426,52 +433,52 @@ class ShardCore:
             afters = [[entry(r) for r in f[1]] for f in found]
             before = list(heapq.merge(*befores))[-a:] if a else []
             after = list(islice(heapq.merge(*afters), b))
-            out.append([version, before, after, sum(f[2] for f in found)])
+            out.append(W.WindowReply(version, before, after, sum(f[2] for f in found)))
         return out
 
-    def _read(self, req: list):
-        op, board_id = req[0], req[1]
+    def _read(self, req):
+        op, board_id = req.op, req.board_id
         parts = list(self.parts.get(board_id, {}).values())
         version = sum(p.changes for p in parts)
-        if op == "top":
-            n = req[2]
+        if op == W.TOP:
+            n = req.n
             tops = [[entry(r) for r in p.top(0, n)] for p in parts]
-            return [version, list(islice(heapq.merge(*tops), n)) if len(tops) > 1 else tops[0] if tops else []]
-        if op == "mget":
-            rows = [r for p in parts for r in p.multi_get(req[2]) if r.key is not None]
-            return [version, [entry(r) for r in rows]]
-        if op == "size":
-            return [version, sum(len(p) for p in parts)]
-        if op == "hist":
+            return W.Reply(version, list(islice(heapq.merge(*tops), n)) if len(tops) > 1 else tops[0] if tops else [])
+        if op == W.MGET:
+            rows = [r for p in parts for r in p.multi_get(req.player_ids) if r.key is not None]
+            return W.Reply(version, [entry(r) for r in rows])
+        if op == W.SIZE:
+            return W.Reply(version, sum(len(p) for p in parts))
+        if op == W.HIST:
             for p in parts:
-                items = p.player_history(req[2])
+                items = p.player_history(req.player_id)
                 if items:
-                    return [version, [list(h) for h in items]]
-            return [version, []]
-        if op == "sum":
-            return [version, format(sum(p.checksum_sum() for p in parts), "x")]  # > 64 bits: msgpack-safe text
-        if op == "rows":  # every row (any status) as columns, for an archive
-            return [version, [p.columns() for p in parts]]
-        if op == "hcols":  # one chunk of one partition's journal, for an archive's history
-            return [version, self.history_chunk(board_id, req[2], req[3], req[4])]
-        if op == "spill":  # an export pins this cut: every partition's ranked rows to a file
-            return [version, self.spill(board_id, req[2], req[3])]
-        if op == "spill_read":  # a frame of a spill file, for a router that cannot open it
-            return [version, list(read_frame(spill_path(self._spill_root(), req[2], req[3]), req[2], req[4]))]
-        if op == "spill_drop":
-            return [version, remove_spills(self._spill_root(), req[2])]
-        if op == "drop":  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
-            return [version, self.drop(board_id)]
-        if op == "sample":
-            step = req[2]
+                    return W.Reply(version, [W.HistoryItem._make(h) for h in items])
+            return W.Reply(version, [])
+        if op == W.SUM:
+            return W.Reply(version, format(sum(p.checksum_sum() for p in parts), "x"))  # > 64 bits: msgpack-safe text
+        if op == W.ROWS:  # every row (any status) as columns, for an archive
+            return W.Reply(version, [p.columns() for p in parts])
+        if op == W.HCOLS:  # one chunk of one partition's journal, for an archive's history
+            return W.Reply(version, self.history_chunk(board_id, req.partition, req.start, req.count))
+        if op == W.SPILL:  # an export pins this cut: every partition's ranked rows to a file
+            return W.Reply(version, self.spill(board_id, req.token, req.block_rows))
+        if op == W.SPILL_READ:  # a frame of a spill file, for a router that cannot open it
+            path = spill_path(self._spill_root(), req.token, req.partition)
+            return W.Reply(version, list(read_frame(path, req.token, req.at)))
+        if op == W.SPILL_DROP:
+            return W.Reply(version, remove_spills(self._spill_root(), req.token))
+        if op == W.DROP:  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
+            return W.Reply(version, self.drop(board_id))
+        if op == W.SAMPLE:
             keys = []
             for p in parts:
-                keys.extend(p.sample_keys(step))
+                keys.extend(p.sample_keys(req.step))
             keys.sort()
-            return [version, sum(len(p) for p in parts), keys]
+            return W.SampleReply(version, sum(len(p) for p in parts), keys)
         raise ValueError(f"unknown read op {op!r}")
 
-    def history_chunk(self, board_id: str, part: int, start: int, count: int) -> list | None:
+    def history_chunk(self, board_id: str, part: int, start: int, count: int) -> W.HistoryChunk | None:
         """Journal rows ``start .. start+count-1`` of partition ``part`` as
         ``[total rows, columns, player ids]``: the columns as
         :meth:`engine.journal.JournalColumns.to_wire` bytes, the player ids
@@ -486,7 +493,7 @@ class ShardCore:
         if start == 0:
             arena, offs = partition.players.bytes_of(np.arange(len(partition.players), dtype=np.int64))
             ids = [arena.tobytes(), offs.astype("<i8").tobytes()]
-        return [total, cols.to_wire(), ids]
+        return W.HistoryChunk(total, cols.to_wire(), ids)
 
     # ----------------------------------------------------------------- export
 
@@ -522,7 +529,7 @@ class ShardCore:
         """Write each of the board's partitions here, ranked rows in local rank
         order, to its spill file (``block_rows`` rows per block, gathered one
         block at a time: memory is a block, not the partition). Returns
-        ``[[part, path, rows], ...]``. O(rows)."""
+        a :class:`engine.wire.SpillFile` per partition. O(rows)."""
         root = self._spill_root()
         out = []
         try:
@@ -530,7 +537,7 @@ class ShardCore:
                 path = spill_path(root, token, n)
                 rows = len(p)
                 write_spill(path, token, rows, (p.ranked_block(a, a + block_rows) for a in range(0, rows, block_rows)))
-                out.append([n, path, rows])
+                out.append(W.SpillFile(n, path, rows))
         except BaseException:
             remove_spills(root, token)
             raise
@@ -623,5 +630,4 @@ class ShardCore:
                     assert part_of(row.player_id, spec.shards) == n
 
 
-_CHANGES_STATE = frozenset(("drop",))  # requests that are control, not reads: nothing moves across them
-_BATCHED = {"get": ShardCore._get_many, "count": ShardCore._count_many, "nbrs": ShardCore._nbrs_many}
+_BATCHED = {W.GET: ShardCore._get_many, W.COUNT: ShardCore._count_many, W.NBRS: ShardCore._nbrs_many}

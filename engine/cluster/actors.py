@@ -29,6 +29,7 @@ from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.journal import JournalPlace
 from engine.recovery import DeadLetterIndex, core_from_snapshot
+from engine import wire as W
 from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.cluster")
@@ -149,7 +150,7 @@ class ShardActor:
     def read(self, packed_requests: bytes) -> bytes:
         requests = unpack(packed_requests)
         answer = pack(self.core.read(requests))
-        if any(r[0] == "drop" for r in requests):  # an archived board's rows just went
+        if any(W.request(r).op == W.DROP for r in requests):  # an archived board's rows just went
             gc_tuning.release_memory()
         return answer
 

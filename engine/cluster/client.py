@@ -77,11 +77,11 @@ class RayShards:
         self.actors = actors
         self.n = len(actors)
 
-    def apply(self, shard: int, through: int, items: list):
-        return _unpacked(self.actors[shard].apply.remote(through, pack(items)))
+    def apply(self, actor: int, through: int, items: list):
+        return _unpacked(self.actors[actor].apply.remote(through, pack(items)))
 
-    def read(self, shard: int, requests: list):
-        return _unpacked(self.actors[shard].read.remote(pack(requests)))
+    def read(self, actor: int, requests: list):
+        return _unpacked(self.actors[actor].read.remote(pack(requests)))
 
 
 async def _unpacked(ref):

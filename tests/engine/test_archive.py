@@ -209,7 +209,7 @@ def _event(it):
 
 
 def _archive_with_history(parts, policy, board="g:m:s:x"):
-    """What the router builds: every partition's rows and whole journal (engine.router._history_of)."""
+    """What the router builds: every partition's rows and whole journal (engine.board_control.BoardControl._history_of)."""
     import numpy as np
 
     from engine.archive import ArchiveHistory, rows_from_wire

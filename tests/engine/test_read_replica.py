@@ -60,7 +60,7 @@ async def test_replica_reads_equal_the_engine_and_see_every_acknowledged_write(s
             assert await b.around(B, pid, 3) == await eng.around(B, pid, 3)
         ids = [f"p{i}" for i in range(0, 40, 3)]
         assert await b.ranked_subset(B, ids) == await eng.ranked_subset(B, ids)
-    assert b.replica.reads > 0 and b.replica.router.boards.keys() == {B}
+    assert b.replica.reads > 0 and b.replica.fanout.boards.keys() == {B}
     # with the version table no top read asked the shards for the version
     assert (b.replica.version_rounds == 0) == (b.replica._slot != {})
     with pytest.raises(PlayerNotFound):
@@ -101,7 +101,7 @@ async def test_a_cursor_from_one_gateway_pages_on_the_other(setup):
     await eng.submit(events(random.Random(2), 500, 20, players=120))  # the board moves on
     second = await b.top(B, 10, 10, at_version=first.version)  # b's replica has no such view: the host answers
     assert second.version == first.version and [e.rank for e in second.entries] == list(range(11, 21))
-    assert host.engine.router._view(B, first.version) is not None
+    assert host.engine.router.fanout.view(B, first.version) is not None
 
 
 async def test_boards_are_learned_and_unknown_ones_answered_by_the_host(setup):
@@ -111,7 +111,7 @@ async def test_boards_are_learned_and_unknown_ones_answered_by_the_host(setup):
     await a.create_board(BoardSpec("g:m:s:later", Policy.FASTEST_TIME))
     await a.submit([ScoreEvent("g:m:s:later", "t1", "p1", 5000, 1, 1)])
     page = await b.top("g:m:s:later", 0, 10)
-    assert [e.player_id for e in page.entries] == ["p1"] and "g:m:s:later" in b.replica.router.boards
+    assert [e.player_id for e in page.entries] == ["p1"] and "g:m:s:later" in b.replica.fanout.boards
 
 
 async def test_an_archive_waits_for_every_gateway_then_reads_go_to_the_archive(setup):
@@ -127,7 +127,7 @@ async def test_an_archive_waits_for_every_gateway_then_reads_go_to_the_archive(s
         await asyncio.sleep(0.01)
     assert eng.router.boards[B].archive is not None
     assert all(after >= host._notices[-1].seq for after in host._polled.values())  # both polled past the notice
-    assert B not in a.replica.router.boards and B not in b.replica.router.boards
+    assert B not in a.replica.fanout.boards and B not in b.replica.fanout.boards
     after = await b.top(B, 0, 50)  # from the archive, through the host
     assert after.entries == before.entries and after.version == before.version
     assert sum(len(p) for core in eng.cores for p in core.parts.get(B, {}).values()) == 0  # the shards dropped it
@@ -136,7 +136,7 @@ async def test_an_archive_waits_for_every_gateway_then_reads_go_to_the_archive(s
 async def test_forget_waits_for_the_replicas_reads_in_flight(setup):
     eng, _, (a, _) = setup
     await a.top(B, 0, 1)
-    ctl = a.replica.router.boards[B]
+    ctl = a.replica.fanout.boards[B]
     ctl.shard_reads += 1  # a read in flight
     done = asyncio.ensure_future(a.replica.forget(B))
     await asyncio.sleep(0.05)

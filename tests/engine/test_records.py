@@ -18,6 +18,7 @@ from engine import formats, journal, partition
 from engine import records as R
 from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
+from engine.log.framing import encode_record, unpack_payload
 from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, Policy, ScoreEvent
 from engine.partition import Partition
 from engine.placement import part_of
@@ -108,6 +109,74 @@ def test_record_builders_match_the_kinds_table():
     assert R.event_of(built[1]) == ev and R.verdict_of(built[1]) is None
     cols, verdicts = R.columns_of(built[2])
     assert list(cols.events()) == [ev] and verdicts.tolist() == [0]
+
+
+#: One record of every kind, as the lists the writers built before records were named
+#: (what a log holds): the named record of each must pack to exactly these bytes.
+LISTS = {
+    "B": ["B", "b", "best_score", 3, 1000, None],
+    "K": ["K", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0],
+    "T": ["T", "b", "FROZEN"],
+    "C": ["C", "b", 1, ["e1", "e2"], ["p1", "p2"], b"\x05" + bytes(7) + b"\x06" + bytes(7), bytes(16), bytes(16),
+          b"\x00\x08"],
+    "M": ["M", "b", 0, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00", b'{"k":1}',
+          bytes(8) + b"\x07" + bytes(7)],
+    "S": ["S", "b", "e1", "p1", 5, 10, 11, 0],
+    "I": ["I", "b", "e1", "correction:e1:1", "typo", "mod"],
+    "D": ["D", "b", "e1", "apply", None, "mod", "p1", 5, 10, 11],
+    "E": ["E", "b", "e1", "reject", "spam", None, "p1", 5, 10, 11, b'{"k":1}'],
+    "L": ["L", "b", 41, 3, "e7", "RuntimeError: boom"],
+}
+
+
+def test_named_records_pack_to_the_bytes_of_the_lists():
+    """Each kind's named record has the kind's fields, in order, after ``kind``;
+    packing it gives the list's frame byte for byte, and reading the frame back
+    and parsing it gives the record again."""
+    assert set(LISTS) == set(RECORD_KINDS) == set(R.TYPES)
+    pack = msgpack.Packer(use_bin_type=True).pack
+    for kind, raw in LISTS.items():
+        assert R.TYPES[kind]._fields == ("kind",) + RECORD_KINDS[kind][1], kind
+        rec = R.parse(raw)
+        assert type(rec) is R.TYPES[kind] and rec.kind == kind and list(rec) == raw
+        assert pack(rec) == pack(raw), kind
+        assert encode_record(rec) == encode_record(raw), kind
+        back = R.parse(unpack_payload(pack(rec)))
+        assert back == rec and R.parse(back) is back
+
+
+def test_record_builders_pack_to_the_lists_they_replaced():
+    """The writers' records are named tuples whose frames are the pinned lists."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    spec = BoardSpec("b", Policy.CUMULATIVE, 2, 1000, 7, closes_at=1_793_527_500_000, finalize_after_s=0)
+    assert pack(R.board_record(spec)) == pack(LISTS["K"])
+    ev1, ev2 = ScoreEvent("b", "e1", "p1", 5, 0, 0), ScoreEvent("b", "e2", "p2", 6, 0, 0)
+    scores = R.scores_record(ScoreColumns.from_events([ev1, ev2]), 1, np.array([0, 8], np.uint8))
+    assert type(scores) is R.ScoresRecord and pack(scores) == pack(LISTS["C"])
+    meta = R.scores_record(ScoreColumns.from_events([ev1._replace(metadata=b'{"k":1}')]), 0, np.zeros(1, np.uint8))
+    assert type(meta) is R.ScoresMetaRecord and pack(meta) == pack(LISTS["M"])
+    assert pack(R.score_record(ScoreEvent("b", "e1", "p1", 5, 10, 11), None)) == pack(LISTS["S"])
+    held = HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW)
+    assert pack(R.decide_record("b", "e1", "apply", None, "mod", held)) == pack(LISTS["D"])
+    held_meta = HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW, b'{"k":1}')
+    assert pack(R.decide_record("b", "e1", "reject", "spam", None, held_meta)) == pack(LISTS["E"])
+    dead = R.dead_letter_record(R.DeadLetter("b", 41, 3, "e7", "RuntimeError: boom"))
+    assert pack(dead) == pack(LISTS["L"])
+
+
+def test_parse_refuses_a_list_of_another_layout_or_kind():
+    for bad in (["T", "b"], ["T", "b", "FROZEN", "extra"]):
+        with pytest.raises(TypeError):
+            R.parse(bad)
+    for unknown in (["X", "b"], [], None):
+        with pytest.raises(UnsupportedFormat, match="at offset 12"):
+            R.parse(unknown, 12)
+
+
+def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
+    got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
+    assert got == {"B": None, "K": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
+                   "E": "e1", "L": "e7"}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine import wire as W
 from engine.board import Board
 from engine.errors import EventNotFound, PlayerNotFound, PlayerNotRanked, ViewExpired
 from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
@@ -196,7 +197,7 @@ def test_one_hot_board_cannot_fill_the_whole_queue(loop):
             await svc.submit([ScoreEvent(BOARD, f"e{i}", "p", i, 0, 0) for i in range(6)])
         ok = await svc.submit([ScoreEvent("g:m:s:other", f"e{i}", "p", i, 0, 0) for i in range(5)])
         assert ok[-1].version == 5
-        assert svc.router._board_queued[BOARD] == 0 and svc.router._board_queued["g:m:s:other"] == 0
+        assert svc.router.sequencer._board_queued[BOARD] == 0 and svc.router.sequencer._board_queued["g:m:s:other"] == 0
         await svc.close()
 
     loop.run_until_complete(go())
@@ -283,7 +284,7 @@ def test_a_player_read_again_unchanged_takes_one_round_and_a_moved_key_two(loop)
             router = svc.router
             calls = []
             read = router.reads.t.read
-            router.reads.t.read = lambda shard, reqs: calls.append([r[0] for r in reqs]) or read(shard, reqs)
+            router.reads.t.read = lambda actor, reqs: calls.append([r.op for r in reqs]) or read(actor, reqs)
 
             async def ops(coro):
                 calls.clear()
@@ -293,13 +294,13 @@ def test_a_player_read_again_unchanged_takes_one_round_and_a_moved_key_two(loop)
             first, ops1 = await ops(svc.player(BOARD, "p7"))
             again, ops2 = await ops(svc.player(BOARD, "p7"))
             assert first == again and first.rank == 23
-            assert ops1 == ["count", "count", "get"]  # no key known: the row first, then the counts
-            assert ops2 == ["count", "count", "get"]
+            assert ops1 == [W.COUNT, W.COUNT, W.GET]  # no key known: the row first, then the counts
+            assert ops2 == [W.COUNT, W.COUNT, W.GET]
             assert len(calls) == 3  # ... all in one round: one call per shard actor
             await svc.submit([ScoreEvent(BOARD, "up", "p7", 100, 0, 0)])  # p7's key moves
             moved, ops3 = await ops(svc.player(BOARD, "p7"))
             assert moved.rank == 1
-            assert ops3 == ["count", "count", "count", "count", "get"]  # the stale guess, then the row's key
+            assert ops3 == [W.COUNT] * 4 + [W.GET]  # the stale guess, then the row's key
         finally:
             await svc.close()
 
@@ -319,14 +320,14 @@ def test_concurrent_first_pages_share_one_fan_out_and_never_miss_an_acknowledged
             router = svc.router
             tops = []
             read = router.reads.t.read
-            router.reads.t.read = lambda shard, reqs: tops.extend(r for r in reqs if r[0] == "top") or read(shard, reqs)
+            router.reads.t.read = lambda actor, reqs: tops.extend(r for r in reqs if r.op == W.TOP) or read(actor, reqs)
             pages = await asyncio.gather(*[svc.top(BOARD, 0, 10) for _ in range(20)])
             assert len({p.entries for p in pages}) == 1 and pages[0].entries[0].player_id == "p299"
             assert len(tops) == 3  # one fan-out: one top request per shard actor, not 20
 
-            def slow_top(shard, reqs):  # the cut is taken now; its answer comes 0.2 s later
-                fut = asyncio.ensure_future(read(shard, reqs))
-                if not any(r[0] == "top" for r in reqs):
+            def slow_top(actor, reqs):  # the cut is taken now; its answer comes 0.2 s later
+                fut = asyncio.ensure_future(read(actor, reqs))
+                if not any(r.op == W.TOP for r in reqs):
                     return fut
 
                 async def later():

@@ -9,6 +9,7 @@ import numpy as np
 
 from engine import records as R
 from engine import shard as S
+from engine import wire as W
 from engine.columns import ScoreColumns
 from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
 from engine.partition import Partition
@@ -60,23 +61,23 @@ def test_an_archived_boards_partitions_stop_changing_and_its_history_reads_in_ch
     core.apply(len(records) - 1, [[i, r] for i, r in enumerate(records)])
     assert core.archived == {"b"}
     sizes = {n: len(p.journal) for n, p in core.parts["b"].items()}
-    version = core.read([["size", "b"]])[1][0][0]
+    version = core.read([W.Size(W.SIZE, "b")]).replies[0].version
     for off in range(4, 6):
         out, _ = core.apply(off, [[off, held]])
-        assert out[0][1:] == [b"", b"", b""]  # nothing changed
+        assert out[0] == W.ScoresApplied(bytes([R.CODE[S.Outcome.HELD_FOR_CORRECTION]]), b"", b"", b"")  # no change
     assert {n: len(p.journal) for n, p in core.parts["b"].items()} == sizes
-    assert core.read([["size", "b"]])[1][0][0] == version
+    assert core.read([W.Size(W.SIZE, "b")]).replies[0].version == version
     again = ShardCore.from_state(core.to_state())
     assert again.archived == {"b"}
     replayed = ShardCore(0, 1)
     replayed.replay(enumerate(records + [held]))
     assert replayed.archived == {"b"} and {n: len(p.journal) for n, p in replayed.parts["b"].items()} == sizes
-    for n, p in core.parts["b"].items():  # hcols: [total, columns, ids (first chunk only)]
-        total, wire, ids = core.read([["hcols", "b", n, 0, 7]])[1][0][1]
-        assert total == sizes[n] and JournalColumns.from_wire(wire).n == min(7, total)
-        assert np.frombuffer(ids[1], "<i8")[-1] == len(ids[0])
-        assert core.read([["hcols", "b", n, 7, 7]])[1][0][1][2] is None
-    assert core.read([["hcols", "b", 9, 0, 7]])[1][0][1] is None
+    for n, p in core.parts["b"].items():  # hcols: total, columns, ids (first chunk only)
+        chunk = core.read([W.HCols(W.HCOLS, "b", n, 0, 7)]).replies[0].value
+        assert chunk.total == sizes[n] and JournalColumns.from_wire(chunk.columns).n == min(7, chunk.total)
+        assert np.frombuffer(chunk.ids[1], "<i8")[-1] == len(chunk.ids[0])
+        assert core.read([["hcols", "b", n, 7, 7]]).replies[0].value.ids is None  # as a list, as msgpack gives it
+    assert core.read([W.HCols(W.HCOLS, "b", 9, 0, 7)]).replies[0].value is None
 # ---------------------------------------------------------------- reads batched per call
 
 from hypothesis import given, settings  # noqa: E402
@@ -94,11 +95,11 @@ def board_and_reads(draw):
                          draw(st.integers(0, 2))) for i in range(n)]
     keys = st.tuples(values, st.integers(-1, 3), st.sampled_from(TRICKY_IDS))
     req = st.one_of(
-        st.builds(lambda p: ["get", "b", p], st.sampled_from(TRICKY_IDS + ["absent"])),
-        st.builds(lambda k: ["count", "b", list(k)], keys),
-        st.builds(lambda p, a, b: ["nbrs", "b", p, a, b], st.sampled_from(TRICKY_IDS), st.integers(0, 4),
+        st.builds(lambda p: W.Get(W.GET, "b", p), st.sampled_from(TRICKY_IDS + ["absent"])),
+        st.builds(lambda k: W.Count(W.COUNT, "b", list(k)), keys),
+        st.builds(lambda p, a, b: W.Nbrs(W.NBRS, "b", p, a, b), st.sampled_from(TRICKY_IDS), st.integers(0, 4),
                   st.integers(0, 4)),
-        st.builds(lambda: ["size", "b"]),
+        st.builds(lambda: W.Size(W.SIZE, "b")),
     )
     return policy, parts, events, draw(st.lists(req, max_size=12))
 
@@ -125,30 +126,32 @@ def test_a_batch_of_reads_answers_each_as_a_brute_force_oracle_would(case):
 
     expected, asked = [], []
     for req in reqs:
-        if req[0] == "nbrs":  # the router asks with the key of a ranked player's row
-            row = by_id.get(req[2])
+        if req.op == W.NBRS:  # the router asks with the key of a ranked player's row (here: the id in its place)
+            row = by_id.get(req.key)
             if row is None or row.key is None:
                 continue
-            req = ["nbrs", "b", list(row.key), req[3], req[4]]
-        if req[0] == "count":  # a wire key: the value negated on descending boards
-            req = ["count", "b", [req[2][0] if policy is Policy.FASTEST_TIME else -req[2][0], req[2][1], req[2][2]]]
+            req = req._replace(key=list(row.key))
+        if req.op == W.COUNT:  # a wire key: the value negated on descending boards
+            primary, tie, pid = req.key
+            req = req._replace(key=[primary if policy is Policy.FASTEST_TIME else -primary, tie, pid])
         asked.append(req)
-        if req[0] == "get":
-            row = by_id.get(req[2])
-            expected.append([version, None, None] if row is None else
-                            [version, S.row_wire(row), below(row.key) if row.key is not None else None])
-        elif req[0] == "count":
-            expected.append([version, below(req[2])])
-        elif req[0] == "size":
-            expected.append([version, len(ranked)])
+        if req.op == W.GET:
+            row = by_id.get(req.player_id)
+            expected.append(W.RowReply(version, None, None) if row is None else
+                            W.RowReply(version, S.row_wire(row), below(row.key) if row.key is not None else None))
+        elif req.op == W.COUNT:
+            expected.append(W.Reply(version, below(req.key)))
+        elif req.op == W.SIZE:
+            expected.append(W.Reply(version, len(ranked)))
         else:
-            lo, a, b = below(req[2]), req[3], req[4]
-            hi = lo + 1 if lo < len(keys) and keys[lo] == tuple(req[2]) else lo
-            expected.append([version, [S.entry(r) for r in ranked[max(0, lo - a):lo]] if a else [],
-                             [S.entry(r) for r in ranked[hi:hi + b]], lo])
+            lo, a, b = below(req.key), req.above, req.below
+            hi = lo + 1 if lo < len(keys) and keys[lo] == tuple(req.key) else lo
+            expected.append(W.WindowReply(version, [S.entry(r) for r in ranked[max(0, lo - a):lo]] if a else [],
+                                          [S.entry(r) for r in ranked[hi:hi + b]], lo))
     offset, answers = core.read(asked)
     assert answers == expected
-    assert [core.read([r])[1][0] for r in asked] == expected  # alone or batched: the same answer
+    assert [core.read([r]).replies[0] for r in asked] == expected  # alone or batched: the same answer
+    assert [core.read([list(r)]).replies[0] for r in asked] == expected  # as msgpack delivers them: lists
 
 
 def test_reads_batched_in_one_call_keep_their_order_around_a_drop():
@@ -157,11 +160,11 @@ def test_reads_batched_in_one_call_keep_their_order_around_a_drop():
     core = ShardCore(0, 1)
     core.apply(0, [[0, R.board_record(BoardSpec("b", Policy.BEST_SCORE, 2))]])
     core.apply(1, [[1, batch(1, 10)]])
-    _, (before, count_before, dropped, after, count_after) = core.read(
-        [["get", "b", "p3"], ["count", "b", [0, 0, "p"]], ["drop", "b"], ["get", "b", "p3"], ["count", "b", [0, 0, "p"]]])
-    assert before[1] is not None and before[1][0] == "p3" and count_before[1] == 10
-    assert dropped[1] == 2
-    assert after[1:] == [None, None] and count_after[1] == 0
+    get, count = W.Get(W.GET, "b", "p3"), W.Count(W.COUNT, "b", [0, 0, "p"])
+    _, (before, count_before, dropped, after, count_after) = core.read([get, count, W.Drop(W.DROP, "b"), get, count])
+    assert before.row is not None and before.row.player_id == "p3" and count_before.value == 10
+    assert dropped.value == 2
+    assert (after.row, after.local) == (None, None) and count_after.value == 0
 
 
 
@@ -218,8 +221,8 @@ def test_replay_skips_what_the_logs_dead_letters_name_without_trying_it(monkeypa
     assert fixed.checksum_of_state() == live.checksum_of_state()
     assert fixed.dead_letters == live.dead_letters == [[2, "b", "e2-3", "RuntimeError: boom", 3]]
     assert fixed.apply(4, [])[1] == []  # logged: nothing to report
-    hist = fixed.read([["hist", "b", "p3"]])[1][0][1]
-    assert [h[5] for h in hist if h[0] == "e2-3"] == [Outcome.DEAD_LETTERED.value]
+    hist = fixed.read([W.Hist(W.HIST, "b", "p3")]).replies[0].value
+    assert [h.outcome for h in hist if h.event_id == "e2-3"] == [Outcome.DEAD_LETTERED.value]
     naive = ShardCore(0, 1)  # without the skip set the fixed code applies it: another state
     naive.replay(log)
     assert naive.checksum_of_state() != live.checksum_of_state()
@@ -243,5 +246,5 @@ def test_a_whole_record_dead_letter_is_skipped_only_where_it_applies():
     assert len(owner) == 1
     assert cores[owner[0]].dead_letters == [[3, "b", "e0", "KeyError: x"]]
     assert cores[1 - owner[0]].dead_letters == []
-    _, row, _ = cores[owner[0]].read([["get", "b", "p0"]])[1][0]
-    assert row[0] == "p0" and row[4]  # still ranked: the invalidation was skipped, not applied
+    row = cores[owner[0]].read([W.Get(W.GET, "b", "p0")]).replies[0].row
+    assert row.player_id == "p0" and row.ranked  # still ranked: the invalidation was skipped, not applied

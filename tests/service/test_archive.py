@@ -236,12 +236,12 @@ def test_an_archive_without_history_answers_every_other_read_and_history_410(mon
     """A board archived by a FlowRank from before the history sections (archive
     format 1, rows only): every other read still answers from it; the
     history is 410 BOARD_ARCHIVED, as it was then."""
-    import engine.router as router_mod
+    import engine.board_control as control_mod
     from engine.errors import BoardArchived
     from engine.service import LocalService
 
-    real = router_mod.encode
-    monkeypatch.setattr(router_mod, "encode", lambda b, p, v, rows, history=None: real(b, p, v, rows))
+    real = control_mod.encode
+    monkeypatch.setattr(control_mod, "encode", lambda b, p, v, rows, history=None: real(b, p, v, rows))
 
     async def go():
         svc = await LocalService.open(n_shards=2)

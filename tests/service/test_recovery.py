@@ -226,11 +226,11 @@ def test_a_dead_letter_replayed_before_it_was_logged_is_logged_once(tmp_path, mo
     the replay (same bug) dead-letters it again and the next cycle logs it,
     once; a later restart with the same bug logs nothing more, and one with
     the fix reaches the same state."""
-    from engine.router import Router
+    from engine.sequencer import Sequencer
 
     _poison(monkeypatch)
-    real_log_dead_letters = Router._log_dead_letters
-    monkeypatch.setattr(Router, "_log_dead_letters", lambda self, unlogged: None)  # the crash: never logged
+    real_log_dead_letters = Sequencer._log_dead_letters
+    monkeypatch.setattr(Sequencer, "_log_dead_letters", lambda self, unlogged: None)  # the crash: never logged
 
     async def go():
         svc = await open_service(tmp_path, 3)
@@ -242,7 +242,7 @@ def test_a_dead_letter_replayed_before_it_was_logged_is_logged_once(tmp_path, mo
         await crash(svc)
         assert _logged_dead_letters(tmp_path) == []
 
-        monkeypatch.setattr(Router, "_log_dead_letters", real_log_dead_letters)
+        monkeypatch.setattr(Sequencer, "_log_dead_letters", real_log_dead_letters)
         svc = await open_service(tmp_path, 3)  # full replay, same bug: dead-lettered again, not logged yet
         dead = svc.stats()["dead_letters"]
         assert [d[2] for d in dead] == ["poison"]

@@ -1,0 +1,73 @@
+"""The router's parts assembled by hand, without :class:`engine.router.Router`,
+over in-process shard actors and a log kept in a list (tests of
+engine.sequencer and engine.board_control)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from engine.board_control import BoardControl, BoardRegistry, RouterConfig
+from engine.fanout import ReadFanOut
+from engine.sequencer import Sequencer
+from engine.service import InProcessShards
+from engine.shard import ShardCore
+
+
+class ListLog:
+    """A LogPort keeping records in a list; ``fail`` makes every append raise."""
+
+    def __init__(self):
+        self.records: list = []
+        self.fail = False
+
+    async def append(self, records: list) -> int:
+        if self.fail:
+            raise OSError("disk full")
+        first = len(self.records)
+        self.records.extend(records)
+        return first
+
+
+class RecordingShards(InProcessShards):
+    """In-process shard actors that remember which log offsets each was sent."""
+
+    def __init__(self, cores: list[ShardCore]):
+        super().__init__(cores)
+        self.sent: dict[int, list[int]] = {i: [] for i in range(len(cores))}
+
+    def apply(self, actor: int, through: int, items: list):
+        self.sent[actor].extend(offset for offset, _ in items)
+        return super().apply(actor, through, items)
+
+
+@dataclass
+class Parts:
+    transport: RecordingShards
+    log: ListLog
+    registry: BoardRegistry
+    fanout: ReadFanOut
+    sequencer: Sequencer
+    control: BoardControl
+    clock: list = field(default_factory=lambda: [1_800_000_000_000])  # epoch ms of the fake wall clock
+    tasks: list = field(default_factory=list)
+
+    async def close(self) -> None:
+        await self.sequencer.drain()
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def assemble(n_actors: int = 3, config: RouterConfig | None = None) -> Parts:
+    """Started parts wired as the Router wires them (call inside a running loop)."""
+    transport = RecordingShards([ShardCore(i, n_actors) for i in range(n_actors)])
+    log = ListLog()
+    registry = BoardRegistry(n_actors, config)
+    fanout = ReadFanOut(transport, registry)
+    sequencer = Sequencer(transport, log, registry, fanout.cut)
+    parts = Parts(transport, log, registry, fanout, sequencer, None)  # type: ignore[arg-type]
+    parts.control = BoardControl(registry, sequencer, fanout, wall_clock=lambda: parts.clock[0])
+    sequencer.resync = parts.control.sync_versions
+    parts.tasks = sequencer.start() + parts.control.start()
+    return parts
