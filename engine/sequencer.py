@@ -125,6 +125,7 @@ class Sequencer:
                  clock: Callable[[], float] = time.monotonic):
         self.t = transport
         self.log = log_port
+        self._ids_new: set[int] = set()  # see _cycle
         self.registry = registry
         self.boards = registry.boards
         self.cfg = registry.cfg
@@ -288,6 +289,9 @@ class Sequencer:
                     self._queued_events -= size
 
     async def _cycle(self, taken: list[_Queued]) -> None:
+        # score records (indexes into this cycle's records) of boards whose dedup table had never evicted
+        # an id when their events were decided: no event of them was seen before (Partition.apply_columns)
+        self._ids_new = set()
         records: list = []
         subs: list[_Prepared] = []
         touched: set[str] = set()
@@ -340,8 +344,9 @@ class Sequencer:
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
         for i, (rec, where) in enumerate(zip(records, targets), first):
+            item = [i, rec, True] if i - first in self._ids_new else [i, rec]
             for a in where:
-                per_actor[a].append([i, rec])
+                per_actor[a].append(item)
         through = first + len(records) - 1
         await self.cut.acquire_write()
         try:
@@ -427,6 +432,7 @@ class Sequencer:
                 places.append(None)
                 continue
             touched.add(cols.board_id)
+            fresh, first_record = ctl.admission.dedup.evicted == 0, len(records)
             verdicts = ctl.admission.decide_columns(cols)
             n_parts = ctl.spec.shards
             mine = []
@@ -444,6 +450,8 @@ class Sequencer:
                     records.append(R.scores_record(cols.take(rows), part, verdicts[rows]))
                     mine.append((len(records) - 1, rows))
                 self._held_in_log_order(ctl, cols, verdicts, order)
+            if fresh:
+                self._ids_new.update(range(first_record, len(records)))
             places.append(mine)
         return places
 

@@ -124,7 +124,9 @@ class ShardCore:
     # ------------------------------------------------------------------ writes
 
     def apply(self, through: int, items: list) -> W.ApplyAnswer:
-        """Apply ``items`` (``[offset, record]`` in log order) and mark every
+        """Apply ``items`` (``[offset, record]`` in log order; a score batch's
+        item may carry a third value, ``ids_new``: the sequencer's word that no
+        event of it was seen before, see :meth:`Partition.apply_columns`) and mark every
         offset up to ``through`` applied. Returns ``(results, unlogged)``: each
         item's result, and every dead letter of this shard the log holds no
         dead-letter record of yet (``[offset, board_id, event_id, error]`` plus
@@ -133,11 +135,12 @@ class ShardCore:
         retried or replayed batch) answer from the result cache, unchanged. A
         score batch is one columnar record, applied as one batch."""
         out = []
-        for offset, rec in items:
+        for item in items:
+            offset, rec = item[0], item[1]
             if offset <= self.applied_offset:
                 out.append(self._results.get(offset, W.EventApplied(DEAD, None)))
             else:
-                out.append(self._apply_record(offset, rec))
+                out.append(self._apply_record(offset, rec, len(item) > 2 and bool(item[2])))
         if through > self.applied_offset:
             self.applied_offset = through
         return W.ApplyAnswer(out, list(self._unlogged.values()))
@@ -190,7 +193,7 @@ class ShardCore:
             return rec.state == ARCHIVED and spec.board_id in self.parts
         return False
 
-    def _apply_record(self, offset: int, rec):
+    def _apply_record(self, offset: int, rec, ids_new: bool = False):
         rec = R.parse(rec)
         if offset in self._dead_offsets:
             result = W.EventApplied(DEAD, None)
@@ -198,7 +201,7 @@ class ShardCore:
             result = W.EventApplied(DEAD, None)
         else:
             try:
-                result = self._dispatch(rec, offset)
+                result = self._dispatch(rec, offset, ids_new)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
         self._remember_result(offset, result, rec.board_id if isinstance(rec.board_id, str) else None)
@@ -270,7 +273,8 @@ class ShardCore:
         outcome, change = partition.apply(ev)
         return W.EventApplied(R.CODE[outcome], change_wire(change))
 
-    def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord) -> W.ScoresApplied:
+    def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord,
+                      ids_new: bool = False) -> W.ScoresApplied:
         """A columnar score record, one batch (:class:`engine.wire.ScoresApplied`:
         codes, changed rows, values, achieved as uint8, int32, int64, int64 bytes). Rows dead-lettered
         before are journalled as DEAD_LETTERED; a batch that fails is applied
@@ -292,7 +296,7 @@ class ShardCore:
                 self._add_dead([offset, cols.board_id, cols.event_ids[d.row], d.error, d.row], logged=True)
                 verdicts[d.row] = DEAD
         try:
-            got = partition.apply_columns(cols, verdicts)
+            got = partition.apply_columns(cols, verdicts, ids_new=ids_new)
         except Exception:
             got = self._apply_rows(offset, partition, cols, verdicts)
         rows = np.flatnonzero(got.changed)
@@ -317,10 +321,10 @@ class ShardCore:
                 a[row] = b[0]
         return out
 
-    def _dispatch(self, rec: R.Record, offset: int = -1):
+    def _dispatch(self, rec: R.Record, offset: int = -1, ids_new: bool = False):
         kind = rec.kind
         if kind in R.SCORE_BATCHES:
-            return self._apply_scores(offset, rec)
+            return self._apply_scores(offset, rec, ids_new)
         if kind == R.DEAD_LETTER:  # the router logged a dead letter: from now on the log knows it
             self.skip([R.dead_letter_of(rec)])
             return None

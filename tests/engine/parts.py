@@ -35,9 +35,11 @@ class RecordingShards(InProcessShards):
     def __init__(self, cores: list[ShardCore]):
         super().__init__(cores)
         self.sent: dict[int, list[int]] = {i: [] for i in range(len(cores))}
+        self.ids_new: list[int] = []  # offsets sent with the sequencer's ids_new word
 
     def apply(self, actor: int, through: int, items: list):
-        self.sent[actor].extend(offset for offset, _ in items)
+        self.sent[actor].extend(item[0] for item in items)
+        self.ids_new.extend(item[0] for item in items if len(item) > 2 and item[2])
         return super().apply(actor, through, items)
 
 

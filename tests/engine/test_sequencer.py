@@ -12,6 +12,7 @@ from engine import records as R
 from engine.errors import StorageUnavailable
 from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, ScoreEvent
 from engine.placement import part_of
+from engine.board_control import RouterConfig
 from tests.engine.parts import assemble
 
 B = "g:m:s:seq"
@@ -139,3 +140,37 @@ def test_dead_letters_are_logged_after_their_cycle_and_leave_the_queue_empty(mon
     dead = [R.parse(r) for r in parts.log.records if R.parse(r).kind == R.DEAD_LETTER]
     assert sorted((d.offset, d.row, d.event_id) for d in dead) == [(1, 3, "poison0"), (1, 4, "poison1")]
     assert depth == 0
+
+
+def test_score_records_say_their_ids_are_new_until_the_dedup_table_first_evicts(monkeypatch):
+    """While a board's dedup table has never evicted an id, no admitted event
+    can be a redelivery, and its records go out with ``ids_new`` (the
+    partitions then skip the journal's search of stored runs); from the batch
+    after the first eviction on they do not, and a redelivery older than the
+    window is still told apart by the journal."""
+    from engine.partition import Partition
+
+    searched = []
+    real_prior = Partition._prior
+
+    def prior(self, *a, **kw):
+        searched.append(bool(kw.get("ids_new", a[5] if len(a) > 5 else False)))
+        return real_prior(self, *a, **kw)
+
+    monkeypatch.setattr(Partition, "_prior", prior)
+
+    async def go():
+        parts = assemble(n_actors=1, config=RouterConfig(dedup_retention=4))
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.BEST_SCORE, shards=1))
+            first = await parts.sequencer.submit(_events(3))  # 3 ids: nothing evicted yet
+            second = await parts.sequencer.submit(_events(3, "f"))  # 6 ids > 4: the oldest are evicted
+            third = await parts.sequencer.submit([_events(1)[0]])  # e0: older than the window
+            return parts, first + second + third
+        finally:
+            await parts.close()
+
+    parts, results = asyncio.run(go())
+    assert parts.transport.ids_new == [1, 2]  # the first two batches were decided before any eviction
+    assert searched == [True, True, False]
+    assert results[-1].outcome is Outcome.DUPLICATE_IGNORED  # found by the journal, not the window
