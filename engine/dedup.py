@@ -30,7 +30,16 @@ one only on a 96-bit collision (≤ retention / 2**96 per check, ≈ 6e-23 at
 probability 2**-32 per conflict.
 
 Fingerprints use xxh3 over canonical bytes, never Python's salted
-``hash()``, so they survive snapshots and process restarts. The probe,
+``hash()``, so they survive snapshots and process restarts. A batch's ids
+are hashed in one numba pass over their UTF-8 arena (:mod:`engine.xxh3`,
+byte-identical to the ``xxhash`` package).
+
+:attr:`DedupTable.evicted` counts the ids the retention has evicted since
+the board began (kept in snapshots). While it is 0 the table holds every id
+the board ever admitted, so a NEW id was never seen and the journal's search
+for redeliveries older than the window can be skipped. A table at its
+retention evicts its oldest ids when a batch is added (not only at the
+trim), so it never grows past the retention. The probe,
 insert and delete kernels are compiled with numba (``cache=True``: compiled
 once per machine, then loaded from ``__pycache__``).
 """
