@@ -85,6 +85,24 @@ def _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs):
     return lo
 
 
+@numba.njit(cache=True, inline="always")
+def _move_keys(P, T, ID, dst, src, k):
+    """Keys ``src .. src + k - 1`` to ``dst .. dst + k - 1``; the ranges may
+    overlap (the copy runs in the safe direction, as memmove)."""
+    if dst < src:
+        for q in range(k):
+            P[dst + q], T[dst + q], ID[dst + q] = P[src + q], T[src + q], ID[src + q]
+    else:
+        for q in range(k - 1, -1, -1):
+            P[dst + q], T[dst + q], ID[dst + q] = P[src + q], T[src + q], ID[src + q]
+
+
+@numba.njit(cache=True, inline="always")
+def _set_last(LP, LT, LI, j, P, T, ID, k):
+    """Logical block ``j`` now ends with the key at ``k``."""
+    LP[j], LT[j], LI[j] = P[k], T[k], ID[k]
+
+
 @numba.njit(cache=True)
 def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start, arena, offs):
     """Insert keys ``start..`` in turn; returns the index of the first key not
@@ -111,10 +129,7 @@ def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start
             meta[1] -= 1
             nbk = free[meta[1]]
             half = CAP // 2
-            src, dst = b * CAP + half, nbk * CAP
-            P[dst:dst + CAP - half] = P[src:src + CAP - half]
-            T[dst:dst + CAP - half] = T[src:src + CAP - half]
-            ID[dst:dst + CAP - half] = ID[src:src + CAP - half]
+            _move_keys(P, T, ID, nbk * CAP, b * CAP + half, CAP - half)
             cnt[b], cnt[nbk] = half, CAP - half
             for q in range(nb, j + 1, -1):
                 order[q] = order[q - 1]
@@ -123,17 +138,14 @@ def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start
             LP[j + 1], LT[j + 1], LI[j + 1] = LP[j], LT[j], LI[j]  # the new block ends where b ended
             meta[0] = nb = nb + 1
             last = b * CAP + half - 1
-            LP[j], LT[j], LI[j] = P[last], T[last], ID[last]
+            _set_last(LP, LT, LI, j, P, T, ID, last)
             if key_less(P[last], T[last], ID[last], p, t, i, arena, offs):
                 b = nbk
                 j += 1
         c = cnt[b]
         pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs)
         base = b * CAP
-        for q in range(base + c, base + pos, -1):
-            P[q] = P[q - 1]
-            T[q] = T[q - 1]
-            ID[q] = ID[q - 1]
+        _move_keys(P, T, ID, base + pos + 1, base + pos, c - pos)
         P[base + pos], T[base + pos], ID[base + pos] = p, t, i
         if pos == c:
             LP[j], LT[j], LI[j] = p, t, i
@@ -156,14 +168,11 @@ def _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs):
         h = (CAP - m) // 2
         if h >= ROOM_MIN:
             nbase, src = nx * CAP, b * CAP + CAP - h
-            for q in range(m - 1, -1, -1):
-                P[nbase + q + h], T[nbase + q + h], ID[nbase + q + h] = P[nbase + q], T[nbase + q], ID[nbase + q]
-            P[nbase:nbase + h] = P[src:src + h]
-            T[nbase:nbase + h] = T[src:src + h]
-            ID[nbase:nbase + h] = ID[src:src + h]
+            _move_keys(P, T, ID, nbase + h, nbase, m)
+            _move_keys(P, T, ID, nbase, src, h)
             cnt[nx], cnt[b] = m + h, CAP - h
             last = src - 1
-            LP[j], LT[j], LI[j] = P[last], T[last], ID[last]
+            _set_last(LP, LT, LI, j, P, T, ID, last)
             return j + 1 if key_less(P[last], T[last], ID[last], p, t, i, arena, offs) else j
     if j > 0:
         pv = order[j - 1]
@@ -171,14 +180,11 @@ def _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs):
         h = (CAP - m) // 2
         if h >= ROOM_MIN:
             pbase, base = pv * CAP, b * CAP
-            P[pbase + m:pbase + m + h] = P[base:base + h]
-            T[pbase + m:pbase + m + h] = T[base:base + h]
-            ID[pbase + m:pbase + m + h] = ID[base:base + h]
-            for q in range(CAP - h):
-                P[base + q], T[base + q], ID[base + q] = P[base + q + h], T[base + q + h], ID[base + q + h]
+            _move_keys(P, T, ID, pbase + m, base, h)
+            _move_keys(P, T, ID, base, base + h, CAP - h)
             cnt[pv], cnt[b] = m + h, CAP - h
             last = pbase + m + h - 1
-            LP[j - 1], LT[j - 1], LI[j - 1] = P[last], T[last], ID[last]
+            _set_last(LP, LT, LI, j - 1, P, T, ID, last)
             return j - 1 if key_less(p, t, i, P[last], T[last], ID[last], arena, offs) else j
     return j
 
@@ -202,14 +208,11 @@ def _remove_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, rp, rt, ri, arena
         if pos >= c or P[k] != p or T[k] != t or ID[k] != i:
             missing += 1
             continue
-        for q in range(k, base + c - 1):
-            P[q] = P[q + 1]
-            T[q] = T[q + 1]
-            ID[q] = ID[q + 1]
+        _move_keys(P, T, ID, k, k + 1, base + c - 1 - k)
         cnt[b] = c - 1
         meta[2] -= 1
         if c > 1 and pos == c - 1:  # it was the block's last key
-            LP[j], LT[j], LI[j] = P[k - 1], T[k - 1], ID[k - 1]
+            _set_last(LP, LT, LI, j, P, T, ID, k - 1)
         r = c - 1
         if r == 0:  # the block is empty: drop it from the order
             _drop_block(order, LP, LT, LI, meta, free, j, b)
@@ -231,45 +234,33 @@ def _rebalance(P, T, ID, cnt, order, LP, LT, LI, meta, free, j, b, r):
         nx = order[j + 1]
         m, nbase = cnt[nx], nx * CAP
         if r + m <= MERGE_INTO:
-            P[base + r:base + r + m] = P[nbase:nbase + m]
-            T[base + r:base + r + m] = T[nbase:nbase + m]
-            ID[base + r:base + r + m] = ID[nbase:nbase + m]
+            _move_keys(P, T, ID, base + r, nbase, m)
             cnt[b] = r + m
             LP[j], LT[j], LI[j] = LP[j + 1], LT[j + 1], LI[j + 1]
             _drop_block(order, LP, LT, LI, meta, free, j + 1, nx)
             return
         h = (m - r) // 2
         if h > 0:  # the next block's first h keys move to b's end
-            P[base + r:base + r + h] = P[nbase:nbase + h]
-            T[base + r:base + r + h] = T[nbase:nbase + h]
-            ID[base + r:base + r + h] = ID[nbase:nbase + h]
-            for q in range(m - h):
-                P[nbase + q], T[nbase + q], ID[nbase + q] = P[nbase + q + h], T[nbase + q + h], ID[nbase + q + h]
+            _move_keys(P, T, ID, base + r, nbase, h)
+            _move_keys(P, T, ID, nbase, nbase + h, m - h)
             cnt[b], cnt[nx] = r + h, m - h
-            last = base + r + h - 1
-            LP[j], LT[j], LI[j] = P[last], T[last], ID[last]
+            _set_last(LP, LT, LI, j, P, T, ID, base + r + h - 1)
         return
     if j > 0:
         pv = order[j - 1]
         m, pbase = cnt[pv], pv * CAP
         if r + m <= MERGE_INTO:
-            P[pbase + m:pbase + m + r] = P[base:base + r]
-            T[pbase + m:pbase + m + r] = T[base:base + r]
-            ID[pbase + m:pbase + m + r] = ID[base:base + r]
+            _move_keys(P, T, ID, pbase + m, base, r)
             cnt[pv] = m + r
             LP[j - 1], LT[j - 1], LI[j - 1] = LP[j], LT[j], LI[j]
             _drop_block(order, LP, LT, LI, meta, free, j, b)
             return
         h = (m - r) // 2
         if h > 0:  # the previous block's last h keys move to b's front
-            for q in range(r - 1, -1, -1):
-                P[base + q + h], T[base + q + h], ID[base + q + h] = P[base + q], T[base + q], ID[base + q]
-            P[base:base + h] = P[pbase + m - h:pbase + m]
-            T[base:base + h] = T[pbase + m - h:pbase + m]
-            ID[base:base + h] = ID[pbase + m - h:pbase + m]
+            _move_keys(P, T, ID, base + h, base, r)
+            _move_keys(P, T, ID, base, pbase + m - h, h)
             cnt[b], cnt[pv] = r + h, m - h
-            last = pbase + m - h - 1
-            LP[j - 1], LT[j - 1], LI[j - 1] = P[last], T[last], ID[last]
+            _set_last(LP, LT, LI, j - 1, P, T, ID, pbase + m - h - 1)
 
 
 @numba.njit(cache=True, inline="always")

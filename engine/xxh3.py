@@ -42,20 +42,22 @@ _MX2 = np.uint64(0x9FB21C651E98DF25)
 
 
 @numba.njit(cache=True, inline="always")
-def _r64(b, i):
-    """Little-endian uint64 at ``b[i:i + 8]``."""
+def _le(b, i, n):
+    """The little-endian unsigned integer of ``b[i:i + n]`` (n <= 8)."""
     v = np.uint64(0)
-    for k in range(7, -1, -1):
+    for k in range(n - 1, -1, -1):
         v = (v << np.uint64(8)) | np.uint64(b[i + k])
     return v
 
 
 @numba.njit(cache=True, inline="always")
+def _r64(b, i):
+    return _le(b, i, 8)
+
+
+@numba.njit(cache=True, inline="always")
 def _r32(b, i):
-    v = np.uint64(0)
-    for k in range(3, -1, -1):
-        v = (v << np.uint64(8)) | np.uint64(b[i + k])
-    return v
+    return _le(b, i, 4)
 
 
 @numba.njit(cache=True, inline="always")
@@ -90,18 +92,10 @@ def _avalanche(h):
 
 
 @numba.njit(cache=True, inline="always")
-def _swap64(x):
+def _swap(x, n):
+    """The low ``n`` bytes of ``x`` in reverse order."""
     out = np.uint64(0)
-    for _ in range(8):
-        out = (out << np.uint64(8)) | (x & np.uint64(0xFF))
-        x >>= np.uint64(8)
-    return out
-
-
-@numba.njit(cache=True, inline="always")
-def _swap32(x):
-    out = np.uint64(0)
-    for _ in range(4):
+    for _ in range(n):
         out = (out << np.uint64(8)) | (x & np.uint64(0xFF))
         x >>= np.uint64(8)
     return out
@@ -131,13 +125,13 @@ def _hash128(b, i, n, seed, s):
     if n <= 3:
         c1, c2, c3 = np.uint64(b[i]), np.uint64(b[i + (n >> 1)]), np.uint64(b[i + n - 1])
         cl = (c1 << np.uint64(16)) | (c2 << np.uint64(24)) | c3 | (un << np.uint64(8))
-        sw = _swap32(cl)
+        sw = _swap(cl, 4)
         ch = ((sw << np.uint64(13)) | (sw >> np.uint64(19))) & _M32
         fl = ((_r32(s, 0) ^ _r32(s, 4)) + seed)
         fh = ((_r32(s, 8) ^ _r32(s, 12)) - seed)
         return _avalanche64(cl ^ fl), _avalanche64(ch ^ fh)
     if n <= 8:
-        seed ^= _swap32(seed & _M32) << np.uint64(32)
+        seed ^= _swap(seed & _M32, 4) << np.uint64(32)
         x = _r32(b, i) + (_r32(b, i + n - 4) << np.uint64(32))
         keyed = x ^ ((_r64(s, 16) ^ _r64(s, 24)) + seed)
         lo, hi = _mul128(keyed, _P64_1 + (un << np.uint64(2)))
@@ -155,7 +149,7 @@ def _hash128(b, i, n, seed, s):
         lo += (un - np.uint64(1)) << np.uint64(54)
         xh ^= fh
         hi += xh + (xh & _M32) * (_P32_2 - np.uint64(1))
-        lo ^= _swap64(hi)
+        lo ^= _swap(hi, 8)
         rl, rh = _mul128(lo, _P64_2)
         rh += hi * _P64_2
         return _avalanche(rl), _avalanche(rh)
