@@ -37,6 +37,14 @@ class Admission:
         # ids admitted since the last commit: one id, or a batch's identity words and the ids it held
         self._pending: list[str | tuple[np.ndarray, list[str]]] = []
 
+    @property
+    def remembers_every_id(self) -> bool:
+        """The dedup table has never evicted an id, so it holds every id this
+        board ever admitted: a NEW verdict means never seen, and the journal's
+        search for redeliveries older than the window can be skipped
+        (``Partition.apply_columns(ids_new=...)``). Read it before deciding a batch."""
+        return self.dedup.evicted == 0
+
     def admit(self, ev: ScoreEvent) -> Outcome | None:
         """The verdict for an event, or None when it goes on to ``apply``.
 

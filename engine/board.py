@@ -102,7 +102,7 @@ class Board:
             return BatchResult(np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8),
                                np.full(n, self.version, np.int64))
         ids = BatchIds.of(cols.player_ids, cols.event_ids)  # once, for admission and the partition
-        ids_new = self.admission.dedup.evicted == 0  # the table still holds every id this board admitted
+        ids_new = self.admission.remembers_every_id
         verdicts = self.admission.decide_columns(cols, ids)
         self.admission.commit()
         base = self.partition.changes

@@ -155,7 +155,7 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
     n = len(idx)
     hs = np.empty(n, np.uint64)
     mask = len(slots) - 1
-    touched = np.int64(0)
+    touched = np.int64(0)  # returned (and ignored) so the compiler keeps the loads
     for x in range(n):
         p = idx[x]
         h = hash_bytes(ebuf, eoffs[x], eoffs[x + 1])
@@ -239,17 +239,25 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
     return jn, owned, changes, touched
 
 
+@numba.njit(cache=True, inline="always")
+def index_key(pol, val, ach, sub, r):
+    """Row ``r``'s rank-index key (primary, tie), ascending = better:
+    fastest_time (pol 2) by (value, submitted_at); best_score and cumulative
+    by (~value, achieved_at), i.e. higher value first with no overflow at
+    INT64_MIN (``~v == -v - 1``). The player id's bytes settle the rest."""
+    if pol == 2:
+        return val[r], sub[r]
+    return ~val[r], ach[r]
+
+
 @numba.njit(cache=True)
 def _row_keys(pol, rows, val, ach, sub, st, active, kp, kt):
-    """Whether each row is ACTIVE and its index key (primary, tie): one
-    pass instead of a numpy gather per column."""
+    """Whether each row is ACTIVE and its index key: one pass instead of a
+    numpy gather per column."""
     for k in range(len(rows)):
         r = rows[k]
         active[k] = st[r] == ST_ACTIVE
-        if pol == 2:
-            kp[k], kt[k] = val[r], sub[r]
-        else:
-            kp[k], kt[k] = ~val[r], ach[r]
+        kp[k], kt[k] = index_key(pol, val, ach, sub, r)
 
 
 @numba.njit(cache=True)
@@ -262,10 +270,7 @@ def _moves(pol, touched, was, op, ot, val, ach, sub, st, rp, rt, ri, ip, it, ii)
     for k in range(len(touched)):
         r = touched[k]
         now = st[r] == ST_ACTIVE
-        if pol == 2:
-            np_, nt = val[r], sub[r]
-        else:
-            np_, nt = ~val[r], ach[r]
+        np_, nt = index_key(pol, val, ach, sub, r)
         same = was[k] and now and op[k] == np_ and ot[k] == nt
         if was[k] and not same:
             rp[nr], rt[nr], ri[nr] = op[k], ot[k], r
@@ -330,10 +335,11 @@ class Partition:
     # ------------------------------------------------------------------ keys
 
     def _keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Index (primary, tie) of the given players' current rows."""
-        if self._pol == 2:
-            return self.val[rows], self.sub[rows]
-        return np.invert(self.val[rows]), self.ach[rows]
+        """Index (primary, tie) of the given players' current rows (:func:`index_key`)."""
+        k = len(rows)
+        active, kp, kt = np.empty(k, np.bool_), np.empty(k, np.int64), np.empty(k, np.int64)
+        _row_keys(self._pol, np.asarray(rows, np.int64), self.val, self.ach, self.sub, self.st, active, kp, kt)
+        return kp, kt
 
     def _internal(self, key: RankKey) -> tuple[int, int]:
         """A wire key's (primary, tie) as the index holds them."""

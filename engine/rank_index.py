@@ -4,7 +4,7 @@ A key is ``(primary, tie, player)``: two int64 and the player's int32 index
 in the board's :class:`~engine.players.PlayerTable`. Keys order by primary,
 then tie, then the player id's UTF-8 bytes (code-point order): the API §6
 comparator with no float anywhere. The policy maps a row to its key
-(:func:`engine.partition.keys_of`); the index only orders keys.
+(:func:`engine.partition.index_key`); the index only orders keys.
 
 Storage is a list of blocks of at most ``CAP`` keys each (the idea of
 ``sortedcontainers.SortedList``, with packed arrays instead of Python

@@ -432,7 +432,7 @@ class Sequencer:
                 places.append(None)
                 continue
             touched.add(cols.board_id)
-            fresh, first_record = ctl.admission.dedup.evicted == 0, len(records)
+            fresh, first_record = ctl.admission.remembers_every_id, len(records)
             verdicts = ctl.admission.decide_columns(cols)
             n_parts = ctl.spec.shards
             mine = []
