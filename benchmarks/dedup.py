@@ -178,7 +178,7 @@ def run_once(kind: str, size: int, batch: int, ids: Sequence[str], more: Sequenc
         out["check_hit_per_s_python_probe"] = _rate(lambda: [python_check(w, e, f) for e, f in zip(probe, fps)], len(probe))
         pf = fps[: len(probe)]
         cs = w._fold_many(pf, len(probe))
-        words = w._words_many(probe)
+        words = w.words_many(probe)
         assert (numpy_check_many(w, words, cs) == w.check_many(probe, pf)).all()
         out["check_many_per_s"] = _rate(lambda: [w.check_many(probe[i:i + batch], pf[i:i + batch])
                                                   for i in range(0, len(probe), batch)], len(probe))

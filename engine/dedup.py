@@ -545,12 +545,8 @@ class DedupTable:
 
     # ------------------------------------------------------------ batches
 
-    def _words_many(self, event_ids: Sequence[str]) -> np.ndarray:
-        """(k, 3) uint32 identity fingerprints, the same words as ``_words``."""
-        return self.words_of(*encode_ids(event_ids))
-
     def words_of(self, buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
-        """``_words_many`` of ids given as one UTF-8 arena and offsets
+        """``words_many`` of ids given as one UTF-8 arena and offsets
         (:func:`engine.players.encode_ids`): xxh3-128 in one numba pass
         (:mod:`engine.xxh3`), ``xxhash`` for any id over 240 bytes."""
         lo, hi, long = xxh3_128_many(buf, offs, self._seed)
@@ -574,10 +570,10 @@ class DedupTable:
 
     def words_many(self, event_ids: Sequence[str], event_bytes: tuple[np.ndarray, np.ndarray] | None = None
                    ) -> np.ndarray:
-        """The identity fingerprints of many ids, to pass to ``check_many``
-        and ``add_many`` so a batch is hashed once. ``event_bytes``:
-        ``encode_ids(event_ids)``, when the caller has it."""
-        return self._words_many(event_ids) if event_bytes is None else self.words_of(*event_bytes)
+        """(k, 3) uint32 identity fingerprints of many ids, the same words as
+        ``_words``, to pass to ``check_many`` and ``add_many`` so a batch is
+        hashed once. ``event_bytes``: ``encode_ids(event_ids)``, when the caller has it."""
+        return self.words_of(*(encode_ids(event_ids) if event_bytes is None else event_bytes))
 
     def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> np.ndarray:
         """``check`` of each id as if every NEW one were added before the
@@ -588,18 +584,18 @@ class DedupTable:
         cs = self._fold_many(fps, k)
         out = np.zeros(k, np.int8)
         if k:
-            _check_many(self._ent, self._slots, self._words_many(event_ids) if words is None else words, cs, out)
+            _check_many(self._ent, self._slots, self.words_many(event_ids) if words is None else words, cs, out)
         return out
 
     def remember_many(self, event_ids: Sequence[str], fps) -> None:
         """``remember`` each id in order. O(k) amortised."""
-        self._put_words(self._words_many(event_ids), fps, self.retention)
+        self._put_words(self.words_many(event_ids), fps, self.retention)
 
     def add_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> None:
         """``add`` each id in order (no eviction until ``trim``, but that a
         table at its retention first evicts its oldest ids to make room, see
         ``_put_words``). O(k) amortised."""
-        self._put_words(self._words_many(event_ids) if words is None else words, fps, _NO_LIMIT)
+        self._put_words(self.words_many(event_ids) if words is None else words, fps, _NO_LIMIT)
 
     def remember_words(self, words: np.ndarray, fps) -> None:
         """``remember_many`` of ids given only by their identity words (rows of ``words_many``)."""
@@ -697,7 +693,7 @@ class DedupTable:
             ids = state[0::2]
             entries = np.empty((len(ids), 4), np.uint32)
             if ids:
-                entries[:, :3] = t._words_many(ids)
+                entries[:, :3] = t.words_many(ids)
                 entries[:, 3] = cls._fold_many(state[1::2], len(ids))
         else:
             if state.get("v") != STATE_VERSION:
