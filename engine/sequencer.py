@@ -344,7 +344,7 @@ class Sequencer:
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
         for i, (rec, where) in enumerate(zip(records, targets), first):
-            item = [i, rec, True] if i - first in self._ids_new else [i, rec]
+            item = W.ApplyItem(i, rec, i - first in self._ids_new)
             for a in where:
                 per_actor[a].append(item)
         through = first + len(records) - 1

@@ -124,9 +124,7 @@ class ShardCore:
     # ------------------------------------------------------------------ writes
 
     def apply(self, through: int, items: list) -> W.ApplyAnswer:
-        """Apply ``items`` (``[offset, record]`` in log order; a score batch's
-        item may carry a third value, ``ids_new``: the sequencer's word that no
-        event of it was seen before, see :meth:`Partition.apply_columns`) and mark every
+        """Apply ``items`` (:class:`engine.wire.ApplyItem`, in log order) and mark every
         offset up to ``through`` applied. Returns ``(results, unlogged)``: each
         item's result, and every dead letter of this shard the log holds no
         dead-letter record of yet (``[offset, board_id, event_id, error]`` plus
@@ -136,11 +134,11 @@ class ShardCore:
         score batch is one columnar record, applied as one batch."""
         out = []
         for item in items:
-            offset, rec = item[0], item[1]
+            offset, rec, ids_new = W.ApplyItem(*item)
             if offset <= self.applied_offset:
                 out.append(self._results.get(offset, W.EventApplied(DEAD, None)))
             else:
-                out.append(self._apply_record(offset, rec, len(item) > 2 and bool(item[2])))
+                out.append(self._apply_record(offset, rec, ids_new))
         if through > self.applied_offset:
             self.applied_offset = through
         return W.ApplyAnswer(out, list(self._unlogged.values()))

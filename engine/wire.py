@@ -23,13 +23,25 @@ from __future__ import annotations
 from typing import Awaitable, NamedTuple, Protocol
 
 
+class ApplyItem(NamedTuple):
+    """One log record sent to a shard actor to apply. ``ids_new``: the
+    sequencer's word that no event of a score record was seen before (its
+    board's dedup table had never evicted an id), so the partition may skip
+    the journal's search for older redeliveries (``Partition.apply_columns``).
+    A plain ``[offset, record]`` pair reads as ``ids_new=False``."""
+
+    offset: int
+    record: object
+    ids_new: bool = False
+
+
 class ShardTransport(Protocol):
     """Submits calls to shard actor ``actor`` (0 .. n-1) in order; each returns an awaitable answer."""
 
     n: int  # how many shard actors
 
     def apply(self, actor: int, through: int, items: list) -> Awaitable:
-        """Apply log records (``[offset, record]``): an :class:`ApplyAnswer`
+        """Apply log records (:class:`ApplyItem`): an :class:`ApplyAnswer`
         (:meth:`engine.shard.ShardCore.apply`)."""
         ...
 

@@ -39,7 +39,7 @@ class RecordingShards(InProcessShards):
 
     def apply(self, actor: int, through: int, items: list):
         self.sent[actor].extend(item[0] for item in items)
-        self.ids_new.extend(item[0] for item in items if len(item) > 2 and item[2])
+        self.ids_new.extend(item.offset for item in items if item.ids_new)
         return super().apply(actor, through, items)
 
 
