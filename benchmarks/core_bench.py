@@ -15,6 +15,11 @@ first call), medians reported with min/max:
 * ``apply_events_per_s``: events applied per second, batches of ``--batch``
   (default 10,000), and ``apply_events_per_s_batch100`` with batches of 100;
   ``baseline_apply_events_per_s`` / ``..._batch100`` the same for the floor;
+* ``apply_events_per_s_subscores2``: the same events on a best_score board
+  with two subscores (``desc``, ``asc``; docs/api.md §14), each event
+  carrying two seeded int64s, in the same repeats: target ≥ 0.8× the plain
+  board's ``apply_events_per_s`` (a board without subscores must not pay for
+  them; one with them should pay little);
 * ``batched_ranks_per_s``: exact ranks per second through ``Board.ranks(ids)``
   (``--rank-batch`` ids a call), and the floor's ``bisect`` + 1 per id;
 * ``top100_per_s``: ``Board.top(0, 100)`` calls per second;
@@ -81,6 +86,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+import xxhash
+
 from benchmarks.engine_core import (
     baseline_ingest,
     baseline_read_rates,
@@ -125,6 +133,7 @@ class Target:
 TARGETS = (
     Target("apply_events_per_s", 4.0, True, "baseline_apply_events_per_s"),
     Target("apply_events_per_s_batch100", 1.5, True, "baseline_apply_events_per_s_batch100"),
+    Target("apply_events_per_s_subscores2", 0.8, True, "apply_events_per_s"),
     Target("batched_ranks_per_s", 10.0, True, "baseline_batched_ranks_per_s"),
     Target("bytes_per_player", 100, False),
     Target("rss_growth_10x_events", 0.10, False),
@@ -137,6 +146,7 @@ TARGETS = (
 KEYS = (
     "apply_events_per_s", "baseline_apply_events_per_s",
     "apply_events_per_s_batch100", "baseline_apply_events_per_s_batch100",
+    "apply_events_per_s_subscores2", "batched_ranks_per_s_subscores2",
     "batched_ranks_per_s", "baseline_batched_ranks_per_s",
     "top100_per_s",
     "bytes_per_player", "rss_bytes_per_player",
@@ -158,15 +168,34 @@ def columns_of(events: Sequence[tuple], board_id: str, batch: int) -> list[Score
 _JOURNALS: list[tempfile.TemporaryDirectory] = []
 
 
-def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION) -> Board:
+def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION, subscores: tuple[str, ...] = ()) -> Board:
     """A board whose partition journals to files, as a service with a data
     directory does (engine.journal): a fresh directory under the system temp,
     removed when the process ends."""
     if not _JOURNALS:
         _JOURNALS.append(tempfile.TemporaryDirectory(prefix="flowrank-core-journal-"))
     where = tempfile.mkdtemp(dir=_JOURNALS[0].name)
-    return Board(BoardSpec(board_id, Policy.BEST_SCORE), dedup_retention=dedup_retention,
+    return Board(BoardSpec(board_id, Policy.BEST_SCORE, subscores=subscores), dedup_retention=dedup_retention,
                  journal=Journal(FileStore(where)))
+
+
+SUBSCORES2 = ("desc", "asc")
+
+
+def with_subscores(batches: Sequence[ScoreColumns], seed: int) -> list[ScoreColumns]:
+    """The same batches with two seeded subscores per event (untimed): the
+    first from 0..9 (so equal primaries are often settled by it, not the
+    tie), the second anywhere in int64. A redelivery keeps its event's
+    subscores: they are drawn from a hash of the event id."""
+    out = []
+    for cols in batches:
+        h = np.fromiter((xxhash.xxh3_64_intdigest(e.encode(), seed) for e in cols.event_ids), np.uint64, len(cols))
+        first = (h % np.uint64(10)).astype(np.int64)
+        second = (h >> np.uint64(4)).view(np.int64) ^ np.int64(-(2**63))  # spans int64, both signs
+        subs = np.ascontiguousarray(np.stack([first, second], axis=1), np.int64)
+        out.append(ScoreColumns(cols.board_id, cols.event_ids, cols.player_ids, cols.values, cols.achieved,
+                                cols.submitted, cols.meta, cols.moffs, subs))  # (its __len__ is the events')
+    return out
 
 
 def ingest(board: Board, batches: Sequence[ScoreColumns]) -> float:
@@ -532,11 +561,16 @@ def main(argv: list[str] | None = None) -> int:
     ids = sample_players(w.players, args.reads, args.seed, salt=11)
     big = columns_of(w.events, w.board_id, args.batch)
     small = columns_of(w.events, w.board_id, args.small_batch)
+    big_subs = with_subscores(big, args.seed)
     print(f"  workload: {len(w.events):,} events over {w.players:,} players, digest {w.digest()[:16]}, "
           f"as columns in batches of {args.batch:,} and {args.small_batch:,} ({time.perf_counter() - t0:.1f}s, untimed)",
           flush=True)
     settle_gc(args.gc)
     warm_events, warm_s = warm_up(w.board_id, big, small, ids, args.rank_batch)
+    sub_board = new_board(w.board_id, subscores=SUBSCORES2)  # numba compiles the subscore paths (untimed)
+    ingest(sub_board, big_subs[:1])
+    sub_board.ranks(ids[:args.rank_batch])
+    sub_board = None
     print(f"  warm-up : untimed, {warm_events:,} events through throwaway boards, ranks and top-100 once "
           f"({warm_s:.2f}s; numba, if used, compiles here)", flush=True)
 
@@ -559,6 +593,14 @@ def main(argv: list[str] | None = None) -> int:
         s.setdefault("apply_events_per_s_batch100", []).append(n / secs100)
 
         gc.collect()
+        sub_board = new_board(w.board_id, subscores=SUBSCORES2)
+        secs_subs = ingest(sub_board, big_subs)
+        s.setdefault("apply_events_per_s_subscores2", []).append(n / secs_subs)
+        sub_ranks_s, _ = read_rates(sub_board, ids, args.rank_batch)
+        s.setdefault("batched_ranks_per_s_subscores2", []).append(sub_ranks_s)
+        sub_board = None
+
+        gc.collect()
         bsecs, rows, index = baseline_ingest(w.events, args.batch)
         s.setdefault("baseline_apply_events_per_s", []).append(n / bsecs)
         s.setdefault("baseline_batched_ranks_per_s", []).append(
@@ -569,7 +611,8 @@ def main(argv: list[str] | None = None) -> int:
         s.setdefault("baseline_apply_events_per_s_batch100", []).append(n / bsecs100)
         print(f"  repeat {rep + 1}/{args.repeat}: apply {n / secs:,.0f}/s (floor {n / bsecs:,.0f}/s), "
               f"batch {args.small_batch} {n / secs100:,.0f}/s (floor {n / bsecs100:,.0f}/s), "
-              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s", flush=True)
+              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s; 2 subscores: apply {n / secs_subs:,.0f}/s, "
+              f"ranks {sub_ranks_s:,.0f}/s", flush=True)
 
     assert board is not None
     bpp, bpp_how = player_bytes(board)

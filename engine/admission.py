@@ -52,7 +52,7 @@ class Admission:
         O(1).
         """
         event_id = ev.event_id
-        fp = fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, ev.metadata)
+        fp = fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, ev.metadata, ev.subscores)
         dedup = self.dedup
         seen = dedup.check(event_id, fp)
         if seen is Seen.DUPLICATE:
@@ -64,7 +64,7 @@ class Admission:
             quarantined = self._decided_event(event_id)
         if quarantined is not None:  # the window forgot it, the quarantine did not
             same = (quarantined.player_id, quarantined.value, quarantined.achieved_at, quarantined.submitted_at,
-                    quarantined.metadata) == ev.content
+                    quarantined.metadata, quarantined.subscores) == ev.content
             return Outcome.DUPLICATE_IGNORED if same else Outcome.REJECTED_EVENT_ID_CONFLICT
         dedup.add(event_id, fp)
         self._pending.append(event_id)
@@ -109,10 +109,10 @@ class Admission:
             return verdicts
         verdicts[hold] = code[reason]
         held.extend(cols.event_ids[i] for i in hold.tolist())
-        metas = cols.metadata()
+        metas, subs = cols.metadata(), cols.subscores()
         for i in hold.tolist():
             self._hold(ScoreEvent(cols.board_id, cols.event_ids[i], cols.player_ids[i], int(cols.values[i]),
-                                  int(cols.achieved[i]), int(cols.submitted[i]), metas[i]), reason)
+                                  int(cols.achieved[i]), int(cols.submitted[i]), metas[i], subs[i]), reason)
         return verdicts
 
     def replay_columns(self, cols: ScoreColumns, verdicts: np.ndarray) -> None:
@@ -158,7 +158,8 @@ class Admission:
         """Fold a logged admission verdict back in (recovery): the same
         state ``admit`` built, whatever today's dedup settings say."""
         if verdict is None or verdict in (Outcome.HELD_FOR_CORRECTION, Outcome.HELD_FOR_REVIEW):
-            self.dedup.remember(ev.event_id, fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, ev.metadata))
+            self.dedup.remember(ev.event_id, fingerprint(ev.player_id, ev.value, ev.achieved_at, ev.submitted_at,
+                                                         ev.metadata, ev.subscores))
             if verdict is not None:
                 self._hold(ev, verdict)
 
@@ -168,7 +169,7 @@ class Admission:
 
     def _hold(self, ev: ScoreEvent, reason: Outcome) -> Outcome:
         self.held[ev.event_id] = HeldEvent(ev.event_id, ev.player_id, ev.value, ev.achieved_at, ev.submitted_at, reason,
-                                           ev.metadata)
+                                           ev.metadata, ev.subscores)
         return reason
 
     def set_state(self, wanted: BoardState, position: int | None = None) -> BoardState:
@@ -208,6 +209,8 @@ class Admission:
     def to_state(self) -> dict:
         def held_list(h: HeldEvent) -> list:
             out = [h.event_id, h.player_id, h.value, h.achieved_at, h.submitted_at, h.reason.value]
+            if h.subscores:  # 8th item (router state format 4): the metadata item then always comes before it
+                return out + [h.metadata, list(h.subscores)]
             return out + [h.metadata] if h.metadata else out
 
         return {
@@ -226,7 +229,8 @@ class Admission:
         a.dedup = DedupTable.from_state(dedup_retention, state["dedup"], spec.board_id)
 
         def held(x: list) -> HeldEvent:
-            return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]), x[6] if len(x) > 6 else b"")
+            return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]), x[6] if len(x) > 6 else b"",
+                             tuple(x[7]) if len(x) > 7 else ())
 
         a.held = {x[0]: held(x) for x in state["held"]}
         a.decided = {eid: (d, held(h)) for eid, d, h in state["decided"]}

@@ -65,7 +65,7 @@ class Board:
         """``journal``: where the partition journals its events (default: in memory)."""
         self.spec = spec
         self.admission = Admission(spec, dedup_retention)
-        self.partition = Partition(spec.policy, spec.max_plausible_time_ms, journal)
+        self.partition = Partition(spec.policy, spec.max_plausible_time_ms, journal, spec.subscores)
         self.ring = ChangeRing(delta_retention)
         self._corrections = 0
 
@@ -131,7 +131,7 @@ class Board:
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
         held = self.admission.take_decision(event_id, decision)
         ev = ScoreEvent(self.spec.board_id, held.event_id, held.player_id, held.value, held.achieved_at, held.submitted_at,
-                        held.metadata)
+                        held.metadata, held.subscores)
         if decision == "reject":
             self.partition.record_rejection(ev)
             return DecisionResult(event_id, decision, None, self.version)

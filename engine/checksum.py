@@ -18,11 +18,17 @@ _xxh128 = xxhash.xxh3_128_intdigest
 
 
 def row_digest(player_id: str, value: int, achieved_at: int, status: str, row_version: int,
-               metadata: bytes | None = None) -> int:
+               metadata: bytes | None = None, subscores: tuple[int, ...] | None = None) -> int:
     """A row's digest; its metadata (docs/api.md §13) counts only when it
-    has some, so a row without metadata hashes as it always did."""
+    has some, so a row without metadata hashes as it always did; its
+    subscores (§14) only on a board that has them (after a marker no
+    metadata can begin with), so no other board's checksum changes."""
     data = f"{player_id}\x1f{value}\x1f{achieved_at}\x1f{status}\x1f{row_version}".encode("utf-8", "surrogatepass")
-    return _xxh128(data + b"\x1f" + metadata if metadata else data)
+    if metadata:
+        data += b"\x1f" + metadata
+    if subscores:
+        data += b"\x1e" + ",".join(map(str, subscores)).encode()
+    return _xxh128(data)
 
 
 def combine(sums) -> int:

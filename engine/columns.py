@@ -36,6 +36,9 @@ class ScoreColumns(NamedTuple):
     #: of the batch carries metadata (the common case costs nothing).
     meta: np.ndarray | None = None  # uint8
     moffs: np.ndarray | None = None  # int64, len + 1
+    #: subscores (docs/api.md §14): int64, one row per event, one column per
+    #: subscore of the board. None on a board without subscores (no cost there).
+    subs: np.ndarray | None = None
 
     def __len__(self) -> int:  # type: ignore[override]
         return len(self.event_ids)
@@ -52,8 +55,9 @@ class ScoreColumns(NamedTuple):
         nums = nums.reshape(n, 3)
         # plain 6-tuples (benchmarks, tests) carry no metadata; a ScoreEvent always has the field
         meta, moffs = meta_columns([e[6] for e in events]) if n and len(events[0]) > 6 else (None, None)
+        subs = subscore_columns([e[7] for e in events]) if n and len(events[0]) > 7 else None
         return cls(board_id, ids, pids, np.ascontiguousarray(nums[:, 0]), np.ascontiguousarray(nums[:, 1]),
-                   np.ascontiguousarray(nums[:, 2]), meta, moffs)
+                   np.ascontiguousarray(nums[:, 2]), meta, moffs, subs)
 
     def metadata(self) -> list[bytes]:
         """Each event's metadata bytes (b"" none). O(n)."""
@@ -62,12 +66,23 @@ class ScoreColumns(NamedTuple):
         raw, bounds = self.meta.tobytes(), self.moffs.tolist()
         return [raw[bounds[i]:bounds[i + 1]] for i in range(len(self.event_ids))]
 
+    def subscores(self) -> list[tuple[int, ...]]:
+        """Each event's subscores (() on a board without them). O(n)."""
+        if self.subs is None:
+            return [()] * len(self.event_ids)
+        return [tuple(r) for r in self.subs.tolist()]
+
+    @property
+    def width(self) -> int:
+        """How many subscores each event carries (0: none)."""
+        return 0 if self.subs is None else int(self.subs.shape[1])
+
     def events(self) -> list[ScoreEvent]:
         """Back to one record per event (tests, cold paths)."""
         b = self.board_id
-        return [ScoreEvent(b, e, p, v, a, s, m) for e, p, v, a, s, m in zip(
+        return [ScoreEvent(b, e, p, v, a, s, m, c) for e, p, v, a, s, m, c in zip(
             self.event_ids, self.player_ids, self.values.tolist(), self.achieved.tolist(), self.submitted.tolist(),
-            self.metadata())]
+            self.metadata(), self.subscores())]
 
     def take(self, rows: np.ndarray) -> "ScoreColumns":
         """The sub-batch of the given row numbers, in that order."""
@@ -76,7 +91,8 @@ class ScoreColumns(NamedTuple):
         if self.moffs is not None and self.meta is not None:
             meta, moffs = _take_slices(self.meta, self.moffs, np.asarray(rows, np.int64))
         return ScoreColumns(self.board_id, [self.event_ids[i] for i in idx], [self.player_ids[i] for i in idx],
-                            self.values[rows], self.achieved[rows], self.submitted[rows], meta, moffs)
+                            self.values[rows], self.achieved[rows], self.submitted[rows], meta, moffs,
+                            None if self.subs is None else np.ascontiguousarray(self.subs[rows]))
 
 
 class ScoreBatch(NamedTuple):
@@ -136,6 +152,26 @@ def meta_columns(metas: Sequence[bytes]) -> tuple[np.ndarray | None, np.ndarray 
     moffs = np.zeros(len(metas) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, metas), np.int64, len(metas)), out=moffs[1:])
     return np.frombuffer(arena, np.uint8).copy(), moffs
+
+
+def subscore_columns(subscores: Sequence[Sequence[int]]) -> np.ndarray | None:
+    """The events' subscores as one int64 matrix (a row per event), or None
+    when none has any. Every event of a board carries as many (validated at
+    the edge); a ragged batch raises ValueError.
+
+    >>> subscore_columns([(), ()]) is None
+    True
+    >>> subscore_columns([(1, -2), (3, 4)]).tolist()
+    [[1, -2], [3, 4]]
+    """
+    n = len(subscores)
+    k = len(subscores[0]) if n else 0
+    if not any(subscores):
+        return None
+    if any(len(s) != k for s in subscores):
+        raise ValueError("every event of a batch carries the same number of subscores")
+    out = np.fromiter((x for s in subscores for x in s), np.int64, n * k)
+    return out.reshape(n, k)
 
 
 def _take_slices(arena: np.ndarray, offs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -94,6 +94,18 @@ def _meta_kernel(mbuf, moffs, out):
             out[i] = _mix(out[i], hash_bytes(mbuf, moffs[i], moffs[i + 1]))
 
 
+@numba.njit(cache=True)
+def _subs_kernel(subs, out):
+    """Mix each event's subscores into its fingerprint, after a marker that
+    no event without subscores mixes in (so those keep the fingerprint they
+    always had, and subscores never collide with metadata by construction)."""
+    for i in range(len(out)):
+        h = _mix(out[i], np.uint64(0x5355425343)) ^ np.uint64(subs.shape[1])
+        for c in range(subs.shape[1]):
+            h = _mix(h, np.uint64(subs[i, c]))
+        out[i] = h
+
+
 def fingerprints(cols, player_bytes: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """The 64-bit content fingerprint of every event of a batch of columns:
     the player id's UTF-8 bytes, the three int64s and the metadata bytes
@@ -104,17 +116,24 @@ def fingerprints(cols, player_bytes: tuple[np.ndarray, np.ndarray] | None = None
     _content_kernel(pbuf, poffs, _i64(cols.values), _i64(cols.achieved), _i64(cols.submitted), out)
     if getattr(cols, "moffs", None) is not None:
         _meta_kernel(cols.meta, cols.moffs, out)
+    subs = getattr(cols, "subs", None)
+    if subs is not None:
+        _subs_kernel(np.ascontiguousarray(subs, np.int64), out)
     return out
 
 
-def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int, metadata: bytes = b"") -> int:
-    """Stable 64-bit fingerprint of one event's content (as :func:`fingerprints`)."""
+def fingerprint(player_id: str, value: int, achieved_at: int, submitted_at: int, metadata: bytes = b"",
+                subscores: tuple[int, ...] = ()) -> int:
+    """Stable 64-bit fingerprint of one event's content (as :func:`fingerprints`);
+    subscores (docs/api.md §14) count only when there are some."""
     pbuf, poffs = encode_ids([player_id])
     out = np.empty(1, np.uint64)
     _content_kernel(pbuf, poffs, np.array([value], np.int64), np.array([achieved_at], np.int64),
                     np.array([submitted_at], np.int64), out)
     if metadata:
         _meta_kernel(np.frombuffer(metadata, np.uint8), np.array([0, len(metadata)], np.int64), out)
+    if subscores:
+        _subs_kernel(np.array([subscores], np.int64), out)
     return int(out[0])
 
 

@@ -28,11 +28,14 @@ from engine.errors import UnsupportedFormat
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
 #: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
 #: 4: + L (a dead letter: a record, or a row of one, that replay skips).
-LOG_FORMAT = 4
+#: 5: + U, N and F (a board with subscores, its score frames and decisions; docs/api.md §14).
+LOG_FORMAT = 5
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).
-ROUTER_STATE_FORMAT = 3
+#: 4: board specs may be U records (subscores), and a held event with subscores has them as an
+#: 8th item (its metadata then always a 7th).
+ROUTER_STATE_FORMAT = 4
 #: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters (and,
 #: additive since log format 4, ``dead_logged``: the dead letters the log holds a record of).
 SHARD_STATE_FORMAT = 1
@@ -40,7 +43,10 @@ SHARD_STATE_FORMAT = 1
 #: 2: the journal moved to disk (engine.journal: a bounded tail, store sizes, runs, player heads).
 #: 3: metadata (docs/api.md §13): the rows' metadata (``"meta"``) and the journal's (tail columns,
 #: store sizes, ``meta_from``); a format-2 state loads with no metadata anywhere.
-PARTITION_STATE_FORMAT = 3
+#: 4: subscores (docs/api.md §14): the rows' subscores (``"subs"``, with their directions); the
+#: journal's payload of each row starts with the event's subscores; a format-3 state loads
+#: as a partition without subscores.
+PARTITION_STATE_FORMAT = 4
 
 
 def state_format(state: dict, known: int, what: str) -> int:

@@ -20,6 +20,10 @@ DEFAULT_FINALIZE_AFTER_S = 3_600  # a scheduled close finalizes this long after 
 # closes_at + finalize_after_s stays a 64-bit millisecond count; a round number that JSON Schema
 # readers holding numbers as doubles read exactly (OpenAPI ``maximum``).
 MAX_FINALIZE_AFTER_S = 10**12
+#: At most this many subscores per board (docs/api.md §14).
+MAX_SUBSCORES = 3
+#: The directions a subscore may be declared with: "desc" (higher first) or "asc" (lower first).
+SUBSCORE_DIRECTIONS = ("desc", "asc")
 
 
 class Policy(str, enum.Enum):
@@ -91,11 +95,12 @@ class ScoreEvent(NamedTuple):
     achieved_at: int
     submitted_at: int
     metadata: bytes = b""  # canonical compact JSON of the event's metadata object; b"" none (docs/api.md §13)
+    subscores: tuple[int, ...] = ()  # the event's subscores (docs/api.md §14), () on a board without them
 
     @property
-    def content(self) -> tuple[str, int, int, int, bytes]:
+    def content(self) -> tuple[str, int, int, int, bytes, tuple[int, ...]]:
         """What a redelivery must repeat for the id to count as a duplicate."""
-        return (self.player_id, self.value, self.achieved_at, self.submitted_at, self.metadata)
+        return (self.player_id, self.value, self.achieved_at, self.submitted_at, self.metadata, self.subscores)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,9 @@ class BoardSpec:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    #: per subscore, its direction ("desc" | "asc"), compared after the primary
+    #: value and before the policy's tie keys (docs/api.md §14); () none
+    subscores: tuple[str, ...] = ()
 
 
 class EventResult(NamedTuple):
@@ -130,6 +138,7 @@ class RowChange(NamedTuple):
     achieved_at: int
     status: RowStatus
     metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
+    subscores: tuple[int, ...] | None = None  # the row's subscores, None on a board without them (§14)
 
 
 class Delta(NamedTuple):
@@ -146,6 +155,7 @@ class RankedEntry(NamedTuple):
     achieved_at: int
     tied_rank: int | None = None  # competition rank (1, 1, 3), only when asked (?ties=competition)
     metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
+    subscores: tuple[int, ...] | None = None  # the row's subscores, None on a board without them (§14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +171,7 @@ class PlayerView:
     rank_error_bound: int | None = None
     tied_rank: int | None = None  # competition rank, only when asked (?ties=competition)
     metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
+    subscores: tuple[int, ...] | None = None  # the row's subscores, None on a board without them (§14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +219,7 @@ class HeldEvent:
     submitted_at: int
     reason: Outcome  # HELD_FOR_CORRECTION | HELD_FOR_REVIEW
     metadata: bytes = b""  # the held event's metadata (canonical compact JSON; b"" none)
+    subscores: tuple[int, ...] = ()  # the held event's subscores (docs/api.md §14)
 
 
 @dataclass(frozen=True, slots=True)

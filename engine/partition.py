@@ -67,7 +67,7 @@ from engine.journal import (
 from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
 from engine.players import BatchIds, PlayerTable, encode_ids, hash_bytes, same_bytes
 from engine.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
-from engine.rank_index import RankIndex
+from engine.rank_index import NO_DIRS, NO_SUBS, RankIndex
 
 __all__ = ["Partition", "Row", "Applied", "KIND_SCORE", "KIND_DECISION", "KIND_INVALIDATION"]
 
@@ -109,9 +109,10 @@ class Row(NamedTuple):
     row_version: int
     key: RankKey | None
     metadata: bytes | None = None  # canonical compact JSON, None when the row has none
+    subscores: tuple[int, ...] | None = None  # None on a board without subscores (docs/api.md §14)
 
     def change(self) -> RowChange:
-        return RowChange(self.player_id, self.value, self.achieved_at, self.status, self.metadata)
+        return RowChange(self.player_id, self.value, self.achieved_at, self.status, self.metadata, self.subscores)
 
 
 class Invalidation(NamedTuple):
@@ -134,7 +135,7 @@ class Applied(NamedTuple):
 
 @numba.njit(cache=True)
 def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, ebuf, eoffs, mbuf, moffs,
-                  r_val, r_ach, r_sub, r_rv, r_st,
+                  r_val, r_ach, r_sub, r_rv, r_st, esc, r_sc, dirs,
                   j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_prev, j_eoffs, j_earena, j_moffs, j_marena,
                   jn, slots, base, heads,
                   prior, prior_pid, prior_val, prior_ach, prior_sub, prior_meta,
@@ -142,7 +143,10 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
     """Apply a batch in order. Returns (tail rows now, newly owned, changes).
     ``prior[x] >= 0``: event x's id is owned by a stored journal row, whose
     player and content are ``prior_*[x]`` (``prior_meta[x]``: its metadata
-    equals event x's). Event x's metadata is ``mbuf[moffs[x]:moffs[x + 1]]``."""
+    equals event x's). Event x's journal payload (its metadata; on a board
+    with subscores, after them) is ``mbuf[moffs[x]:moffs[x + 1]]``; its
+    subscores are ``esc[x]``, a row's ``r_sc[p]`` (no columns on a board
+    without subscores), compared in the directions ``dirs``."""
     owned = 0
     changes = 0
     big = np.int64(9223372036854775807)
@@ -206,13 +210,15 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
                 elif st == 2:
                     code, changed = codes[1], True
                 elif pol == 0:
-                    better = v > r_val[p] or (v == r_val[p] and a < r_ach[p])
+                    better = v > r_val[p] or (v == r_val[p] and _subs_then(esc, x, r_sc, p, dirs, a < r_ach[p]))
                     code, changed = (codes[1], True) if better else (codes[2], False)
                 else:
-                    better = v < r_val[p] or (v == r_val[p] and s < r_sub[p])
+                    better = v < r_val[p] or (v == r_val[p] and _subs_then(esc, x, r_sc, p, dirs, s < r_sub[p]))
                     code, changed = (codes[1], True) if better else (codes[2], False)
                 if changed:
                     r_val[p], r_ach[p], r_sub[p] = v, a, s
+                    for c in range(len(dirs)):
+                        r_sc[p, c] = esc[x, c]
         if changed:
             r_rv[p] = 1 if r_st[p] == 0 else r_rv[p] + 1
             r_st[p] = 1
@@ -240,6 +246,18 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
 
 
 @numba.njit(cache=True, inline="always")
+def _subs_then(esc, x, r_sc, p, dirs, tie_better):
+    """Whether event x ranks strictly before row p once their primaries are
+    equal: by the first subscore that differs, in its direction, else by
+    ``tie_better`` (the policy's tie keys). No subscores: ``tie_better``."""
+    for c in range(len(dirs)):
+        e, r = esc[x, c], r_sc[p, c]
+        if e != r:
+            return e < r if dirs[c] > 0 else e > r
+    return tie_better
+
+
+@numba.njit(cache=True, inline="always")
 def index_key(pol, val, ach, sub, r):
     """Row ``r``'s rank-index key (primary, tie), ascending = better:
     fastest_time (pol 2) by (value, submitted_at); best_score and cumulative
@@ -261,7 +279,7 @@ def _row_keys(pol, rows, val, ach, sub, st, active, kp, kt):
 
 
 @numba.njit(cache=True)
-def _moves(pol, touched, was, op, ot, val, ach, sub, st, rp, rt, ri, ip, it, ii):
+def _moves(pol, touched, was, op, ot, osc, val, ach, sub, st, sc, rp, rt, ri, ip, it, ii):
     """The index keys to remove (old keys of rows that were ACTIVE and moved
     or left) and to insert (new keys of rows ACTIVE now that moved or came):
     (removals, insertions) written to the front of rp/rt/ri and ip/it/ii."""
@@ -272,6 +290,8 @@ def _moves(pol, touched, was, op, ot, val, ach, sub, st, rp, rt, ri, ip, it, ii)
         now = st[r] == ST_ACTIVE
         np_, nt = index_key(pol, val, ach, sub, r)
         same = was[k] and now and op[k] == np_ and ot[k] == nt
+        for c in range(osc.shape[1]):  # subscores (none on most boards)
+            same = same and osc[k, c] == sc[r, c]
         if was[k] and not same:
             rp[nr], rt[nr], ri[nr] = op[k], ot[k], r
             nr += 1
@@ -313,8 +333,16 @@ def distinct(idx):
 class Partition:
     """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
-    def __init__(self, policy: Policy, max_plausible_time_ms: int, journal: Journal | None = None):
+    def __init__(self, policy: Policy, max_plausible_time_ms: int, journal: Journal | None = None,
+                 subscores: Sequence[str] = ()):
         self.policy = policy
+        #: subscores (docs/api.md §14): their directions, as declared; ``dirs`` the
+        #: same as 1 (asc) / -1 (desc); ``sc`` the rows' subscores, a row per player
+        #: (no memory at all on a board without them: NO_SUBS, never indexed)
+        self.subscores = tuple(subscores)
+        self.k = len(self.subscores)
+        self.dirs = np.array([1 if d == "asc" else -1 for d in self.subscores], np.int64) if self.k else NO_DIRS
+        self.sc = np.zeros((64, self.k), np.int64) if self.k else NO_SUBS
         self.max_plausible_time_ms = max_plausible_time_ms
         self.players = PlayerTable()
         self.val = np.zeros(64, np.int64)
@@ -343,8 +371,53 @@ class Partition:
 
     def _internal(self, key: RankKey) -> tuple[int, int]:
         """A wire key's (primary, tie) as the index holds them."""
-        primary, tie = int(key[0]), int(key[1])
+        primary, tie = int(key[0]), int(key[-2])
         return (primary, tie) if self._pol == 2 else (primary - 1, tie)  # ~(-w) == w - 1
+
+    def _key(self, v: int, a: int, s: int, pid: str, subs: Sequence[int] = ()) -> RankKey:
+        """A row's wire key: ``(primary, tie, player_id)`` (:mod:`engine.policy`);
+        on a board with subscores ``(primary, *subscores, tie, player_id)``,
+        each subscore negated when descending (Python ints: exact, no overflow),
+        so wire keys still compare as plain tuples."""
+        base = self._wire_key(v, a, s, pid)
+        if not self.k:
+            return base
+        return (base[0], *[x if d > 0 else -x for x, d in zip(subs, self.dirs.tolist())], base[1], base[2])
+
+    def _raw_subs(self, key: RankKey) -> list[int]:
+        """The subscores of a wire key, as the rows hold them."""
+        return [x if d > 0 else -x for x, d in zip(key[1:-2], self.dirs.tolist())]
+
+    def _payload(self, cols: ScoreColumns, mbuf: np.ndarray, moffs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each event's journal payload on a board with subscores: its k
+        subscores (little-endian int64) then its metadata, as one arena and
+        offsets. So the journal compares a redelivery on its subscores and
+        gives an invalidation's recompute the subscores of every event,
+        without a column of its own. Numpy: O(n + bytes)."""
+        n, w = len(cols), 8 * self.k
+        subs = cols.subs
+        if subs is None or subs.shape != (n, self.k):
+            raise ValueError(f"every event of this board carries {self.k} subscores")
+        raw = np.ascontiguousarray(subs, "<i8").view(np.uint8).reshape(n, w)
+        lens = moffs[1:] - moffs[:-1]
+        offs = np.zeros(n + 1, np.int64)
+        np.cumsum(lens + w, out=offs[1:])
+        arena = np.empty(int(offs[-1]), np.uint8)
+        starts = offs[:-1]
+        arena[(starts[:, None] + np.arange(w)).ravel()] = raw.ravel()
+        total = int(lens.sum())
+        if total:  # byte q of event x's metadata: from mbuf[moffs[x] + q] to arena[offs[x] + w + q]
+            q = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+            arena[np.repeat(starts + w, lens) + q] = mbuf[np.repeat(moffs[:-1], lens) + q]
+        return arena, offs
+
+    def _split(self, payload: bytes) -> tuple[tuple[int, ...] | None, bytes]:
+        """A journal payload's subscores (None on a board without them, or a
+        row without a payload, such as an invalidation's) and metadata."""
+        w = 8 * self.k
+        if not self.k or len(payload) < w:
+            return None, payload
+        return tuple(np.frombuffer(payload[:w], "<i8").tolist()), payload[w:]
 
     # ------------------------------------------------------------------ writes
 
@@ -365,6 +438,12 @@ class Partition:
         self._reserve_rows(len(self.players))
         ebuf, eoffs = ids.events, ids.event_offs
         mbuf, moffs = (cols.meta, cols.moffs) if cols.moffs is not None else (_NO_META, np.zeros(n + 1, np.int64))
+        meta_cols = (mbuf, moffs)
+        if self.k:  # the journal keeps each event's subscores in front of its metadata
+            mbuf, moffs = self._payload(cols, mbuf, moffs)
+            esc = np.ascontiguousarray(cols.subs, np.int64)
+        else:
+            esc = NO_SUBS
         self.journal.reserve(n, len(ebuf), len(mbuf))
         if verdicts is None:
             verdicts = np.zeros(n, np.uint8)
@@ -372,6 +451,7 @@ class Partition:
         k = len(touched)
         was_active, old_p, old_t = np.empty(k, np.bool_), np.empty(k, np.int64), np.empty(k, np.int64)
         _row_keys(self._pol, touched, self.val, self.ach, self.sub, self.st, was_active, old_p, old_t)
+        old_sc = self.sc[touched] if self.k else NO_SUBS
         j = self.journal
         codes = np.empty(n, np.uint8)
         changed = np.empty(n, np.bool_)
@@ -381,7 +461,7 @@ class Partition:
         jn, owned, changes, _ = _apply_kernel(
             self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
             _i64(cols.submitted), verdicts, kind, ebuf, eoffs, mbuf, moffs,
-            self.val, self.ach, self.sub, self.rv, self.st,
+            self.val, self.ach, self.sub, self.rv, self.st, esc, self.sc, self.dirs,
             j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.prev, j.eoffs, j.earena, j.moffs, j.marena,
             j.n, j.slots, j.base, j.heads,
             prior, pp, pv, pa, ps, pm,
@@ -389,8 +469,8 @@ class Partition:
         j.n, j.owned = int(jn), j.owned + int(owned)
         self.changes += int(changes)
         if self.meta or cols.moffs is not None:
-            self._keep_metadata(idx, changed, mbuf, moffs)
-        self._move(touched, was_active, old_p, old_t)
+            self._keep_metadata(idx, changed, *meta_cols)
+        self._move(touched, was_active, old_p, old_t, old_sc)
         return Applied(codes, changed, out_val, out_ach, idx)
 
     def _keep_metadata(self, idx: np.ndarray, changed: np.ndarray, mbuf: np.ndarray, moffs: np.ndarray) -> None:
@@ -438,22 +518,35 @@ class Partition:
                 same_meta[x] = j.meta_bytes(r) == mbuf[moffs[x]:moffs[x + 1]].tobytes()
         return (prior, *content, same_meta)
 
-    def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray) -> None:
-        """Move the touched players' index keys to their rows' current keys."""
+    def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray,
+              old_sc: np.ndarray = NO_SUBS) -> None:
+        """Move the touched players' index keys to their rows' current keys.
+        On a board with subscores ``old_sc`` are the touched rows' subscores
+        before the change: the index reads a key's subscores through its
+        player (``self.sc``), so the old ones are put back while the old keys
+        are removed."""
         k = len(touched)
         rp, rt, ri = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
         ip, it, ii = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
-        nr, ni = _moves(self._pol, touched, was_active, old_p, old_t, self.val, self.ach, self.sub, self.st,
-                        rp, rt, ri, ip, it, ii)
-        arena, offs = self.players.arena, self.players.offs
+        nr, ni = _moves(self._pol, touched, was_active, old_p, old_t, old_sc, self.val, self.ach, self.sub, self.st,
+                        self.sc, rp, rt, ri, ip, it, ii)
+        arena, offs, sc, dirs = self.players.arena, self.players.offs, self.sc, self.dirs
         if nr:
-            self.index.remove_many(rp[:nr], rt[:nr], ri[:nr], arena, offs)
+            if self.k:
+                new_sc = sc[touched]
+                sc[touched] = old_sc
+                try:
+                    self.index.remove_many(rp[:nr], rt[:nr], ri[:nr], arena, offs, sc, dirs)
+                finally:
+                    sc[touched] = new_sc
+            else:
+                self.index.remove_many(rp[:nr], rt[:nr], ri[:nr], arena, offs)
         if ni:
             ip, it, ii = ip[:ni], it[:ni], ii[:ni]
             if ni > 64:  # in key order: neighbouring inserts share blocks (cache)
                 order = np.lexsort((it, ip))
                 ip, it, ii = ip[order], it[order], ii[order]
-            self.index.insert_many(ip, it, ii, arena, offs)
+            self.index.insert_many(ip, it, ii, arena, offs, sc, dirs)
 
     def _reserve_rows(self, n: int) -> None:
         if n > len(self.val):
@@ -465,6 +558,10 @@ class Partition:
                 b = np.zeros(size, a.dtype)
                 b[: len(a)] = a
                 setattr(self, name, b)
+            if self.k:
+                sc = np.zeros((size, self.k), np.int64)
+                sc[: len(self.sc)] = self.sc
+                self.sc = sc
             self.journal.ensure_players(size)
 
     def apply(self, ev: ScoreEvent, kind: int = KIND_SCORE) -> tuple[Outcome, RowChange | None]:
@@ -473,7 +570,8 @@ class Partition:
         outcome = R.outcome_of(int(got.codes[0]))
         if not got.changed[0]:
             return outcome, None
-        return outcome, RowChange(ev.player_id, int(got.values[0]), int(got.achieved[0]), ACTIVE, ev.metadata or None)
+        return outcome, RowChange(ev.player_id, int(got.values[0]), int(got.achieved[0]), ACTIVE, ev.metadata or None,
+                                  tuple(ev.subscores) if self.k else None)
 
     def record(self, ev: ScoreEvent, outcome: Outcome, kind: int = KIND_SCORE) -> None:
         """Journal an event decided before apply (duplicate, held, conflict)."""
@@ -506,6 +604,7 @@ class Partition:
         if r < 0:
             raise EventNotFound(f"No applied event {event_id!r} on this board.", "event_id")
         p, _, _, v, a, s, _ = j.record(r)
+        subs = self._split(j.meta_bytes(r))[0] if self.k else None
         audit = ALREADY_INVALIDATED if r in j.invalid else INVALIDATED
         if audit == INVALIDATED and self._pol == 1 and not INT64_MIN <= int(self.val[p]) - v <= INT64_MAX:
             audit = _OUT_OF_RANGE
@@ -513,10 +612,11 @@ class Partition:
         if audit != INVALIDATED:
             return Invalidation(self._row(p), None, audit == _OUT_OF_RANGE)
         j.invalid.add(r)
-        change = self._after_invalidation(p, v, a, s)
+        change = self._after_invalidation(p, v, a, s, subs)
         return Invalidation(self._row(p), change, False)
 
-    def _after_invalidation(self, p: int, v: int, a: int, s: int) -> RowChange | None:
+    def _after_invalidation(self, p: int, v: int, a: int, s: int,
+                            subs: tuple[int, ...] | None = None) -> RowChange | None:
         """The row once an applied event (content v, a, s) of player p is
         invalid, reading no more of the player's events than needed: the
         result is always the full recompute's.
@@ -534,6 +634,8 @@ class Partition:
             return self._recompute(p)
         if self._pol != 1:
             if (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) != (v, a, s):
+                return None
+            if self.k and tuple(self.sc[p].tolist()) != subs:
                 return None
             return self._recompute(p)
         latest = int(self.ach[p])
@@ -559,26 +661,36 @@ class Partition:
             return self._set_row(p, (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2]),
                                  j.meta_bytes(cand[-1][3]))
         pid = self.players.id_of(p)
+        if self.k:
+            key, split = self._key, self._split
+            full = [(key(v, a, s, pid, split(j.meta_bytes(r))[0] or ()), (v, a, s), r) for v, a, s, r in cand]
+            _, row, r = min(full, key=lambda c: c[0])
+            subs, meta = split(j.meta_bytes(r))
+            return self._set_row(p, row, meta, subs)
         wkey = self._wire_key
         best = min(cand, key=lambda c: wkey(c[0], c[1], c[2], pid))
         return self._set_row(p, best[:3], j.meta_bytes(best[3]))
 
-    def _set_row(self, p: int, new: tuple[int, int, int] | None, meta: bytes = b"") -> RowChange | None:
-        """Player p's row becomes ``new`` with metadata ``meta`` (None:
-        INVALIDATED, the metadata kept); one version step when that changes
-        anything."""
+    def _set_row(self, p: int, new: tuple[int, int, int] | None, meta: bytes = b"",
+                 subs: tuple[int, ...] | None = None) -> RowChange | None:
+        """Player p's row becomes ``new`` with metadata ``meta`` and (on a
+        board with them) subscores ``subs`` (None: INVALIDATED, the metadata
+        and subscores kept); one version step when that changes anything."""
         touched = np.array([p], np.int32)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
+        old_sc = self.sc[touched] if self.k else NO_SUBS
         if new is None:
             if self.st[p] == ST_INVALID:
                 return None
             self.st[p] = ST_INVALID
         else:
             if (self.st[p] == ST_ACTIVE and (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == new
-                    and self.meta.get(p, b"") == meta):
+                    and self.meta.get(p, b"") == meta and (not self.k or tuple(self.sc[p].tolist()) == subs)):
                 return None
             self.val[p], self.ach[p], self.sub[p] = new
+            if self.k and subs is not None:
+                self.sc[p] = subs
             self.st[p] = ST_ACTIVE
             if meta:
                 self.meta[p] = meta
@@ -588,7 +700,7 @@ class Partition:
                 self.has_meta[p] = 0
         self.rv[p] += 1
         self.changes += 1
-        self._move(touched, was_active, old_p, old_t)
+        self._move(touched, was_active, old_p, old_t, old_sc)
         return self._row(p).change()
 
     # ------------------------------------------------------------------- reads
@@ -602,6 +714,10 @@ class Partition:
             pid = self.players.id_of(p)
         v, a, s = int(self.val[p]), int(self.ach[p]), int(self.sub[p])
         active = self.st[p] == ST_ACTIVE
+        if self.k:
+            subs = tuple(self.sc[p].tolist())
+            return Row(pid, v, a, s, ACTIVE if active else INVALIDATED_STATUS, int(self.rv[p]),
+                       self._key(v, a, s, pid, subs) if active else None, self.meta.get(p), subs)
         return Row(pid, v, a, s, ACTIVE if active else INVALIDATED_STATUS, int(self.rv[p]),
                    self._wire_key(v, a, s, pid) if active else None, self.meta.get(p))
 
@@ -670,6 +786,13 @@ class Partition:
         vals, achs, subs = self.val[ids].tolist(), self.ach[ids].tolist(), self.sub[ids].tolist()
         rvs, active = self.rv[ids].tolist(), (self.st[ids] == ST_ACTIVE).tolist()
         key = self._wire_key
+        if self.k:
+            get = self.meta.get
+            skey = self._key
+            return [Row(pid, v, a, s, ACTIVE if on else INVALIDATED_STATUS, rv, skey(v, a, s, pid, c) if on else None,
+                        get(p), tuple(c))
+                    for pid, v, a, s, rv, on, p, c in zip(names, vals, achs, subs, rvs, active, ids.tolist(),
+                                                          self.sc[ids].tolist())]
         if self.meta:
             get = self.meta.get
             return [Row(pid, v, a, s, ACTIVE if on else INVALIDATED_STATUS, rv, key(v, a, s, pid) if on else None,
@@ -690,7 +813,7 @@ class Partition:
         ok[ok] = self.st[idx[ok]] == ST_ACTIVE
         sel = idx[ok]
         p, t = self._keys(sel)
-        counts = self.index.count_less_many(p, t, sel, self.players.arena, self.players.offs)
+        counts = self.index.count_less_many(p, t, sel, self.players.arena, self.players.offs, self.sc, self.dirs)
         full = np.zeros(len(idx), np.int64)
         full[ok] = counts + 1
         out: list[int | None] = full.tolist()  # type: ignore[assignment]
@@ -708,16 +831,20 @@ class Partition:
 
     def count_better_many(self, keys: Sequence[RankKey]) -> list[int]:
         p, t, ids = self._query(keys)
-        return self.index.count_less_many(p, t, ids, self.players.arena, self.players.offs).tolist()
+        return self.index.count_less_many(p, t, ids, self.players.arena, self.players.offs, self.sc,
+                                          self.dirs).tolist()
 
     def _query(self, keys: Sequence[RankKey]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Index keys for wire keys: each query id goes after the table's
         players in the arena (scratch space, not interned), so it compares by
         bytes whether or not the player lives here."""
         pt = self.players
-        buf, boffs = encode_ids([k[2] for k in keys])
+        buf, boffs = encode_ids([k[-1] for k in keys])
         pt.reserve_scratch(len(keys), len(buf))
         n, base = pt.n, int(pt.offs[pt.n])
+        if self.k:  # the query keys' subscores go in the same scratch rows
+            self._reserve_rows(n + len(keys))
+            self.sc[n:n + len(keys)] = np.array([self._raw_subs(k) for k in keys], np.int64).reshape(len(keys), self.k)
         pt.arena[base:base + len(buf)] = buf
         pt.offs[n + 1:n + 1 + len(keys)] = base + boffs[1:]
         prim = [self._internal(k) for k in keys]
@@ -742,7 +869,8 @@ class Partition:
             if lo < n:
                 p, t, ids = self.index.slice(lo, lo + 1)
                 ip, it = self._internal(key)
-                if int(p[0]) == ip and int(t[0]) == it and self.players.id_of(int(ids[0])) == key[2]:
+                if (int(p[0]) == ip and int(t[0]) == it and self.players.id_of(int(ids[0])) == key[-1]
+                        and (not self.k or self.sc[int(ids[0])].tolist() == self._raw_subs(key))):
                     hi = lo + 1
             spans.append((max(0, lo - a) if a > 0 else lo, lo, hi, min(n, hi + b) if b > 0 else hi))
         chunks = [self.index.slice(x, y)[2] for s in spans for x, y in ((s[0], s[1]), (s[2], s[3]))]
@@ -759,7 +887,7 @@ class Partition:
         n = len(self.index)
         _, _, ids = self.index.slice(0, n)
         sel = ids[step - 1::step]
-        return [[r.key[0], r.key[1], r.key[2]] for r in self._rows_at(sel)]
+        return [list(r.key) for r in self._rows_at(sel) if r.key is not None]
 
     def player_history(self, player_id: str) -> list[tuple]:
         """``(event_id, kind, value, achieved_at, submitted_at, outcome,
@@ -773,7 +901,10 @@ class Partition:
         out = []
         for r in j.rows_of(p):
             _, kind, code, v, a, s, _ = j.record(r)
-            out.append((j.event_id(r), KIND_NAMES[kind], v, a, s, outcome_name(code), r in j.invalid, j.meta_bytes(r)))
+            meta = j.meta_bytes(r)
+            if self.k:  # the payload's subscores are not part of the history's metadata
+                meta = self._split(meta)[1]
+            out.append((j.event_id(r), KIND_NAMES[kind], v, a, s, outcome_name(code), r in j.invalid, meta))
         return out
 
     def history_chunk(self, start: int, count: int) -> tuple[JournalColumns, int]:
@@ -790,15 +921,19 @@ class Partition:
         status = np.where(self.st[ids] == ST_ACTIVE, 0, 1).tolist()
         words = (ACTIVE.value, INVALIDATED_STATUS.value)
         metas = [self.meta.get(p) for p in ids.tolist()] if self.meta else [None] * len(ids)
-        total = sum(map(row_digest, names, self.val[ids].tolist(), self.ach[ids].tolist(),
-                        [words[x] for x in status], self.rv[ids].tolist(), metas))
+        args = [names, self.val[ids].tolist(), self.ach[ids].tolist(), [words[x] for x in status],
+                self.rv[ids].tolist(), metas]
+        if self.k:  # only boards with subscores hash them: every other checksum stays as it was
+            args.append([tuple(c) for c in self.sc[ids].tolist()])
+        total = sum(map(row_digest, *args))
         return total & ((1 << 128) - 1)
 
     def nbytes(self) -> int:
         """Bytes of the per-player state: ids, rows and the rank index."""
         n = len(self.players)
         meta = sum(len(m) + 80 for m in self.meta.values())  # bytes object + dict slot, only rows with metadata
-        return self.players.nbytes() + n * (8 * 3 + 4 + 1 + 1 + 8) + self.index.nbytes() + meta  # + journal head
+        return (self.players.nbytes() + n * (8 * 3 + 4 + 1 + 1 + 8 + 8 * self.k) + self.index.nbytes()
+                + meta)  # + journal head; + the subscores' own 8 bytes each
 
     # --------------------------------------------------------------- snapshots
 
@@ -812,6 +947,8 @@ class Partition:
             "journal": self.journal.to_state(),
             "changes": self.changes,
             "meta": self._meta_state(),
+            # format 4: the subscores' directions and the rows' subscores (row-major little-endian int64)
+            "subs": {"dirs": list(self.subscores), "rows": np.ascontiguousarray(self.sc[:n], "<i8").tobytes()},
         }
 
     def _meta_state(self) -> dict:
@@ -828,13 +965,16 @@ class Partition:
         """``journal``: where the journal's store is (None: in memory). Raises
         :class:`~engine.journal.JournalLost` when it is not as the snapshot left it."""
         state_format(state, PARTITION_STATE_FORMAT, "partition state")
-        p = cls(policy, max_plausible_time_ms)
+        subs = state.get("subs") or {"dirs": [], "rows": b""}  # absent before format 4: no subscores
+        p = cls(policy, max_plausible_time_ms, subscores=subs["dirs"])
         p.players = PlayerTable.from_state(state["players"])
         n = len(p.players)
         p._reserve_rows(n)
         for name in ("val", "ach", "sub", "rv", "st"):
             a = getattr(p, name)
             a[:n] = np.frombuffer(state["rows"][name], a.dtype)
+        if p.k:
+            p.sc[:n] = np.frombuffer(subs["rows"], "<i8").reshape(n, p.k)
         meta = state.get("meta")  # absent before format 3: no metadata
         if meta is not None and meta["players"]:
             players = np.frombuffer(meta["players"], np.int32)
@@ -858,7 +998,7 @@ class Partition:
         active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
         kp, kt = p._keys(active)
         order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
-        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs)
+        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs, p.sc, p.dirs)
         p.changes = state["changes"]
         return p
 
@@ -868,7 +1008,7 @@ class Partition:
         """O(n log n) self-check used by tests (STYLE §11)."""
         pt = self.players
         pt._check()
-        self.index._check(pt.arena, pt.offs)
+        self.index._check(pt.arena, pt.offs, self.sc, self.dirs)
         n = len(pt)
         active = np.flatnonzero(self.st[:n] == ST_ACTIVE)
         assert len(active) == len(self.index), "index size != ACTIVE rows"

@@ -3,7 +3,15 @@
 A key is ``(primary, tie, player)``: two int64 and the player's int32 index
 in the board's :class:`~engine.players.PlayerTable`. Keys order by primary,
 then tie, then the player id's UTF-8 bytes (code-point order): the API §6
-comparator with no float anywhere. The policy maps a row to its key
+comparator with no float anywhere. On a board with subscores (docs/api.md
+§14) keys with equal primaries compare the players' subscores before the
+tie: like the id bytes, they are read through the player index, from the
+matrix ``S`` (a row per player, a column per subscore, raw int64 values)
+in the directions ``D`` (1 ascending, -1 descending: compared as is, never
+negated, so INT64_MIN and INT64_MAX need no care). The caller keeps ``S``
+equal to the keys the index holds (:meth:`engine.partition.Partition._move`
+puts a moving row's old subscores back while its old key is removed). A
+board without subscores passes empty ``S`` and ``D``: the loop never runs. The policy maps a row to its key
 (:func:`engine.partition.index_key`); the index only orders keys.
 
 Storage is a list of blocks of at most ``CAP`` keys each (the idea of
@@ -32,6 +40,11 @@ import numpy as np
 from engine.players import id_less
 
 CAP = 128
+#: What a board without subscores passes for the rows' subscores (``S``: one
+#: row per player, one column per subscore) and their directions (``D``: 1
+#: ascending, -1 descending): no column, so the comparison loop never runs.
+NO_SUBS = np.zeros((0, 0), np.int64)
+NO_DIRS = np.zeros(0, np.int64)
 #: A block left with fewer keys than this after a removal joins a neighbour
 #: if the two then hold at most MERGE_INTO keys, else takes keys from it
 #: until both hold about half their sum (a B-tree's underflow rule). Without
@@ -45,9 +58,13 @@ ROOM_MIN = 8
 
 
 @numba.njit(cache=True, inline="always")
-def key_less(p1, t1, i1, p2, t2, i2, arena, offs):
+def key_less(p1, t1, i1, p2, t2, i2, arena, offs, S, D):
     if p1 != p2:
         return p1 < p2
+    for c in range(len(D)):  # subscores (none on most boards: D is empty)
+        a, b = S[i1, c], S[i2, c]
+        if a != b:
+            return a < b if D[c] > 0 else a > b
     if t1 != t2:
         return t1 < t2
     if i1 == i2:
@@ -56,7 +73,7 @@ def key_less(p1, t1, i1, p2, t2, i2, arena, offs):
 
 
 @numba.njit(cache=True)
-def _find_block(LP, LT, LI, nb, p, t, i, arena, offs):
+def _find_block(LP, LT, LI, nb, p, t, i, arena, offs, S, D):
     """The first logical block whose last key is >= the key (nb - 1 if none).
     A binary search over the blocks' last keys kept in logical order (about
     20 bytes per block of 128 keys, so it stays in cache), not through
@@ -64,7 +81,7 @@ def _find_block(LP, LT, LI, nb, p, t, i, arena, offs):
     lo, hi = 0, nb
     while lo < hi:
         mid = (lo + hi) >> 1
-        if key_less(LP[mid], LT[mid], LI[mid], p, t, i, arena, offs):
+        if key_less(LP[mid], LT[mid], LI[mid], p, t, i, arena, offs, S, D):
             lo = mid + 1
         else:
             hi = mid
@@ -72,13 +89,13 @@ def _find_block(LP, LT, LI, nb, p, t, i, arena, offs):
 
 
 @numba.njit(cache=True)
-def _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs):
+def _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs, S, D):
     lo, hi = 0, c
     base = b * CAP
     while lo < hi:
         mid = (lo + hi) >> 1
         k = base + mid
-        if key_less(P[k], T[k], ID[k], p, t, i, arena, offs):
+        if key_less(P[k], T[k], ID[k], p, t, i, arena, offs, S, D):
             lo = mid + 1
         else:
             hi = mid
@@ -104,7 +121,7 @@ def _set_last(LP, LT, LI, j, P, T, ID, k):
 
 
 @numba.njit(cache=True)
-def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start, arena, offs):
+def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start, arena, offs, S, D):
     """Insert keys ``start..`` in turn; returns the index of the first key not
     inserted (len when all were): the caller grows the arrays and resumes."""
     for x in range(start, len(ap)):
@@ -118,10 +135,10 @@ def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start
             order[0] = b
             cnt[b] = 0
             meta[0] = nb = 1
-        j = _find_block(LP, LT, LI, nb, p, t, i, arena, offs)
+        j = _find_block(LP, LT, LI, nb, p, t, i, arena, offs, S, D)
         b = order[j]
         if cnt[b] == CAP:
-            j = _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs)
+            j = _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs, S, D)
             b = order[j]
         if cnt[b] == CAP:  # split: the upper half moves to a new block after it
             if meta[1] == 0:
@@ -139,11 +156,11 @@ def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start
             meta[0] = nb = nb + 1
             last = b * CAP + half - 1
             _set_last(LP, LT, LI, j, P, T, ID, last)
-            if key_less(P[last], T[last], ID[last], p, t, i, arena, offs):
+            if key_less(P[last], T[last], ID[last], p, t, i, arena, offs, S, D):
                 b = nbk
                 j += 1
         c = cnt[b]
-        pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs)
+        pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs, S, D)
         base = b * CAP
         _move_keys(P, T, ID, base + pos + 1, base + pos, c - pos)
         P[base + pos], T[base + pos], ID[base + pos] = p, t, i
@@ -155,7 +172,7 @@ def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start
 
 
 @numba.njit(cache=True)
-def _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs):
+def _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs, S, D):
     """Block ``order[j]`` is full: move a quarter or more of its keys to a
     neighbour with room (the next one first), B*-tree style, so blocks split
     only when their neighbours are nearly full too; that keeps blocks about
@@ -173,7 +190,7 @@ def _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs):
             cnt[nx], cnt[b] = m + h, CAP - h
             last = src - 1
             _set_last(LP, LT, LI, j, P, T, ID, last)
-            return j + 1 if key_less(P[last], T[last], ID[last], p, t, i, arena, offs) else j
+            return j + 1 if key_less(P[last], T[last], ID[last], p, t, i, arena, offs, S, D) else j
     if j > 0:
         pv = order[j - 1]
         m = cnt[pv]
@@ -185,12 +202,12 @@ def _make_room(P, T, ID, cnt, order, LP, LT, LI, nb, j, p, t, i, arena, offs):
             cnt[pv], cnt[b] = m + h, CAP - h
             last = pbase + m + h - 1
             _set_last(LP, LT, LI, j - 1, P, T, ID, last)
-            return j - 1 if key_less(p, t, i, P[last], T[last], ID[last], arena, offs) else j
+            return j - 1 if key_less(p, t, i, P[last], T[last], ID[last], arena, offs, S, D) else j
     return j
 
 
 @numba.njit(cache=True)
-def _remove_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, rp, rt, ri, arena, offs):
+def _remove_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, rp, rt, ri, arena, offs, S, D):
     """Remove keys that are present; returns how many were missing (a bug)."""
     missing = 0
     for x in range(len(rp)):
@@ -199,10 +216,10 @@ def _remove_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, rp, rt, ri, arena
         if nb == 0:
             missing += 1
             continue
-        j = _find_block(LP, LT, LI, nb, p, t, i, arena, offs)
+        j = _find_block(LP, LT, LI, nb, p, t, i, arena, offs, S, D)
         b = order[j]
         c = cnt[b]
-        pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs)
+        pos = _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs, S, D)
         base = b * CAP
         k = base + pos
         if pos >= c or P[k] != p or T[k] != t or ID[k] != i:
@@ -285,7 +302,7 @@ def _prefix(cnt, order, nb, prefix):
 
 
 @numba.njit(cache=True)
-def _count_less_many(P, T, ID, cnt, order, LP, LT, LI, nb, prefix, qp, qt, qi, arena, offs, out):
+def _count_less_many(P, T, ID, cnt, order, LP, LT, LI, nb, prefix, qp, qt, qi, arena, offs, S, D, out):
     """For each query key, how many keys sort strictly before it.
 
     The block of every query first (the blocks' last keys stay in cache),
@@ -301,7 +318,7 @@ def _count_less_many(P, T, ID, cnt, order, LP, LT, LI, nb, prefix, qp, qt, qi, a
     lo = np.zeros(k, np.int64)
     hi = np.empty(k, np.int64)
     for x in range(k):
-        j = _find_block(LP, LT, LI, nb, qp[x], qt[x], qi[x], arena, offs)
+        j = _find_block(LP, LT, LI, nb, qp[x], qt[x], qi[x], arena, offs, S, D)
         b = order[j]
         base[x] = b * CAP
         hi[x] = cnt[b]
@@ -312,7 +329,7 @@ def _count_less_many(P, T, ID, cnt, order, LP, LT, LI, nb, prefix, qp, qt, qi, a
             if a < z:
                 mid = (a + z) >> 1
                 q = base[x] + mid
-                less = key_less(P[q], T[q], ID[q], qp[x], qt[x], qi[x], arena, offs)
+                less = key_less(P[q], T[q], ID[q], qp[x], qt[x], qi[x], arena, offs, S, D)
                 lo[x] = mid + 1 if less else a
                 hi[x] = z if less else mid
     for x in range(k):
@@ -346,7 +363,7 @@ def _slice(P, T, ID, cnt, order, nb, prefix, start, stop, op, ot, oi):
 
 
 @numba.njit(cache=True)
-def _check_kernel(P, T, ID, cnt, order, LP, LT, LI, nb, arena, offs):
+def _check_kernel(P, T, ID, cnt, order, LP, LT, LI, nb, arena, offs, S, D):
     total = 0
     first = True
     lp, lt, li = 0, 0, 0
@@ -358,7 +375,7 @@ def _check_kernel(P, T, ID, cnt, order, LP, LT, LI, nb, arena, offs):
         if LP[j] != P[last] or LT[j] != T[last] or LI[j] != ID[last]:
             return -3
         for k in range(b * CAP, b * CAP + cnt[b]):
-            if not first and not key_less(lp, lt, li, P[k], T[k], ID[k], arena, offs):
+            if not first and not key_less(lp, lt, li, P[k], T[k], ID[k], arena, offs, S, D):
                 return -2
             lp, lt, li = P[k], T[k], ID[k]
             first = False
@@ -414,22 +431,24 @@ class RankIndex:
 
     # ------------------------------------------------------------------ writes
 
-    def insert_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray) -> None:
+    def insert_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray,
+                    S: np.ndarray = NO_SUBS, D: np.ndarray = NO_DIRS) -> None:
         self._fresh = False
         done = 0
         while True:
             done = _insert_many(self.P, self.T, self.ID, self.cnt, self.order, self.LP, self.LT, self.LI,
                                 self.meta, self.free,
-                                p, t, i, done, arena, offs)
+                                p, t, i, done, arena, offs, S, D)
             if done == len(p):
                 return
             self._grow()
 
-    def remove_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray) -> None:
+    def remove_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray,
+                    S: np.ndarray = NO_SUBS, D: np.ndarray = NO_DIRS) -> None:
         self._fresh = False
         missing = _remove_many(self.P, self.T, self.ID, self.cnt, self.order, self.LP, self.LT, self.LI,
                                self.meta, self.free,
-                               p, t, i, arena, offs)
+                               p, t, i, arena, offs, S, D)
         if missing:
             raise AssertionError(f"rank index: {missing} keys to remove were not in the index")
 
@@ -441,18 +460,18 @@ class RankIndex:
             self._fresh = True
         return self.prefix
 
-    def count_less_many(self, p, t, i, arena, offs) -> np.ndarray:
+    def count_less_many(self, p, t, i, arena, offs, S: np.ndarray = NO_SUBS, D: np.ndarray = NO_DIRS) -> np.ndarray:
         """How many keys sort strictly before each query key. O(k log n)."""
         prefix = self._prefix()
         out = np.empty(len(p), dtype=np.int64)
         _count_less_many(self.P, self.T, self.ID, self.cnt, self.order, self.LP, self.LT, self.LI,
                          int(self.meta[0]), prefix,
-                         p, t, i, arena, offs, out)
+                         p, t, i, arena, offs, S, D, out)
         return out
 
-    def count_less(self, p: int, t: int, i: int, arena, offs) -> int:
+    def count_less(self, p: int, t: int, i: int, arena, offs, S: np.ndarray = NO_SUBS, D: np.ndarray = NO_DIRS) -> int:
         return int(self.count_less_many(np.array([p], np.int64), np.array([t], np.int64),
-                                        np.array([i], np.int32), arena, offs)[0])
+                                        np.array([i], np.int32), arena, offs, S, D)[0])
 
     def slice(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The keys at sorted positions ``start .. stop - 1`` (clamped). O(log n + k)."""
@@ -469,9 +488,9 @@ class RankIndex:
         blocks = 3 * self.cnt.nbytes + self.LP.nbytes + self.LT.nbytes + self.LI.nbytes + self.prefix.nbytes
         return self.P.nbytes + self.T.nbytes + self.ID.nbytes + blocks
 
-    def _check(self, arena, offs) -> None:
+    def _check(self, arena, offs, S: np.ndarray = NO_SUBS, D: np.ndarray = NO_DIRS) -> None:
         total = _check_kernel(self.P, self.T, self.ID, self.cnt, self.order, self.LP, self.LT, self.LI,
-                              int(self.meta[0]), arena, offs)
+                              int(self.meta[0]), arena, offs, S, D)
         assert total >= 0, f"rank index out of order or with a bad block ({total})"
         assert total == len(self)
         nb, nfree = int(self.meta[0]), int(self.meta[1])

@@ -29,14 +29,19 @@ from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
 BOARD2 = "K"
 #: Either board-creation kind (``K`` followed ``B`` in log format 2).
-BOARD_KINDS = frozenset({BOARD, BOARD2})
+BOARD_KINDS = frozenset({BOARD, BOARD2, "U"})  # "U": BOARD_SUBS, below
 SCORES_META, DECIDE_META = "M", "E"
 #: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
-SCORE_BATCHES = (SCORES, SCORES_META)
-#: Both decision kinds (``E`` is ``D`` plus the held event's metadata).
-DECISIONS = (DECIDE, DECIDE_META)
+SCORE_BATCHES = (SCORES, SCORES_META, "N")  # "N": SCORES_SUBS, below
+#: Both decision kinds (``E`` is ``D`` plus the held event's metadata; ``F`` also has subscores).
+DECISIONS = (DECIDE, DECIDE_META, "F")  # "F": DECIDE_SUBS, below
 #: A dead letter: a record (or one row of a columnar one) a shard could not apply (log format 4).
 DEAD_LETTER = "L"
+#: Subscores (docs/api.md §14, log format 5): a board declared with subscores (``U``: ``K`` plus
+#: their directions), its score frames (``N``: ``M`` plus the subscores) and decisions (``F``:
+#: ``E`` plus the held event's subscores). Written only for boards with subscores, so the
+#: records of every other board are byte for byte as before.
+BOARD_SUBS, SCORES_SUBS, DECIDE_SUBS = "U", "N", "F"
 #: At most this many characters of a dead letter's error text are kept (in the log and in shard state).
 MAX_ERROR_CHARS = 500
 
@@ -84,6 +89,19 @@ KINDS: dict[str, RecordKind] = {
                                               "value", "achieved_at", "submitted_at", "metadata"),
                             "a decision whose held event carries metadata: the fields of D, then the metadata "
                             "(canonical compact JSON, bytes); written only then"),
+    BOARD_SUBS: RecordKind("subscores board", ("board_id", "policy", "shards", "max_plausible_time_ms",
+                                               "review_above", "closes_at", "finalize_after_s", "subscores"),
+                           "board created with subscores (docs/api.md §14): the fields of K, then the list of "
+                           "the subscores' directions (\"desc\" | \"asc\", 1 to 3)"),
+    SCORES_SUBS: RecordKind("scores_subs", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
+                                            "submitted", "verdicts", "meta", "meta_offsets", "subscores"),
+                            "a scores record of a board with subscores: the fields of M (meta and meta_offsets "
+                            "empty bytes when no event of the frame carries metadata), then the subscores as "
+                            "little-endian int64 bytes, row by row (events x the board's subscores)"),
+    DECIDE_SUBS: RecordKind("decision_subs", ("board_id", "event_id", "decision", "reason", "moderator", "player_id",
+                                              "value", "achieved_at", "submitted_at", "metadata", "subscores"),
+                            "a decision on a held event of a board with subscores: the fields of E (metadata "
+                            "b\"\" when none), then the held event's subscores (a list of ints)"),
     DEAD_LETTER: RecordKind("dead_letter", ("board_id", "offset", "row", "event_id", "error"),
                             "a record that raised when a shard applied it (a bug, not an expected outcome): the "
                             "offset of that record, the row of the event within a columnar score record (None "
@@ -114,6 +132,20 @@ class ScheduledBoardRecord(NamedTuple):
     review_above: int | None
     closes_at: int | None
     finalize_after_s: int
+
+
+class SubscoresBoardRecord(NamedTuple):
+    """``U``: a board created with subscores."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    subscores: list
 
 
 class StateRecord(NamedTuple):
@@ -152,6 +184,23 @@ class ScoresMetaRecord(NamedTuple):
     verdicts: bytes
     meta: bytes
     meta_offsets: bytes
+
+
+class ScoresSubsRecord(NamedTuple):
+    """``N``: a score frame of a board with subscores."""
+
+    kind: str
+    board_id: str
+    partition: int
+    event_ids: list
+    player_ids: list
+    values: bytes
+    achieved: bytes
+    submitted: bytes
+    verdicts: bytes
+    meta: bytes
+    meta_offsets: bytes
+    subscores: bytes
 
 
 class ScoreRecord(NamedTuple):
@@ -209,6 +258,23 @@ class DecisionMetaRecord(NamedTuple):
     metadata: bytes
 
 
+class DecisionSubsRecord(NamedTuple):
+    """``F``: a decision on a held event of a board with subscores."""
+
+    kind: str
+    board_id: str
+    event_id: str
+    decision: str
+    reason: str | None
+    moderator: str | None
+    player_id: str
+    value: int
+    achieved_at: int
+    submitted_at: int
+    metadata: bytes
+    subscores: list
+
+
 class DeadLetterRecord(NamedTuple):
     """``L``: a record (or a row of one) a shard actor could not apply."""
 
@@ -226,14 +292,16 @@ class DeadLetterRecord(NamedTuple):
 TYPES: dict[str, type] = {
     BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
-    DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord,
+    DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, BOARD_SUBS: SubscoresBoardRecord,
+    SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
 assert set(TYPES) == set(KINDS), "every kind needs a record type"
 
 Record = (BoardRecord | ScheduledBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
-          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord)
+          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord | SubscoresBoardRecord
+          | ScoresSubsRecord | DecisionSubsRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -288,11 +356,14 @@ def check_kind(offset: int, rec) -> None:
 
 
 def decide_record(board_id: str, event_id: str, decision: str, reason, moderator,
-                  held) -> DecisionRecord | DecisionMetaRecord:
+                  held) -> DecisionRecord | DecisionMetaRecord | DecisionSubsRecord:
     """The log record of a quarantine decision on ``held`` (a HeldEvent):
-    ``E`` when the held event carries metadata, else ``D``."""
+    ``F`` when the held event has subscores, else ``E`` when it carries
+    metadata, else ``D``."""
     fields = (board_id, event_id, decision, reason, moderator, held.player_id, held.value, held.achieved_at,
               held.submitted_at)
+    if held.subscores:
+        return DecisionSubsRecord(DECIDE_SUBS, *fields, held.metadata, list(held.subscores))
     if held.metadata:
         return DecisionMetaRecord(DECIDE_META, *fields, held.metadata)
     return DecisionRecord(DECIDE, *fields)
@@ -302,10 +373,16 @@ def decided_event(rec) -> ScoreEvent:
     """The held event a ``D`` / ``E`` record decides on."""
     rec = parse(rec)
     return ScoreEvent(rec.board_id, rec.event_id, rec.player_id, rec.value, rec.achieved_at, rec.submitted_at,
-                      rec.metadata if isinstance(rec, DecisionMetaRecord) else b"")
+                      rec.metadata if isinstance(rec, (DecisionMetaRecord, DecisionSubsRecord)) else b"",
+                      tuple(rec.subscores) if isinstance(rec, DecisionSubsRecord) else ())
 
 
-def board_record(spec: BoardSpec) -> ScheduledBoardRecord:
+def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SubscoresBoardRecord:
+    """``U`` for a board with subscores, else ``K``."""
+    if spec.subscores:
+        return SubscoresBoardRecord(BOARD_SUBS, spec.board_id, spec.policy.value, spec.shards,
+                                    spec.max_plausible_time_ms, spec.review_above, spec.closes_at,
+                                    spec.finalize_after_s, list(spec.subscores))
     return ScheduledBoardRecord(BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms,
                                 spec.review_above, spec.closes_at, spec.finalize_after_s)
 
@@ -314,6 +391,9 @@ def spec_of(rec) -> BoardSpec:
     """The spec of a ``K`` record, or of an older ``B`` one (no schedule:
     ``closes_at`` None, the default ``finalize_after_s``)."""
     rec = parse(rec)
+    if isinstance(rec, SubscoresBoardRecord):
+        return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
+                         rec.closes_at, rec.finalize_after_s, tuple(rec.subscores))
     if isinstance(rec, ScheduledBoardRecord):
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
                          rec.closes_at, rec.finalize_after_s)
@@ -337,11 +417,16 @@ def verdict_of(rec) -> Outcome | None:
     return None if verdict == APPLY else outcome_of(verdict)
 
 
-def scores_record(cols: ScoreColumns, partition: int, verdicts: np.ndarray) -> ScoresRecord | ScoresMetaRecord:
+def scores_record(cols: ScoreColumns, partition: int,
+                  verdicts: np.ndarray) -> ScoresRecord | ScoresMetaRecord | ScoresSubsRecord:
     """One columnar record for a partition's share of a cycle's events
-    (``M`` when some event carries metadata, else ``C``)."""
+    (``N`` when the events carry subscores, else ``M`` when some event
+    carries metadata, else ``C``)."""
     fields = (cols.board_id, partition, cols.event_ids, cols.player_ids, _le64(cols.values), _le64(cols.achieved),
               _le64(cols.submitted), np.asarray(verdicts, np.uint8).tobytes())
+    if cols.subs is not None:
+        meta, moffs = (b"", b"") if cols.moffs is None or cols.meta is None else (cols.meta.tobytes(), _le64(cols.moffs))
+        return ScoresSubsRecord(SCORES_SUBS, *fields, meta, moffs, _le64(cols.subs))
     if cols.moffs is not None and cols.meta is not None:
         return ScoresMetaRecord(SCORES_META, *fields, cols.meta.tobytes(), _le64(cols.moffs))
     return ScoresRecord(SCORES, *fields)
@@ -350,13 +435,16 @@ def scores_record(cols: ScoreColumns, partition: int, verdicts: np.ndarray) -> S
 def columns_of(rec) -> tuple[ScoreColumns, np.ndarray]:
     """A ``SCORES`` (or ``SCORES_META``) record's columns and verdicts (0 = apply)."""
     rec = parse(rec)
-    meta = moffs = None
-    if isinstance(rec, ScoresMetaRecord):
+    meta = moffs = subs = None
+    if isinstance(rec, (ScoresMetaRecord, ScoresSubsRecord)) and rec.meta_offsets:
         meta = np.frombuffer(rec.meta, np.uint8).copy()
         moffs = np.frombuffer(rec.meta_offsets, "<i8").astype(np.int64)
+    if isinstance(rec, ScoresSubsRecord):
+        n = len(rec.event_ids)
+        subs = np.frombuffer(rec.subscores, "<i8").astype(np.int64).reshape(n, len(rec.subscores) // (8 * n) if n else 0)
     return (ScoreColumns(rec.board_id, rec.event_ids, rec.player_ids, np.frombuffer(rec.values, "<i8").astype(np.int64),
                          np.frombuffer(rec.achieved, "<i8").astype(np.int64),
-                         np.frombuffer(rec.submitted, "<i8").astype(np.int64), meta, moffs),
+                         np.frombuffer(rec.submitted, "<i8").astype(np.int64), meta, moffs, subs),
             np.frombuffer(rec.verdicts, np.uint8).copy())
 
 
@@ -366,7 +454,7 @@ def logged_events(rec) -> Iterator[tuple[ScoreEvent, int]]:
     rec = parse(rec)
     if isinstance(rec, ScoreRecord):
         yield event_of(rec), rec.verdict
-    elif isinstance(rec, (ScoresRecord, ScoresMetaRecord)):
+    elif isinstance(rec, (ScoresRecord, ScoresMetaRecord, ScoresSubsRecord)):
         cols, verdicts = columns_of(rec)
         yield from zip(cols.events(), verdicts.tolist())
 

@@ -271,7 +271,7 @@ class ShardCore:
         outcome, change = partition.apply(ev)
         return W.EventApplied(R.CODE[outcome], change_wire(change))
 
-    def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord,
+    def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord | R.ScoresSubsRecord,
                       ids_new: bool = False) -> W.ScoresApplied:
         """A columnar score record, one batch (:class:`engine.wire.ScoresApplied`:
         codes, changed rows, values, achieved as uint8, int32, int64, int64 bytes). Rows dead-lettered
@@ -333,7 +333,8 @@ class ShardCore:
             if spec.board_id not in self.specs:
                 self.specs[spec.board_id] = spec
                 mine = {
-                    p: Partition(spec.policy, spec.max_plausible_time_ms, self._new_journal(spec.board_id, p))
+                    p: Partition(spec.policy, spec.max_plausible_time_ms, self._new_journal(spec.board_id, p),
+                                 spec.subscores)
                     for p in range(spec.shards)
                     if actor_of(spec.board_id, p, self.n_actors) == self.index
                 }

@@ -60,6 +60,12 @@ RECORD_KINDS = {
     "E": ("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
                             "achieved_at", "submitted_at", "metadata")),
     "L": ("dead_letter", ("board_id", "offset", "row", "event_id", "error")),
+    "U": ("subscores board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                              "finalize_after_s", "subscores")),
+    "N": ("scores_subs", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved", "submitted",
+                          "verdicts", "meta", "meta_offsets", "subscores")),
+    "F": ("decision_subs", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
+                            "achieved_at", "submitted_at", "metadata", "subscores")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -73,7 +79,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 4, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
+FORMATS = {"LOG_FORMAT": 5, "ROUTER_STATE_FORMAT": 4, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
@@ -87,8 +93,10 @@ def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
-    assert R.BOARD_KINDS == {"B", "K"}
+    assert R.BOARD_KINDS == {"B", "K", "U"}
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
+    assert (R.BOARD_SUBS, R.SCORES_SUBS, R.DECIDE_SUBS) == ("U", "N", "F")
+    assert R.SCORE_BATCHES == ("C", "M", "N") and R.DECISIONS == ("D", "E", "F")
     assert R.DEAD_LETTER == "L" and R.MAX_ERROR_CHARS == 500
 
 
@@ -111,6 +119,24 @@ def test_record_builders_match_the_kinds_table():
     assert list(cols.events()) == [ev] and verdicts.tolist() == [0]
 
 
+def test_subscores_records_round_trip_and_other_boards_keep_their_kinds():
+    spec = BoardSpec("b", Policy.FASTEST_TIME, 2, 1000, None, subscores=("desc", "asc"))
+    assert R.board_record(spec)[0] == "U" and R.spec_of(R.board_record(spec)) == spec
+    assert R.board_record(BoardSpec("b", Policy.BEST_SCORE))[0] == "K"
+    evs = [ScoreEvent("b", "e1", "p1", 5, 10, 11, b"", (-(2**63), 2**63 - 1)),
+           ScoreEvent("b", "e2", "p2", 6, 10, 11, b'{"k":1}', (0, -1))]
+    rec = R.scores_record(ScoreColumns.from_events(evs), 1, np.zeros(2, np.uint8))
+    assert rec[0] == "N" and len(rec) == 1 + len(R.KINDS["N"].fields)
+    back = msgpack.unpackb(msgpack.packb(rec))
+    assert R.columns_of(back)[0].events() == evs
+    plain = [ScoreEvent("b", "e1", "p1", 5, 10, 11)]
+    assert R.scores_record(ScoreColumns.from_events(plain), 0, np.zeros(1, np.uint8))[0] == "C"
+    held = HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW, b"", (3, 4))
+    d = R.decide_record("b", "e1", "apply", None, None, held)
+    assert d[0] == "F" and R.decided_event(msgpack.unpackb(msgpack.packb(d))) == ScoreEvent(
+        "b", "e1", "p1", 5, 10, 11, b"", (3, 4))
+
+
 #: One record of every kind, as the lists the writers built before records were named
 #: (what a log holds): the named record of each must pack to exactly these bytes.
 LISTS = {
@@ -126,6 +152,10 @@ LISTS = {
     "D": ["D", "b", "e1", "apply", None, "mod", "p1", 5, 10, 11],
     "E": ["E", "b", "e1", "reject", "spam", None, "p1", 5, 10, 11, b'{"k":1}'],
     "L": ["L", "b", 41, 3, "e7", "RuntimeError: boom"],
+    "U": ["U", "b", "fastest_time", 1, 1000, None, None, 3600, ["desc", "asc"]],
+    "N": ["N", "b", 0, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00", b"", b"",
+          b"\xff" * 8 + b"\x01" + bytes(7)],
+    "F": ["F", "b", "e1", "apply", None, "mod", "p1", 5, 10, 11, b"", [7, -2]],
 }
 
 
@@ -176,7 +206,7 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
-                   "E": "e1", "L": "e7"}
+                   "E": "e1", "L": "e7", "U": None, "N": None, "F": "e1"}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -227,6 +257,10 @@ def test_only_dead_letter_payloads_start_with_its_head():
         R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8)),
         [R.INVALIDATE, "b", "e1", "c1", None, None], R.decide_record("b", "e1", "apply", None, None, held),
         R.decide_record("b", "e1", "apply", None, None, HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW)),
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, subscores=("asc",))),
+        R.scores_record(ScoreColumns.from_events([ev._replace(subscores=(1,))]), 0, np.zeros(1, np.uint8)),
+        R.decide_record("b", "e1", "apply", None, None, HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW,
+                                                                  b"", (1,))),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
