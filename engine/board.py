@@ -115,7 +115,7 @@ class Board:
                 full = cols.metadata()
                 metas = [full[i] or None for i in at.tolist()]
             self.ring.push_columns(self.partition.players.names(got.players[at]), got.values[at], got.achieved[at],
-                                   metadata=metas)
+                                   metadata=metas, subscores=None if cols.subs is None else cols.subs[at])
         return BatchResult(got.codes, versions)
 
     def apply(self, ev: ScoreEvent) -> EventResult:
@@ -160,7 +160,7 @@ class Board:
         s = self.spec
         return BoardInfo(
             s.board_id, s.policy, self.admission.state, self.version, len(self.partition), s.shards,
-            s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
+            s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.subscores,
         )
 
     def top(self, offset: int = 0, limit: int = 10, at_version: int | None = None) -> Page:
@@ -249,10 +249,10 @@ class Board:
 
 
 def _reranked(rows: Sequence[Row], offset: int) -> list[RankedEntry]:
-    return [RankedEntry(offset + i + 1, r.player_id, r.value, r.achieved_at, None, r.metadata)
+    return [RankedEntry(offset + i + 1, r.player_id, r.value, r.achieved_at, None, r.metadata, r.subscores)
             for i, r in enumerate(rows)]
 
 
 def _view(version: int, row: Row, rank: int | None) -> PlayerView:
     return PlayerView(version, row.player_id, rank, row.value, row.achieved_at, row.status, row.row_version,
-                      metadata=row.metadata)
+                      metadata=row.metadata, subscores=row.subscores)

@@ -47,6 +47,7 @@ from engine.model import (
     BoardState,
 )
 from engine.placement import actor_of
+from engine.subscores import check_directions
 
 if TYPE_CHECKING:
     from engine.fanout import ReadFanOut
@@ -236,6 +237,7 @@ class BoardControl:
         finalizes it, if that is due too) right after, before this returns."""
         if spec.shards < 1:
             raise ValidationFailed("shards must be at least 1.", "shards")
+        check_directions(spec.policy, list(spec.subscores))
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
         await self.sequencer.submit_board(spec)
         if spec.closes_at is not None:

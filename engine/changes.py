@@ -53,13 +53,15 @@ class ChangeRing:
             self.push(d)
 
     def push_columns(self, player_ids: "Names", values: np.ndarray, achieved: np.ndarray,
-                     status: RowStatus = RowStatus.ACTIVE, metadata: list | None = None) -> None:
+                     status: RowStatus = RowStatus.ACTIVE, metadata: list | None = None,
+                     subscores: np.ndarray | None = None) -> None:
         """One delta per row, versions ``version + 1 ..``, each changing one
         player's row to (value, achieved, status, metadata: None for all or
-        one bytes-or-None per row). O(1) Python objects."""
+        one bytes-or-None per row, subscores: None on a board without them,
+        else an int64 row per change). O(1) Python objects."""
         k = len(player_ids)
         if k:
-            self._append(self.version + 1, (player_ids, values, achieved, status, metadata), k)
+            self._append(self.version + 1, (player_ids, values, achieved, status, metadata, subscores), k)
 
     def _append(self, first: int, chunk, k: int) -> None:
         self.version = first + k - 1
@@ -97,11 +99,12 @@ class ChangeRing:
             if isinstance(chunk, Delta):
                 out.append(chunk)
                 continue
-            pids, vals, achs, status, metas = chunk  # type: ignore[misc]
+            pids, vals, achs, status, metas, subs = chunk  # type: ignore[misc]
             lo = max(0, version + 1 - first)
             ms = metas[lo:] if metas is not None else [None] * (k - lo)
-            out.extend(Delta(first + i, (RowChange(p, v, a, status, m),)) for i, p, v, a, m in zip(
-                range(lo, k), pids[lo:], vals[lo:].tolist(), achs[lo:].tolist(), ms))
+            ss = [tuple(x) for x in subs[lo:].tolist()] if subs is not None else [None] * (k - lo)
+            out.extend(Delta(first + i, (RowChange(p, v, a, status, m, s),)) for i, p, v, a, m, s in zip(
+                range(lo, k), pids[lo:], vals[lo:].tolist(), achs[lo:].tolist(), ms, ss))
         return out
 
     def __len__(self) -> int:

@@ -39,6 +39,10 @@ class ScoreColumns(NamedTuple):
     #: subscores (docs/api.md §14): int64, one row per event, one column per
     #: subscore of the board. None on a board without subscores (no cost there).
     subs: np.ndarray | None = None
+    #: only in a batch whose events carry different numbers of subscores (which
+    #: no board accepts: :func:`engine.subscores.check_batch` refuses it): each
+    #: event's count (uint8), ``subs`` then zero-padded to the largest
+    nsubs: np.ndarray | None = None
 
     def __len__(self) -> int:  # type: ignore[override]
         return len(self.event_ids)
@@ -55,9 +59,9 @@ class ScoreColumns(NamedTuple):
         nums = nums.reshape(n, 3)
         # plain 6-tuples (benchmarks, tests) carry no metadata; a ScoreEvent always has the field
         meta, moffs = meta_columns([e[6] for e in events]) if n and len(events[0]) > 6 else (None, None)
-        subs = subscore_columns([e[7] for e in events]) if n and len(events[0]) > 7 else None
+        subs, nsubs = subscore_columns([e[7] for e in events]) if n and len(events[0]) > 7 else (None, None)
         return cls(board_id, ids, pids, np.ascontiguousarray(nums[:, 0]), np.ascontiguousarray(nums[:, 1]),
-                   np.ascontiguousarray(nums[:, 2]), meta, moffs, subs)
+                   np.ascontiguousarray(nums[:, 2]), meta, moffs, subs, nsubs)
 
     def metadata(self) -> list[bytes]:
         """Each event's metadata bytes (b"" none). O(n)."""
@@ -92,7 +96,8 @@ class ScoreColumns(NamedTuple):
             meta, moffs = _take_slices(self.meta, self.moffs, np.asarray(rows, np.int64))
         return ScoreColumns(self.board_id, [self.event_ids[i] for i in idx], [self.player_ids[i] for i in idx],
                             self.values[rows], self.achieved[rows], self.submitted[rows], meta, moffs,
-                            None if self.subs is None else np.ascontiguousarray(self.subs[rows]))
+                            None if self.subs is None else np.ascontiguousarray(self.subs[rows]),
+                            None if self.nsubs is None else self.nsubs[rows])
 
 
 class ScoreBatch(NamedTuple):
@@ -154,24 +159,30 @@ def meta_columns(metas: Sequence[bytes]) -> tuple[np.ndarray | None, np.ndarray 
     return np.frombuffer(arena, np.uint8).copy(), moffs
 
 
-def subscore_columns(subscores: Sequence[Sequence[int]]) -> np.ndarray | None:
+def subscore_columns(subscores: Sequence[Sequence[int]]) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The events' subscores as one int64 matrix (a row per event), or None
-    when none has any. Every event of a board carries as many (validated at
-    the edge); a ragged batch raises ValueError.
+    when none has any; and, only when the events carry different numbers of
+    them (a batch some board refuses), each event's count, the matrix then
+    zero-padded.
 
-    >>> subscore_columns([(), ()]) is None
-    True
-    >>> subscore_columns([(1, -2), (3, 4)]).tolist()
+    >>> subscore_columns([(), ()])
+    (None, None)
+    >>> subscore_columns([(1, -2), (3, 4)])[0].tolist()
     [[1, -2], [3, 4]]
+    >>> m, c = subscore_columns([(1,), ()]); m.tolist(), c.tolist()
+    ([[1], [0]], [1, 0])
     """
     n = len(subscores)
-    k = len(subscores[0]) if n else 0
     if not any(subscores):
-        return None
-    if any(len(s) != k for s in subscores):
-        raise ValueError("every event of a batch carries the same number of subscores")
-    out = np.fromiter((x for s in subscores for x in s), np.int64, n * k)
-    return out.reshape(n, k)
+        return None, None
+    lens = list(map(len, subscores))
+    k = max(lens)
+    if min(lens) == k:
+        return np.fromiter((x for s in subscores for x in s), np.int64, n * k).reshape(n, k), None
+    out = np.zeros((n, k), np.int64)
+    for i, s in enumerate(subscores):
+        out[i, :len(s)] = s
+    return out, np.array(lens, np.uint8)
 
 
 def _take_slices(arena: np.ndarray, offs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -12,7 +12,11 @@ board's size.
 This module is pure (no files, no clock): block encoding, the k-way merge,
 competition ranks over a stream. Order is the board comparator's exact key,
 ``(primary, tie, player id bytes)`` as the rank index holds it (primary
-``~value`` on descending boards), never a float.
+``~value`` on descending boards), never a float. On a board with subscores
+(docs/api.md §14) a block also has ``sub``, one int64 column per subscore in
+ascending key order (``~s`` for a descending one, ``s`` for an ascending
+one: exact at both ends of int64, and its own inverse), compared after the
+primary and before the tie; other boards' blocks have ``sub`` None.
 
 >>> a = Block.of([-10, -7], [1, 1], [9, 6], [1, 1], ["ann", "cy"])
 >>> b = Block.of([-10, -8], [1, 0], [9, 7], [1, 0], ["bo", "dee"])
@@ -34,7 +38,7 @@ import numpy as np
 from engine.model import RankedEntry
 from engine.players import decode_id, encode_ids, gather
 
-_HEAD = struct.Struct("<QQQ")  # rows, id bytes, metadata bytes
+_HEAD = struct.Struct("<QQQQ")  # rows, id bytes, metadata bytes, subscore columns
 _I8 = np.dtype("<i8")
 
 
@@ -52,10 +56,14 @@ class Block(NamedTuple):
     id_offsets: np.ndarray
     meta_bytes: np.ndarray
     meta_offsets: np.ndarray
+    sub: np.ndarray | None = None  # subscores boards: (rows, k) int64 in key order (see the module doc)
 
     @property
     def rows(self) -> int:
         return len(self.value)
+
+    def _sub(self, rows) -> np.ndarray | None:
+        return None if self.sub is None else self.sub[rows]
 
     @classmethod
     def of(cls, primary, tie, value, achieved, player_ids: Sequence[str],
@@ -90,7 +98,7 @@ class Block(NamedTuple):
         io, mo = self.id_offsets[start:stop + 1], self.meta_offsets[start:stop + 1]
         return Block(self.primary[start:stop], self.tie[start:stop], self.value[start:stop],
                      self.achieved[start:stop], self.id_bytes[io[0]:io[-1]], io - io[0],
-                     self.meta_bytes[mo[0]:mo[-1]], mo - mo[0])
+                     self.meta_bytes[mo[0]:mo[-1]], mo - mo[0], self._sub(slice(start, stop)))
 
     def take(self, idx: np.ndarray) -> "Block":
         """Rows ``idx`` in that order (a gather of every column)."""
@@ -99,14 +107,18 @@ class Block(NamedTuple):
             mb, mo = gather(self.meta_bytes, self.meta_offsets, idx)
         else:
             mb, mo = self.meta_bytes[:0], np.zeros(len(idx) + 1, np.int64)
-        return Block(self.primary[idx], self.tie[idx], self.value[idx], self.achieved[idx], ib, io, mb, mo)
+        return Block(self.primary[idx], self.tie[idx], self.value[idx], self.achieved[idx], ib, io, mb, mo,
+                     self._sub(idx))
 
     def encode(self) -> bytes:
         """The block as bytes (little-endian, every array at a multiple of 8)."""
         n = self.rows
-        parts = [_HEAD.pack(n, len(self.id_bytes), len(self.meta_bytes))]
+        k = 0 if self.sub is None else int(self.sub.shape[1])
+        parts = [_HEAD.pack(n, len(self.id_bytes), len(self.meta_bytes), k)]
         for col in (self.primary, self.tie, self.value, self.achieved, self.id_offsets, self.meta_offsets):
             parts.append(np.ascontiguousarray(col, _I8).tobytes())
+        if k:
+            parts.append(np.ascontiguousarray(self.sub, _I8).tobytes())
         for raw in (self.id_bytes, self.meta_bytes):
             parts += [np.ascontiguousarray(raw, np.uint8).tobytes(), b"\0" * (-len(raw) % 8)]
         return b"".join(parts)
@@ -114,17 +126,21 @@ class Block(NamedTuple):
     @classmethod
     def decode(cls, buf) -> "Block":
         """A block from :meth:`encode` 's bytes (numpy views of ``buf``, no copy)."""
-        n, nid, nmeta = _HEAD.unpack_from(buf, 0)
+        n, nid, nmeta, k = _HEAD.unpack_from(buf, 0)
         at = _HEAD.size
         cols = []
         for count in (n, n, n, n, n + 1, n + 1):
             cols.append(np.frombuffer(buf, _I8, count, at))
             at += 8 * count
+        sub = None
+        if k:
+            sub = np.frombuffer(buf, _I8, n * k, at).reshape(n, k)
+            at += 8 * n * k
         ids = np.frombuffer(buf, np.uint8, nid, at)
         at += nid + (-nid % 8)
         metas = np.frombuffer(buf, np.uint8, nmeta, at)
         p, t, v, a, io, mo = cols
-        return cls(p, t, v, a, ids, io, metas, mo)
+        return cls(p, t, v, a, ids, io, metas, mo, sub)
 
 
 def _arena(items: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +172,8 @@ def concat(blocks: Sequence[Block]) -> Block:
     ib, io = arena(4, 5)
     mb, mo = arena(6, 7)
     cat = lambda k: np.concatenate([b[k] for b in blocks])  # noqa: E731
-    return Block(cat(0), cat(1), cat(2), cat(3), ib, io, mb, mo)
+    sub = None if blocks[0].sub is None else np.concatenate([b.sub for b in blocks])  # type: ignore[misc]
+    return Block(cat(0), cat(1), cat(2), cat(3), ib, io, mb, mo, sub)
 
 
 # ------------------------------------------------------------------- merge
@@ -235,6 +252,10 @@ def _less(a: Block, i: int, b: Block, j: int) -> bool:
     pa, pb = int(a.primary[i]), int(b.primary[j])
     if pa != pb:
         return pa < pb
+    if a.sub is not None and b.sub is not None:
+        sa, sb = a.sub[i].tolist(), b.sub[j].tolist()
+        if sa != sb:
+            return sa < sb
     ta, tb = int(a.tie[i]), int(b.tie[j])
     if ta != tb:
         return ta < tb
@@ -249,6 +270,12 @@ def _count_le(b: Block, start: int, bb: Block, j: int) -> int:
     hi = start + int(np.searchsorted(prim, p, "right"))
     if lo == hi:
         return lo
+    if b.sub is not None and bb.sub is not None:  # narrow by each subscore column in turn
+        for c, x in enumerate(bb.sub[j].tolist()):
+            col = b.sub[lo:hi, c]
+            lo, hi = lo + int(np.searchsorted(col, x, "left")), lo + int(np.searchsorted(col, x, "right"))
+            if lo == hi:
+                return lo
     ties = b.tie[lo:hi]
     lo2 = lo + int(np.searchsorted(ties, t, "left"))
     hi2 = lo + int(np.searchsorted(ties, t, "right"))
@@ -262,9 +289,14 @@ def _merge(segs: Sequence[Block]) -> Block:
     """Sorted segments (one per source) as one block in rank order."""
     allrows = concat(segs)
     src = np.concatenate([np.full(s.rows, k, np.int32) for k, s in enumerate(segs)])
-    order = np.lexsort((allrows.tie, allrows.primary))  # stable: a source's own order kept within equal keys
+    subs = [] if allrows.sub is None else [allrows.sub[:, c] for c in range(allrows.sub.shape[1])]
+    # stable: a source's own order kept within equal keys
+    order = np.lexsort((allrows.tie, *reversed(subs), allrows.primary))
     p, t = allrows.primary[order], allrows.tie[order]
     same = (p[1:] == p[:-1]) & (t[1:] == t[:-1])
+    for col in subs:
+        c = col[order]
+        same &= c[1:] == c[:-1]
     if same.any():
         starts = np.flatnonzero(same & ~np.concatenate(([False], same[:-1])))
         for s in starts.tolist():
@@ -288,6 +320,7 @@ class Chunk(NamedTuple):
     first_rank: int
     rows: Block
     tied_rank: np.ndarray | None = None
+    subscores: np.ndarray | None = None  # subscores boards: the rows' subscores as sent, (rows, k) int64
 
     def __len__(self) -> int:  # type: ignore[override]  # rows, not fields
         return self.rows.rows
@@ -295,9 +328,26 @@ class Chunk(NamedTuple):
     def entries(self) -> list[RankedEntry]:
         """The rows as ranking entries (tests, small consumers)."""
         tied = self.tied_rank.tolist() if self.tied_rank is not None else [None] * len(self)
-        return [RankedEntry(self.first_rank + k, pid, v, a, tr, m) for k, (pid, v, a, tr, m) in enumerate(zip(
+        subs = [tuple(s) for s in self.subscores.tolist()] if self.subscores is not None else [None] * len(self)
+        return [RankedEntry(self.first_rank + k, pid, v, a, tr, m, s) for k, (pid, v, a, tr, m, s) in enumerate(zip(
             self.rows.player_ids(), self.rows.value.tolist(), self.rows.achieved.tolist(), tied,
-            self.rows.metadata()))]
+            self.rows.metadata(), subs))]
+
+
+def key_subscores(subscores: np.ndarray, directions) -> np.ndarray:
+    """Rows' subscores (rows, k) as a block's ``sub`` key columns: ``~s`` for
+    a descending subscore, ``s`` for an ascending one (exact, no overflow)."""
+    out = np.array(subscores, np.int64, copy=True).reshape(len(subscores), len(directions))
+    for c, d in enumerate(directions):
+        if d != "asc":
+            np.invert(out[:, c], out=out[:, c])
+    return out
+
+
+def raw_subscores(sub: np.ndarray | None, directions) -> np.ndarray | None:
+    """The inverse of :func:`key_subscores` (``~`` is its own inverse); None
+    stays None (a board without subscores)."""
+    return None if sub is None else key_subscores(sub, directions)
 
 
 class TiedRanks:
@@ -308,23 +358,30 @@ class TiedRanks:
     of the first row (an export from rank 1 starts at 1)."""
 
     def __init__(self, first_tied: int = 1) -> None:
-        self.prev_value: int | None = None
+        self.prev_value: tuple | None = None
         self.prev_tied = first_tied
 
-    def of(self, first_rank: int, value: np.ndarray) -> np.ndarray:
+    def of(self, first_rank: int, value: np.ndarray, sub: np.ndarray | None = None) -> np.ndarray:
+        """``sub``: on a board with subscores, the rows' subscore columns (in
+        any fixed encoding): rows tie only when value and subscores are equal."""
         n = len(value)
         if not n:
             return np.zeros(0, np.int64)
         ranks = np.arange(first_rank, first_rank + n, dtype=np.int64)
         starts = np.ones(n, bool)
         starts[1:] = value[1:] != value[:-1]
+        if sub is not None and sub.shape[1]:
+            starts[1:] |= (sub[1:] != sub[:-1]).any(axis=1)
+
+        def key(i: int) -> tuple:
+            return (int(value[i]), *([] if sub is None else sub[i].tolist()))
         if self.prev_value is None:
             head = self.prev_tied
         else:
-            starts[0] = int(value[0]) != self.prev_value
+            starts[0] = key(0) != self.prev_value
             head = int(first_rank) if starts[0] else self.prev_tied
         marks = np.where(starts, ranks, 0)
         marks[0] = head
         out = np.maximum.accumulate(marks)
-        self.prev_value, self.prev_tied = int(value[-1]), int(out[-1])
+        self.prev_value, self.prev_tied = key(n - 1), int(out[-1])
         return out

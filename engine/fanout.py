@@ -40,7 +40,7 @@ from engine import checksum as checksum_mod
 from engine import wire as W
 from engine.archive import ArchiveView
 from engine.board_control import BoardCtl, BoardRegistry, KeySample, RouterConfig
-from engine.export import Block, Chunk, Merge, TiedRanks
+from engine.export import Block, Chunk, Merge, TiedRanks, raw_subscores
 from engine.errors import (
     BoardArchived,
     FlowRankError,
@@ -199,7 +199,7 @@ class ReadFanOut:
         if ctl.archive is not None:
             info = ctl.archive.info
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
-                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s)
+                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.subscores)
 
         async def attempt():
             answers = await self.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
@@ -210,7 +210,7 @@ class ReadFanOut:
         version, size = await self.consistent(attempt, ctl)
         s = ctl.spec
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
-                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s)
+                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.subscores)
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
                   ties: bool = False) -> Page:
@@ -320,7 +320,7 @@ class ReadFanOut:
             sizes for an unranked row) and, with ``ties``, the better-primary counts."""
             futs = {a: self.reads.ask(a, W.Count(W.COUNT, board_id, key) if key else W.Size(W.SIZE, board_id))
                     for a in others}
-            probe = list(better_primary_probe(key[0])) if ties and key else None
+            probe = list(better_primary_probe(key[0], key[1:-2])) if ties and key else None
             tfuts = {a: self.reads.ask(a, W.Count(W.COUNT, board_id, probe)) for a in ctl.actors} if probe else {}
             return futs, tfuts
 
@@ -431,12 +431,14 @@ class ReadFanOut:
                 answers = {a: await f for a, f in futs.items()}
                 rank = 1 + sum(ans.above for _, ans in answers.values())
                 conv = _wire_entries
-                me = ((row.primary, row.tie, row.player_id), row.value, row.achieved_at, row.metadata)
+                me = (tuple(row.key or ()), row.value, row.achieved_at, row.metadata,
+                      None if row.subscores is None else tuple(row.subscores))
                 entries = merge_window(rank, me, [conv(a.before) for _, a in answers.values()],
                                        [conv(a.after) for _, a in answers.values()], radius)
                 offsets = {off} | {o for o, _ in answers.values()}
                 if ties:
-                    probe = list(better_primary_probe(self._wire_primary(ctl, entries[0].value)))
+                    probe = list(better_primary_probe(self._wire_primary(ctl, entries[0].value),
+                                                      self._wire_mid(ctl, entries[0].subscores)))
                     better = await self.fan(ctl, lambda a: W.Count(W.COUNT, board_id, probe))
                     offsets |= {o for o, _ in better.values()}
                     entries = with_tied_ranks(entries, 1 + sum(ans.value for _, ans in better.values()))
@@ -469,6 +471,11 @@ class ReadFanOut:
     def _wire_primary(ctl: BoardCtl, value: int) -> int:
         """The first item of a wire key with this value (negated on descending boards)."""
         return value if ctl.spec.policy is Policy.FASTEST_TIME else -value
+
+    @staticmethod
+    def _wire_mid(ctl: BoardCtl, subscores) -> list[int]:
+        """The subscores of a wire key with these subscores (each negated when descending)."""
+        return [s if d == "asc" else -s for s, d in zip(subscores or (), ctl.spec.subscores)]
 
     async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
         ctl = self.registry.ctl(board_id)
@@ -598,10 +605,13 @@ class ReadFanOut:
                     break
                 for a in range(0, got.rows, page_rows):
                     part = got.slice(a, min(a + page_rows, got.rows))
-                    yield Chunk(version, rank, part, tied.of(rank, part.value) if tied else None)
+                    yield Chunk(version, rank, part, tied.of(rank, part.value, part.sub) if tied else None,
+                                raw_subscores(part.sub, ctl.spec.subscores))
                     rank += part.rows
-            if rank == 1:
-                yield Chunk(version, 1, Block.empty(), tied.of(1, Block.empty().value) if tied else None)
+            if rank == 1:  # (a board with subscores says so even empty: an empty subscores column)
+                k = len(ctl.spec.subscores)
+                yield Chunk(version, 1, Block.empty(), tied.of(1, Block.empty().value) if tied else None,
+                            np.zeros((0, k), np.int64) if k else None)
         finally:
             await self._close_sources(ctl, sources, files[0].token if files else None)
 
@@ -774,12 +784,16 @@ def _wire_entries(es: list) -> list:
     """Wire entries (:class:`engine.wire.Entry`, as sent) as ranking entries
     ``(key, value, achieved_at, metadata)`` (metadata None when the row has none).
     Unpacked in the Entry's field order (asserted below): this runs per entry of
-    every top read, and builds no Entry."""
+    every top read, and builds no Entry. A board with subscores sends two more
+    fields (docs/api.md §14): the key is then ``(primary, *mid, tie, player_id)``."""
+    if es and len(es[0]) > 6:
+        return [((primary, *mid, tie, player_id), value, achieved_at, metadata, tuple(subs))
+                for primary, tie, player_id, value, achieved_at, metadata, mid, subs in es]
     return [((primary, tie, player_id), value, achieved_at, metadata)
             for primary, tie, player_id, value, achieved_at, metadata in es]
 
 
-assert W.Entry._fields == ("primary", "tie", "player_id", "value", "achieved_at", "metadata")
+assert W.Entry._fields == ("primary", "tie", "player_id", "value", "achieved_at", "metadata", "mid", "subscores")
 
 
 class _Spilled(NamedTuple):
@@ -796,4 +810,5 @@ def _player_view(version: int, row: W.RowWire, rank: int | None, approximate: bo
                  bound: int | None = None) -> PlayerView:
     status = RowStatus.ACTIVE if row.ranked else RowStatus.INVALIDATED
     return PlayerView(version, row.player_id, rank if row.ranked else None, row.value, row.achieved_at, status,
-                      row.row_version, approximate, bound if approximate else None, metadata=row.metadata)
+                      row.row_version, approximate, bound if approximate else None, metadata=row.metadata,
+                      subscores=None if row.subscores is None else tuple(row.subscores))

@@ -186,6 +186,7 @@ class BoardInfo:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    subscores: tuple[str, ...] = ()  # the board's declared subscore directions (docs/api.md §14)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ from engine import records as R
 from engine.checksum import row_digest
 from engine.columns import ScoreColumns, int64_column as _i64, meta_columns
 from engine.errors import EventNotFound
-from engine.export import Block, metadata_arena
+from engine.export import Block, key_subscores, metadata_arena
 from engine.formats import PARTITION_STATE_FORMAT, state_format
 from engine.journal import (
     ALREADY_INVALIDATED,
@@ -778,7 +778,8 @@ class Partition:
             mb, mo = metadata_arena([get(p) if h else None for p, h in zip(ids.tolist(), has.tolist())])
         else:
             mb, mo = np.zeros(0, np.uint8), np.zeros(len(ids) + 1, np.int64)
-        return Block(prim, tie, self.val[ids], self.ach[ids], arena, offs, mb, mo)
+        sub = key_subscores(self.sc[ids], self.subscores) if self.k else None
+        return Block(prim, tie, self.val[ids], self.ach[ids], arena, offs, mb, mo, sub)
 
     def _rows_at(self, ids: np.ndarray) -> list[Row]:
         """Rows of many players: column gathers, then one record each."""

@@ -51,7 +51,7 @@ class RankKeyCache:
     def put(self, board_id: str, player_id: str, key: list | None) -> None:
         """Remember ``key`` (None: forget); a key that is not two int64 and
         this player's id is not kept."""
-        if key is None:
+        if key is None or len(key) != 3:  # a board with subscores: longer keys are not kept (a second round)
             self.forget(board_id, player_id)
             return
         a, b, pid = key

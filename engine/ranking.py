@@ -1,7 +1,9 @@
 """Pure merges that turn per-partition answers into board answers.
 
-A partition answers with *entries* ``(key, value, achieved_at[, metadata])``
-already in rank order (``key = (primary, tie, player_id)``). Every board-level read is
+A partition answers with *entries* ``(key, value, achieved_at[, metadata[,
+subscores]])`` already in rank order (``key = (primary, tie, player_id)``, or
+``(primary, *subscores signed, tie, player_id)`` on a board with subscores,
+docs/api.md §14: the key's length never matters here, tuples compare as such). Every board-level read is
 one of these merges, so one partition and k partitions give the same
 answer by construction (the shard-equivalence property tests check it).
 """
@@ -14,15 +16,16 @@ from typing import Iterable, Sequence
 
 from engine.model import RankedEntry
 
-Entry = tuple  # (key, value, achieved_at[, metadata bytes or None])
+Entry = tuple  # (key, value, achieved_at[, metadata bytes or None[, subscores tuple or None]])
 
 
 def entries_of(rows) -> list[Entry]:
-    return [(r.key, r.value, r.achieved_at, r.metadata) for r in rows]
+    return [(r.key, r.value, r.achieved_at, r.metadata, r.subscores) for r in rows]
 
 
 def ranked(entries: Iterable[Entry], first_rank: int) -> list[RankedEntry]:
-    return [RankedEntry(first_rank + i, e[0][2], e[1], e[2], None, e[3] if len(e) > 3 else None)
+    return [RankedEntry(first_rank + i, e[0][-1], e[1], e[2], None, e[3] if len(e) > 3 else None,
+                        tuple(e[4]) if len(e) > 4 and e[4] is not None else None)
             for i, e in enumerate(entries)]
 
 
@@ -58,8 +61,8 @@ def rank_locally(entries: Iterable[Entry]) -> list[RankedEntry]:
 def with_tied_ranks(entries: Sequence[RankedEntry], first_tied: int) -> list[RankedEntry]:
     """The same entries (consecutive ranks, in rank order) with their
     competition rank (1, 1, 3): an entry shares the tied rank of the entry
-    before it when their primary values are equal, else its tied rank is its
-    rank. ``first_tied`` is the first entry's: one plus the number of ranked
+    before it when their primary values (and subscores, on a board with
+    them: docs/api.md §14) are equal, else its tied rank is its rank. ``first_tied`` is the first entry's: one plus the number of ranked
     players whose primary value is strictly better. The primary value is the
     entry's ``value`` under every policy (score, total or time). O(len).
 
@@ -70,9 +73,10 @@ def with_tied_ranks(entries: Sequence[RankedEntry], first_tied: int) -> list[Ran
     out: list[RankedEntry] = []
     tied, prev = first_tied, None
     for e in entries:
-        if prev is not None and e.value != prev:
+        cur = (e.value, e.subscores)
+        if prev is not None and cur != prev:
             tied = e.rank
-        prev = e.value
+        prev = cur
         out.append(e._replace(tied_rank=tied))
     return out
 
@@ -80,17 +84,19 @@ def with_tied_ranks(entries: Sequence[RankedEntry], first_tied: int) -> list[Ran
 def first_tied_in_prefix(prefix: Sequence[RankedEntry], i: int) -> int:
     """Tied rank of ``prefix[i]`` when ``prefix`` starts at rank 1: one plus
     the index of the first entry with the same value. O(run of equal values)."""
-    j, v = i, prefix[i].value
-    while j > 0 and prefix[j - 1].value == v:
+    j, v = i, (prefix[i].value, prefix[i].subscores)
+    while j > 0 and (prefix[j - 1].value, prefix[j - 1].subscores) == v:
         j -= 1
     return j + 1
 
 
-def better_primary_probe(wire_primary: int) -> tuple[int, int, str]:
-    """A wire key just before every key whose primary is ``wire_primary``:
-    counting the keys before it counts the rows whose primary value is
-    strictly better (player ids are never empty, ties are int64)."""
-    return (wire_primary, -(1 << 63), "")
+def better_primary_probe(wire_primary: int, mid: Sequence[int] = ()) -> tuple:
+    """A wire key just before every key whose primary is ``wire_primary``
+    (and whose subscores are ``mid``, signed as in a wire key, on a board with
+    them): counting the keys before it counts the rows whose primary value
+    (and subscores) are strictly better (player ids are never empty, ties are
+    int64)."""
+    return (wire_primary, *mid, -(1 << 63), "")
 
 
 def _key(e: Entry):

@@ -61,6 +61,7 @@ from engine.model import (
 )
 from engine.placement import part_of, parts_of
 from engine.season import next_state
+from engine.subscores import check_batch as check_subscores
 from engine.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
@@ -215,6 +216,8 @@ class Sequencer:
         Unknown boards answer REJECTED_UNKNOWN_SEASON (version 0), unlogged."""
         if not len(batch):
             return BatchResult(np.zeros(0, np.uint8), np.zeros(0, np.int64))
+        boards = self.registry.boards  # a bad event refuses the batch whole, before the log:
+        check_subscores(batch, lambda b: c.spec if (c := boards.get(b)) is not None else None)
         return await self.enqueue(Submission.SCORES, batch, len(batch))
 
     async def decide(self, d: QuarantineDecision) -> DecisionResult:
@@ -659,12 +662,14 @@ class Sequencer:
             metas = [raw[offs[r]:offs[r + 1]] or None for r in rows]
         values, achieved = np.ascontiguousarray(values), np.ascontiguousarray(achieved)
         pid_col = [pids[r] for r in rows]
-        ctl.ring.push_columns(pid_col, values, achieved, RowStatus.ACTIVE, metas)
+        subs = None if cols.subs is None else cols.subs[brows]  # a changed row's subscores are its event's
+        ctl.ring.push_columns(pid_col, values, achieved, RowStatus.ACTIVE, metas, subs)
         if listening:  # Delta records only for live subscribers
             active = RowStatus.ACTIVE
+            ss = [None] * k if subs is None else [tuple(x) for x in subs.tolist()]
             new_deltas[ctl.spec.board_id].extend(
-                Delta(v, (RowChange(p, value, at, active, meta),)) for v, p, value, at, meta in zip(
-                    range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k))
+                Delta(v, (RowChange(p, value, at, active, meta, s),)) for v, p, value, at, meta, s in zip(
+                    range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k, ss))
 
     def _finish_record(self, rec: R.Record, got: list, new_deltas) -> object:
         kind = rec.kind
@@ -695,7 +700,8 @@ class Sequencer:
         c = W.ChangeWire(*change)
         ctl.version += 1
         ctl.actor_changes[actor] += 1
-        delta = Delta(ctl.version, (RowChange(c.player_id, c.value, c.achieved_at, _STATUS[c.status], c.metadata or None),))
+        delta = Delta(ctl.version, (RowChange(c.player_id, c.value, c.achieved_at, _STATUS[c.status], c.metadata or None,
+                                              None if c.subscores is None else tuple(c.subscores)),))
         ctl.ring.push(delta)
         new_deltas[ctl.spec.board_id].append(delta)
 

@@ -75,11 +75,32 @@ _tuple_new = tuple.__new__
 
 def entry(row) -> W.Entry:
     k = row.key
+    if row.subscores is not None:  # a board with subscores: key (primary, *mid, tie, player_id)
+        return _tuple_new(W.Entry, (k[0], k[-2], row.player_id, row.value, row.achieved_at, row.metadata or None,
+                                    list(k[1:-2]), list(row.subscores)))
     return _tuple_new(W.Entry, (k[0], k[1], row.player_id, row.value, row.achieved_at, row.metadata or None))
+
+
+def _subs_entry_key(e: W.Entry) -> tuple:
+    """A subscores board's entry in rank order: ``(primary, *mid, tie, player_id)``."""
+    return (e[0], *e[6], e[1], e[2])
+
+
+def _merged(lists: list[list[W.Entry]]):
+    """Entry lists (each in rank order) merged in rank order. An entry sorts
+    as a tuple ``(primary, tie, player_id, ...)``; on a board with subscores
+    the key puts the subscores (``mid``) between primary and tie."""
+    if any(len(x[0]) > 6 for x in lists if x):
+        return heapq.merge(*lists, key=_subs_entry_key)
+    return heapq.merge(*lists)
 
 
 def row_wire(row) -> W.RowWire:
     k = row.key
+    if row.subscores is not None:
+        return W.RowWire(row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
+                         k[0] if k else None, k[-2] if k else None, row.metadata or None,
+                         list(k[1:-2]) if k else None, list(row.subscores))
     return W.RowWire(row.player_id, row.value, row.achieved_at, row.submitted_at, k is not None, row.row_version,
                      k[0] if k else None, k[1] if k else None, row.metadata or None)
 
@@ -87,6 +108,9 @@ def row_wire(row) -> W.RowWire:
 def change_wire(change) -> W.ChangeWire | None:
     if change is None:
         return None
+    if change.subscores is not None:
+        return W.ChangeWire(change.player_id, change.value, change.achieved_at, change.status.value,
+                            change.metadata or None, list(change.subscores))
     return W.ChangeWire(change.player_id, change.value, change.achieved_at, change.status.value,
                         change.metadata or None)
 
@@ -434,8 +458,8 @@ class ShardCore:
             found = [pp[k] for pp in per_part]
             befores = [[entry(r) for r in f[0]] for f in found]
             afters = [[entry(r) for r in f[1]] for f in found]
-            before = list(heapq.merge(*befores))[-a:] if a else []
-            after = list(islice(heapq.merge(*afters), b))
+            before = list(_merged(befores))[-a:] if a else []
+            after = list(islice(_merged(afters), b))
             out.append(W.WindowReply(version, before, after, sum(f[2] for f in found)))
         return out
 
@@ -446,7 +470,7 @@ class ShardCore:
         if op == W.TOP:
             n = req.n
             tops = [[entry(r) for r in p.top(0, n)] for p in parts]
-            return W.Reply(version, list(islice(heapq.merge(*tops), n)) if len(tops) > 1 else tops[0] if tops else [])
+            return W.Reply(version, list(islice(_merged(tops), n)) if len(tops) > 1 else tops[0] if tops else [])
         if op == W.MGET:
             rows = [r for p in parts for r in p.multi_get(req.player_ids) if r.key is not None]
             return W.Reply(version, [entry(r) for r in rows])

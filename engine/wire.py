@@ -15,7 +15,11 @@ always the second. Every reply starts with the board's local version on that
 shard actor (the sum of the ``changes`` of its partitions there).
 
 Rows, entries and changes carry the row's metadata (bytes of compact JSON,
-docs/api.md §13) as their last field, None when the row has none.
+docs/api.md §13), None when the row has none; on a board with subscores
+(§14) entries and rows also carry the wire key's subscores (``mid``: each
+negated when descending, so ``(primary, *mid, tie, player_id)`` sorts in
+rank order) and the row's subscores as they are, after it (None elsewhere,
+so other boards' messages do not grow).
 """
 
 from __future__ import annotations
@@ -239,6 +243,8 @@ class Entry(NamedTuple):
     value: int
     achieved_at: int
     metadata: bytes | None = None
+    mid: list | None = None  # subscores boards: the wire key's subscores (signed)
+    subscores: list | None = None  # subscores boards: the row's subscores
 
 
 class RowWire(NamedTuple):
@@ -253,11 +259,18 @@ class RowWire(NamedTuple):
     primary: int | None  # None when not ranked
     tie: int | None
     metadata: bytes | None = None
+    mid: list | None = None  # subscores boards: the wire key's subscores (signed); None when not ranked
+    subscores: list | None = None  # subscores boards: the row's subscores
 
     @property
     def key(self) -> list | None:
-        """The row's wire key ``[primary, tie, player_id]`` (None: not ranked)."""
-        return [self.primary, self.tie, self.player_id] if self.ranked else None
+        """The row's wire key ``[primary, tie, player_id]``, or ``[primary,
+        *mid, tie, player_id]`` on a board with subscores (None: not ranked)."""
+        if not self.ranked:
+            return None
+        if self.mid:
+            return [self.primary, *self.mid, self.tie, self.player_id]
+        return [self.primary, self.tie, self.player_id]
 
 
 class ChangeWire(NamedTuple):
@@ -268,6 +281,7 @@ class ChangeWire(NamedTuple):
     achieved_at: int | None
     status: str  # a RowStatus value
     metadata: bytes | None = None
+    subscores: list | None = None  # subscores boards: the row's subscores
 
 
 class HistoryItem(NamedTuple):

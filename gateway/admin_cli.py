@@ -37,6 +37,7 @@ from urllib.parse import quote
 import httpx
 
 from engine.errors import ValidationFailed
+from engine.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS
 from engine.timefmt import parse_timestamp
 
 from gateway.validation import event_from_json
@@ -155,7 +156,7 @@ def _dump(obj: Any, out: IO[str]) -> None:
 
 def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
     body: dict = {"board_id": args.board, "policy": args.policy}
-    for key in ("shards", "max_plausible_time_ms", "review_above", "closes_at", "finalize_after_s"):
+    for key in ("shards", "max_plausible_time_ms", "review_above", "closes_at", "finalize_after_s", "subscores"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
@@ -530,6 +531,17 @@ def _batch(text: str) -> int:
     return v
 
 
+def _directions(text: str) -> list[str]:
+    """``desc,asc`` -> ["desc", "asc"]; an empty text is no subscores."""
+    items = [t.strip() for t in text.split(",")] if text.strip() else []
+    for t in items:
+        if t not in SUBSCORE_DIRECTIONS:
+            raise argparse.ArgumentTypeError(f"{t!r} is not a direction: use desc or asc, comma-separated")
+    if len(items) > MAX_SUBSCORES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SUBSCORES} subscores")
+    return items
+
+
 def _int64(text: str) -> int:
     try:
         return int(text)
@@ -557,6 +569,9 @@ def register(sub) -> None:
                    help="scheduled close: RFC 3339 with a zone, or epoch ms (the board freezes then)")
     c.add_argument("--finalize-after-s", type=_non_negative, default=None,
                    help="seconds from --closes-at to FINALIZED (server default 3600)")
+    c.add_argument("--subscores", type=_directions, default=None,
+                   help="subscores' directions, compared after the value: e.g. desc,asc (at most 3; "
+                        "best_score and fastest_time boards)")
     c.set_defaults(admin=cmd_boards_create)
     c = bsub.add_parser("next-season", parents=[conn],
                         help="create game:mode:SEASON:scope with the board's settings (admin)")

@@ -17,6 +17,10 @@ The bytes are exactly what the reference writers give (the tests compare them):
   the row has some, its stored compact JSON as is; an id's ``"`` and ``\\``
   escaped. An id holding a control character (the HTTP API refuses them, an
   embedded caller may not) is escaped by orjson, one row at a time.
+
+On a board with subscores (docs/api.md §14) each CSV line ends with a
+``subscores`` column (the compact JSON array, quoted when it holds a comma:
+two or more subscores) and each JSON Lines object ends with ``"subscores"``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,21 @@ from engine.export import Chunk
 from engine.timefmt import format_timestamp
 
 _EMPTY = np.zeros(0, np.int64)
+_NO_SUBS = np.zeros((0, 0), np.int64)
+
+
+@numba.njit(cache=True, inline="always")
+def _array(out, at, subs, i):
+    """Row ``i`` of ``subs`` as a compact JSON array of integers."""
+    out[at] = 91  # "["
+    at += 1
+    for c in range(subs.shape[1]):
+        if c:
+            out[at] = 44
+            at += 1
+        at = _int(out, at, subs[i, c])
+    out[at] = 93  # "]"
+    return at + 1
 
 
 @numba.njit(cache=True, inline="always")
@@ -118,7 +137,7 @@ def _csv_field(out, at, src, a, b):
 
 
 @numba.njit(cache=True)
-def _csv_kernel(first, value, achieved, ids, ioffs, metas, moffs, tied, ties, out):
+def _csv_kernel(first, value, achieved, ids, ioffs, metas, moffs, tied, ties, subs, out):
     at = 0
     for i in range(len(value)):
         at = _int(out, at, first + i)
@@ -133,6 +152,17 @@ def _csv_kernel(first, value, achieved, ids, ioffs, metas, moffs, tied, ties, ou
         if ties:
             out[at] = 44
             at = _int(out, at + 1, tied[i])
+        k = subs.shape[1]
+        if k:  # a subscores board: the last column, quoted when the array holds a comma
+            out[at] = 44
+            at += 1
+            if k > 1:
+                out[at] = 34
+                at += 1
+            at = _array(out, at, subs, i)
+            if k > 1:
+                out[at] = 34
+                at += 1
         out[at] = 13
         out[at + 1] = 10
         at += 2
@@ -147,8 +177,8 @@ def _put(out, at, text):
 
 
 @numba.njit(cache=True)
-def _jsonl_kernel(first, value, achieved, ids, ioffs, metas, moffs, tied, ties, out,
-                  k_rank, k_tied, k_pid, k_value, k_at, k_meta):
+def _jsonl_kernel(first, value, achieved, ids, ioffs, metas, moffs, tied, ties, subs, out,
+                  k_rank, k_tied, k_pid, k_value, k_at, k_meta, k_subs):
     """Returns the end, or -1 when an id holds a control character (the caller
     falls back to orjson for that chunk)."""
     at = 0
@@ -179,6 +209,9 @@ def _jsonl_kernel(first, value, achieved, ids, ioffs, metas, moffs, tied, ties, 
             at = _put(out, at, k_meta)
             out[at:at + b - a] = metas[a:b]
             at += b - a
+        if subs.shape[1]:
+            at = _put(out, at, k_subs)
+            at = _array(out, at, subs, i)
         out[at] = 125
         out[at + 1] = 10
         at += 2
@@ -189,7 +222,8 @@ def _keys(*texts: str) -> tuple:
     return tuple(np.frombuffer(t.encode(), np.uint8) for t in texts)
 
 
-_JSON_KEYS = _keys('{"rank":', ',"tied_rank":', ',"player_id":"', '","value":', ',"achieved_at":"', ',"metadata":')
+_JSON_KEYS = _keys('{"rank":', ',"tied_rank":', ',"player_id":"', '","value":', ',"achieved_at":"', ',"metadata":',
+                   ',"subscores":')
 
 
 def _args(chunk: Chunk, ties: bool) -> tuple:
@@ -200,12 +234,14 @@ def _args(chunk: Chunk, ties: bool) -> tuple:
     return (np.int64(chunk.first_rank), np.ascontiguousarray(r.value, np.int64),
             np.ascontiguousarray(r.achieved, np.int64), np.ascontiguousarray(r.id_bytes, np.uint8),
             np.ascontiguousarray(r.id_offsets, np.int64), np.ascontiguousarray(r.meta_bytes, np.uint8),
-            np.ascontiguousarray(r.meta_offsets, np.int64), np.ascontiguousarray(tied, np.int64), bool(ties))
+            np.ascontiguousarray(r.meta_offsets, np.int64), np.ascontiguousarray(tied, np.int64), bool(ties),
+            _NO_SUBS if chunk.subscores is None else np.ascontiguousarray(chunk.subscores, np.int64))
 
 
 def _room(chunk: Chunk) -> np.ndarray:
     r = chunk.rows
-    return np.empty(r.rows * 200 + 2 * (len(r.id_bytes) + len(r.meta_bytes)), np.uint8)
+    k = 0 if chunk.subscores is None else int(chunk.subscores.shape[1])
+    return np.empty(r.rows * (200 + 24 * k) + 2 * (len(r.id_bytes) + len(r.meta_bytes)), np.uint8)
 
 
 def csv_bytes(chunk: Chunk, ties: bool = False) -> bytes:
@@ -240,5 +276,7 @@ def _jsonl_orjson(chunk: Chunk, ties: bool) -> bytes:
         row |= {"player_id": e.player_id, "value": e.value, "achieved_at": format_timestamp(e.achieved_at)}
         if e.metadata:
             row["metadata"] = orjson.Fragment(e.metadata)
+        if e.subscores is not None:
+            row["subscores"] = list(e.subscores)
         lines.append(orjson.dumps(row) + b"\n")
     return b"".join(lines)

@@ -57,6 +57,7 @@ def board(b: BoardInfo) -> dict:
         "review_above": b.review_above,
         "closes_at": None if b.closes_at is None else format_timestamp(b.closes_at),
         "finalize_after_s": b.finalize_after_s,
+        "subscores": list(b.subscores),
     }
 
 
@@ -80,6 +81,8 @@ def entry(e: RankedEntry) -> dict:
         out["tied_rank"] = e.tied_rank
     if e.metadata:
         out["metadata"] = Fragment(e.metadata)
+    if e.subscores is not None:
+        out["subscores"] = list(e.subscores)
     return out
 
 
@@ -96,6 +99,9 @@ def entries(es) -> list[dict]:
     for d, e in zip(out, es):
         if e.metadata:
             d["metadata"] = Fragment(e.metadata)
+    if es and es[0].subscores is not None:  # a board with subscores (docs/api.md §14): every entry has them
+        for d, e in zip(out, es):
+            d["subscores"] = list(e.subscores)
     return out
 
 
@@ -108,6 +114,8 @@ def change(c: RowChange) -> dict:
     }
     if c.metadata:
         out["metadata"] = Fragment(c.metadata)
+    if c.subscores is not None:
+        out["subscores"] = list(c.subscores)
     return out
 
 
@@ -124,6 +132,7 @@ def player(p: PlayerView) -> dict:
         "row_version": p.row_version,
         **({"tied_rank": p.tied_rank} if p.tied_rank is not None else {}),
         **({"metadata": Fragment(p.metadata)} if p.metadata else {}),
+        **({"subscores": list(p.subscores)} if p.subscores is not None else {}),
     }
 
 

@@ -156,6 +156,10 @@ class BoardCreate(BaseModel):
                           "that log position, as if an admin had asked (a past time: right after creation).")
     finalize_after_s: FinalizeAfterS | None = Field(
         None, description="Seconds after `closes_at` at which the board moves to FINALIZED (default 3600).")
+    subscores: list[Literal["desc", "asc"]] | None = Field(
+        None, max_length=3, description="0-3 subscores, each `desc` (higher first) or `asc` (lower first), "
+        "compared after the primary value and before the policy's tie keys (§14); `best_score` and "
+        "`fastest_time` only (`[]` is the same as none). Every event on the board then carries that many.")
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
@@ -183,6 +187,7 @@ class BoardOut(_Out):
     review_above: int | None = None
     closes_at: Timestamp | None = Field(None, description="Scheduled close, or null.")
     finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
+    subscores: list[Literal["desc", "asc"]] = Field([], description="The board's subscores' directions (§14).")
 
 
 class BoardList(_Out):
@@ -209,6 +214,10 @@ class EventIn(BaseModel):
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
     submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
+    subscores: list[Int64] | None = Field(
+        None, max_length=3, description="On a board with subscores (§14): exactly as many signed 64-bit integers "
+        "as the board declares (else the batch is refused, 422); elsewhere omitted, null or `[]`. Part of the "
+        "event's content for deduplication.")
 
 
 class EventBatchIn(BaseModel):
@@ -237,12 +246,14 @@ class EntryOut(_Out):
     rank: int = Field(ge=1)
     tied_rank: int | None = Field(None, ge=1, description="With `?ties=competition`: the competition rank "
                                   "(1, 1, 3), one plus the number of ranked players with a strictly better "
-                                  "primary value.")
+                                  "primary value (and subscores, on a board with them).")
     player_id: str
     value: int
     achieved_at: Timestamp
     metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
                                             "value (§13); left out when there is none.")
+    subscores: list[int] | None = Field(None, description="The row's subscores, on a board with subscores "
+                                        "(§14); left out on other boards.")
 
 
 class TopOut(_Out):
@@ -268,6 +279,8 @@ class PlayerOut(_Out):
                                             "(apply or correction); compare it to detect a concurrent change.")
     metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
                                             "value (§13); left out when there is none.")
+    subscores: list[int] | None = Field(None, description="The row's subscores, on a board with subscores "
+                                        "(§14); left out on other boards.")
     stale_ms: StaleMs = None
 
 
@@ -290,6 +303,8 @@ class ChangeOut(_Out):
     status: RowStatus
     metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
                                             "value (§13); left out when there is none.")
+    subscores: list[int] | None = Field(None, description="The row's subscores, on a board with subscores "
+                                        "(§14); left out on other boards.")
 
 
 class DeltaOut(_Out):

@@ -22,7 +22,7 @@ import orjson
 
 from engine.columns import ScoreBatch, ScoreColumns
 from engine.errors import BatchTooLarge, ValidationFailed
-from engine.model import INT64_MAX, INT64_MIN, ScoreEvent
+from engine.model import INT64_MAX, INT64_MIN, MAX_SUBSCORES, ScoreEvent
 from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
 
 BOARD_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -152,6 +152,9 @@ def _fast_event(raw: object) -> ScoreEvent | None:
         meta = raw.get("metadata")
         if meta is not None:
             return None  # the checked path encodes it, naming the field on errors
+        subs = raw.get("subscores")
+        if subs is not None and subs != []:
+            return None  # the checked path reads them, naming the field on errors
         if (type(eid) is str and type(pid) is str and type(bid) is str and type(value) is int and type(at) is int
                 and (sub is None or type(sub) is int)
                 and 0 < len(eid) <= MAX_ID_CHARS and 0 < len(pid) <= MAX_ID_CHARS
@@ -178,6 +181,7 @@ def _event_from_json_checked(raw: object, field: str) -> ScoreEvent:
     submitted_raw = raw.get("submitted_at")
     submitted_at = achieved_at if submitted_raw is None else parse_timestamp(submitted_raw, f"{field}.submitted_at")
     metadata = encode_metadata(raw.get("metadata"), f"{field}.metadata")
+    subscores = check_subscores(raw.get("subscores"), f"{field}.subscores")
     return ScoreEvent(
         board_id=board_id,
         event_id=event_id,
@@ -186,7 +190,29 @@ def _event_from_json_checked(raw: object, field: str) -> ScoreEvent:
         achieved_at=achieved_at,
         submitted_at=submitted_at,
         metadata=metadata,
+        subscores=subscores,
     )
+
+
+def check_subscores(raw: object, field: str) -> tuple[int, ...]:
+    """An event's ``subscores`` (docs/api.md §14): null or a list of at most
+    MAX_SUBSCORES signed 64-bit integers, as a tuple (() for none). Whether
+    the count is the board's is checked against the board, before the log
+    (:func:`engine.subscores.check_batch`).
+
+    >>> check_subscores(None, "s"), check_subscores([1, -2], "s")
+    ((), (1, -2))
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValidationFailed("subscores must be a list of signed 64-bit integers (or null).", field)
+    if len(raw) > MAX_SUBSCORES:
+        raise ValidationFailed(f"An event carries at most {MAX_SUBSCORES} subscores; this one has {len(raw)}.", field)
+    for x in raw:
+        if type(x) is not int or not INT64_MIN <= x <= INT64_MAX:
+            raise ValidationFailed("subscores must be a list of signed 64-bit integers (or null).", field)
+    return tuple(raw)
 
 
 def events_from_body(body: object, max_events: int) -> list[ScoreEvent]:
@@ -261,6 +287,8 @@ def _batch_columns(events: list) -> ScoreBatch | None:
         return None
     get = dict.get
     if list(map(get, events, repeat("metadata", n))).count(None) != n:
+        return None
+    if list(map(get, events, repeat("subscores", n))).count(None) != n:  # subscores: the checked path
         return None
     eids = list(map(get, events, repeat("event_id", n)))
     pids = list(map(get, events, repeat("player_id", n)))

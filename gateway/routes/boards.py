@@ -6,6 +6,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec
+from engine.subscores import check_directions
 
 from gateway import render
 from gateway.auth import Permission
@@ -29,6 +30,7 @@ async def create_board(body: BoardCreate, request: Request):
         review_above=body.review_above,
         closes_at=body.closes_at,
         finalize_after_s=DEFAULT_FINALIZE_AFTER_S if body.finalize_after_s is None else body.finalize_after_s,
+        subscores=check_directions(body.policy, body.subscores),
     )
     info = await g.engine.create_board(spec)
     return JSONResponse(render.board(info), status_code=201)

@@ -15,6 +15,8 @@ chunk whatever the board's size; a chunk is rendered by one numba kernel
   out when there is none, as in every other read (docs/api.md §13).
 * ``?ties=competition`` adds each row's ``tied_rank`` (§13): a last CSV column
   ``tied_rank``, a ``tied_rank`` field after ``rank`` in JSON Lines.
+* A board with subscores (§14) adds a last CSV column ``subscores`` (a compact
+  JSON array) and a last JSON Lines field ``subscores``.
 
 The first chunk is read before the response starts, so an unknown board is a
 plain 404 error body. A failure after that (the engine failing mid-stream) can
@@ -48,7 +50,8 @@ MEDIA = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 async def _body(first: Chunk, rest: AsyncIterator[Chunk], fmt: str, ties: bool) -> AsyncIterator[bytes]:
     render = csv_bytes if fmt == "csv" else jsonl_bytes
     try:
-        head = (CSV_HEADER + (",tied_rank" if ties else "") + "\r\n").encode() if fmt == "csv" else b""
+        subs = ",subscores" if first.subscores is not None else ""  # a board with subscores (docs/api.md §14)
+        head = (CSV_HEADER + (",tied_rank" if ties else "") + subs + "\r\n").encode() if fmt == "csv" else b""
         yield head + render(first, ties)
         async for chunk in rest:
             yield render(chunk, ties)

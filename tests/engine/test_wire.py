@@ -56,7 +56,7 @@ def test_replies_read_back_from_msgpack_equal_the_in_process_ones():
         assert named.version == want.version == 6, req.op
     row = W.RowWire(*W.reply(W.GET, remote.replies[3]).row)
     assert row.player_id == "p3" and row.ranked and row.key == key and row.metadata == b'{"k":1}'
-    top = [W.Entry._make(e) for e in W.reply(W.TOP, remote.replies[0]).value]
+    top = [W.Entry(*e) for e in W.reply(W.TOP, remote.replies[0]).value]
     assert [e.player_id for e in top] == ["p5", "p4", "p3", "p2"] and top[2].metadata == b'{"k":1}'
     assert top[0].metadata is None  # no metadata: the field is there, None
     hist = [W.HistoryItem._make(h) for h in local.replies[8].value]

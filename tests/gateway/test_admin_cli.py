@@ -119,6 +119,20 @@ def test_boards_create_list_show_state(env, capsys):
     assert code == admin_cli.EXIT_REFUSED and "HTTP 404 BOARD_NOT_FOUND" in err
 
 
+def test_boards_create_with_subscores(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-u:solo:S1:global", "--policy", "fastest_time",
+                          "--subscores", "desc,asc")
+    assert code == 0, err
+    assert json.loads(out)["subscores"] == ["desc", "asc"]
+    code, out, _ = _run(capsys, "boards", "show", "cli-u:solo:S1:global")
+    assert json.loads(out)["subscores"] == ["desc", "asc"]
+    code, _, err = _run(capsys, "boards", "create", "cli-v:solo:S1:global", "--policy", "cumulative",
+                        "--subscores", "desc")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 422 VALIDATION_FAILED" in err
+    with pytest.raises(SystemExit):  # not a direction: argparse refuses it before any request
+        _run(capsys, "boards", "create", "cli-w:solo:S1:global", "--policy", "best_score", "--subscores", "up")
+
+
 def test_boards_create_with_a_schedule_and_next_season(env, capsys):
     code, out, err = _run(capsys, "boards", "create", "cli-s:solo:S1:global", "--policy", "cumulative", "--shards", "2",
                           "--closes-at", "2999-01-01T00:00:00Z", "--finalize-after-s", "0")
