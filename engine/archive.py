@@ -57,11 +57,15 @@ from engine.errors import UnsupportedFormat
 from engine.journal import KIND_NAMES, JournalColumns
 from engine.model import HistoryEntry, PlayerView, Policy, RankedEntry, RowStatus
 from engine.partition import outcome_name
+from engine.export import key_subscores
 from engine.players import decode_id, encode_ids, gather, hash_bytes, same_bytes
 
 MAGIC = b"FRARCHV1"
 #: What :func:`encode` writes; a reader refuses a newer one (engine.formats rules).
-ARCHIVE_FORMAT = 2  # 2: the history sections (a format-1 archive has none)
+ARCHIVE_FORMAT = 3  # 2: the history sections (a format-1 archive has none); 3: subscores (below)
+#: The format an archive without subscores is written in: byte for byte what format 2 wrote. Only
+#: the archive of a board with subscores is format 3 (a format-2 reader refuses it, as it must).
+_PLAIN_FORMAT = 2
 #: Section name -> numpy dtype ("bytes" sections are raw uint8).
 SECTIONS = {
     "value": "<i8", "achieved": "<i8", "submitted": "<i8", "row_version": "<i8",
@@ -72,6 +76,9 @@ SECTIONS = {
     "h_achieved": "<i8", "h_submitted": "<i8", "h_eid_offsets": "<i8", "h_eid_bytes": "u1",
     "h_meta_offsets": "<i8", "h_meta_bytes": "u1",
     "x_id_offsets": "<i8", "x_id_bytes": "u1", "x_hashes": "<u8", "x_hash_rows": "<i8",
+    # subscores (docs/api.md §14): the rows' subscores, row by row, in rank order; only in the
+    # archive of a board with subscores (its header then names their directions, "subscores")
+    "subscores": "<i8",
 }
 HISTORY_SECTIONS = tuple(k for k in SECTIONS if k[:2] in ("h_", "x_"))
 _U64 = struct.Struct("<Q")
@@ -91,6 +98,7 @@ class ArchiveRows(NamedTuple):
     row_version: np.ndarray
     active: np.ndarray
     metadata: Sequence[bytes | None] | None = None
+    subscores: np.ndarray | None = None  # (rows, k) int64 on a board with subscores, else None
 
     @classmethod
     def of(cls, player_ids: Sequence[str], value, achieved, submitted, row_version, active,
@@ -126,12 +134,17 @@ def rows_from_wire(parts: Sequence[Sequence[bytes]]) -> ArchiveRows:
         return np.concatenate([np.frombuffer(p[k], dtype) for p in parts] or [np.zeros(0, dtype)])
 
     arena = np.concatenate(arenas) if arenas else np.zeros(0, np.uint8)
+    subs = None  # a partition's 9th column (boards with subscores): the rows' subscores, little-endian int64
+    sized = [(len(p[8]), len(o) - 1) for p, o in zip(parts, offsets) if len(p) > 8 and len(o) > 1]
+    if sized:
+        k = sized[0][0] // (8 * sized[0][1])
+        subs = np.concatenate([np.frombuffer(p[8], "<i8") for p in parts if len(p) > 8]).astype(np.int64).reshape(-1, k)
     metas = None  # a partition's 8th column: one bytes per row, or [] when none has metadata
     if any(len(p) > 7 and p[7] for p in parts):
         metas = [m or None for p, offs in zip(parts, offsets)
                  for m in (p[7] if len(p) > 7 and p[7] else [b""] * (len(offs) - 1))]
     return ArchiveRows(arena, np.concatenate(shifted), col(2).astype(np.int64), col(3).astype(np.int64),
-                       col(4).astype(np.int64), col(5).astype(np.int64), col(6, "u1").astype(bool), metas)
+                       col(4).astype(np.int64), col(5).astype(np.int64), col(6, "u1").astype(bool), metas, subs)
 
 
 class ArchiveHistory(NamedTuple):
@@ -262,11 +275,12 @@ def id_hashes(buf, offs) -> np.ndarray:
     return np.fromiter((h(mv[a:b]) for a, b in zip(o, o[1:])), np.uint64, count=len(o) - 1)
 
 
-def rank_order(policy: Policy, rows: ArchiveRows) -> np.ndarray:
-    """Row positions: the active rows by the board comparator (docs/api.md §6),
-    then the invalidated rows by player id. O(n log n) in numpy, plus a
-    Python sort of each run of rows whose (primary, tie) are equal and of the
-    invalidated rows."""
+def rank_order(policy: Policy, rows: ArchiveRows, subscores: Sequence[str] = ()) -> np.ndarray:
+    """Row positions: the active rows by the board comparator (docs/api.md §6;
+    with ``subscores``, their directions, §14: the rows' subscores between
+    primary and tie), then the invalidated rows by player id. O(n log n) in
+    numpy, plus a Python sort of each run of rows whose keys but the id are
+    equal and of the invalidated rows."""
     active = np.asarray(rows.active, bool)
     value = np.asarray(rows.value, np.int64)
     if policy is Policy.FASTEST_TIME:
@@ -274,10 +288,16 @@ def rank_order(policy: Policy, rows: ArchiveRows) -> np.ndarray:
     else:  # descending: ~v orders as -v without overflowing at the int64 edge
         primary, tie = np.invert(value), np.asarray(rows.achieved, np.int64)
     on = np.flatnonzero(active)
-    order = on[np.lexsort((tie[on], primary[on]))]
+    subs = key_subscores(rows.subscores, subscores) if subscores and rows.subscores is not None else None
+    cols = [] if subs is None else [subs[on, c] for c in range(subs.shape[1])]
+    order = on[np.lexsort((tie[on], *reversed(cols), primary[on]))]
     if len(order) > 1:
         p, t = primary[order], tie[order]
         same = (p[1:] == p[:-1]) & (t[1:] == t[:-1])
+        if subs is not None:
+            for c in range(subs.shape[1]):
+                x = subs[order, c]
+                same &= x[1:] == x[:-1]
         if same.any():  # equal (primary, tie): the lower player id first
             starts = np.flatnonzero(same & ~np.concatenate(([False], same[:-1])))
             for s in starts.tolist():
@@ -291,14 +311,18 @@ def rank_order(policy: Policy, rows: ArchiveRows) -> np.ndarray:
 
 
 def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows,
-           history: ArchiveHistory | None = None) -> list[bytes]:
+           history: ArchiveHistory | None = None, subscores: Sequence[str] = ()) -> list[bytes]:
     """The archive of a board at ``version`` as byte chunks to write in order,
     with ``history`` (every journal row of the board) when given.
     Deterministic: the same rows (in any order) and the same history give the
     same bytes. O(n log n + events log events), with no Python object kept per
     row or event (memory: a few columns of the board and of its history)."""
     n = rows.n
-    order = rank_order(policy, rows)
+    order = rank_order(policy, rows, subscores)
+    subs = None
+    if subscores:
+        subs = (np.zeros((n, len(subscores)), np.int64) if rows.subscores is None
+                else np.asarray(rows.subscores, np.int64).reshape(n, len(subscores))[order])
     ranked = int(np.count_nonzero(np.asarray(rows.active, bool)))
     id_bytes, id_offsets = gather(np.ascontiguousarray(rows.id_bytes, np.uint8),
                                   np.asarray(rows.id_offsets, np.int64), order)
@@ -315,7 +339,8 @@ def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows,
     o = id_offsets.tolist()
     for i, (v, a, r) in enumerate(zip(value.tolist(), achieved.tolist(), rv.tolist())):
         status = "ACTIVE" if i < ranked else "INVALIDATED"
-        total += row_digest(decode_id(raw[o[i]:o[i + 1]]), v, a, status, r, metas[i] if metas else None)
+        total += row_digest(decode_id(raw[o[i]:o[i + 1]]), v, a, status, r, metas[i] if metas else None,
+                            None if subs is None else tuple(subs[i].tolist()))
     del raw, o
     data = {
         "value": value.astype("<i8").tobytes(), "achieved": achieved.astype("<i8").tobytes(),
@@ -325,10 +350,15 @@ def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows,
         "meta_bytes": b"" if metas is None else b"".join(m or b"" for m in metas),
         "hashes": hashes[by_hash].astype("<u8").tobytes(), "hash_rows": by_hash.astype("<i8").tobytes(),
     }
+    if subs is not None:
+        data["subscores"] = np.ascontiguousarray(subs, "<i8").tobytes()
     if history is not None:
         data.update(_history_sections(n, id_bytes, id_offsets, history))
-    header = {"format": ARCHIVE_FORMAT, "board_id": board_id, "policy": policy.value, "version": int(version),
+    header = {"format": ARCHIVE_FORMAT if subscores else _PLAIN_FORMAT, "board_id": board_id, "policy": policy.value,
+              "version": int(version),
               "rows": n, "ranked": ranked, "checksum": render(total & MASK128), "sections": {}}
+    if subscores:  # only a board with subscores names them: other archives are byte for byte as before
+        header["subscores"] = list(subscores)
     if history is not None:
         header["events"] = history.cols.n
     # Section offsets depend on the header's length, which depends on the offsets: fix the
@@ -409,6 +439,10 @@ class ArchiveView:
         self.hashes, self.hash_rows = cols["hashes"], cols["hash_rows"]
         #: The history columns (docs/storage.md), or None: a format-1 archive has no history.
         self.hist = {k: cols[k] for k in HISTORY_SECTIONS} if "h_offsets" in cols else None
+        #: subscores (docs/api.md §14): their directions and the rows' values (rows, k), or () and None
+        self.subscore_directions: tuple[str, ...] = tuple(header.get("subscores", ()))
+        k = len(self.subscore_directions)
+        self.subs = cols["subscores"].reshape(self.info.rows, k) if k and "subscores" in cols else None
         self.ranked = self.info.ranked
         self._descending = self.info.policy is not Policy.FASTEST_TIME
 
@@ -513,8 +547,13 @@ class ArchiveView:
         else:
             mraw = self.meta_bytes[moffs[0]:moffs[-1]].tobytes()
             metas = [mraw[a - moffs[0]:b - moffs[0]] or None for a, b in zip(moffs, moffs[1:])]
-        return [RankedEntry(start + k + 1, pid, v, a, None, m) for k, (pid, v, a, m) in
-                enumerate(zip(ids, self.value[start:stop].tolist(), self.achieved[start:stop].tolist(), metas))]
+        subs = [None] * (stop - start) if self.subs is None else [tuple(s) for s in self.subs[start:stop].tolist()]
+        return [RankedEntry(start + k + 1, pid, v, a, None, m, s) for k, (pid, v, a, m, s) in
+                enumerate(zip(ids, self.value[start:stop].tolist(), self.achieved[start:stop].tolist(), metas, subs))]
+
+    def subscores(self, i: int) -> tuple[int, ...] | None:
+        """Row ``i``'s subscores, or None (a board without subscores)."""
+        return None if self.subs is None else tuple(self.subs[i].tolist())
 
     def top(self, offset: int, limit: int) -> list[RankedEntry]:
         """Ranks ``offset+1 .. offset+limit``."""
@@ -526,6 +565,16 @@ class ArchiveView:
         v = int(self.value[i])
         lo, hi = 0, i
         values, desc = self.value, self._descending
+        if self.subs is not None:  # ties are on (value, subscores): compare whole keys (§14)
+            key = self._tie_key
+            mine = key(i)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if key(mid) < mine:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo + 1
         while lo < hi:
             mid = (lo + hi) // 2
             w = int(values[mid])
@@ -535,19 +584,26 @@ class ArchiveView:
                 hi = mid
         return lo + 1
 
+    def _tie_key(self, i: int) -> tuple:
+        """Row ``i``'s (primary, subscores) in ascending rank order."""
+        v = int(self.value[i])
+        assert self.subs is not None
+        subs = [s if d == "asc" else -s for s, d in zip(self.subs[i].tolist(), self.subscore_directions)]
+        return (-v if self._descending else v, *subs)
+
     def player(self, version: int, i: int) -> PlayerView:
         """The player view of row ``i`` (``version``: the board's)."""
         ranked = i < self.ranked
         return PlayerView(version, self.player_id(i), i + 1 if ranked else None, int(self.value[i]),
                           int(self.achieved[i]), RowStatus.ACTIVE if ranked else RowStatus.INVALIDATED,
-                          int(self.row_version[i]), metadata=self.metadata(i))
+                          int(self.row_version[i]), metadata=self.metadata(i), subscores=self.subscores(i))
 
     def subset(self, player_ids: Sequence[str]) -> list[RankedEntry]:
         """The ranked rows among ``player_ids``, ranked locally 1..k (the
         archive's order is the comparator's)."""
         rows = sorted({r for r in self.find_many(list(dict.fromkeys(player_ids))) if 0 <= r < self.ranked})
-        return [RankedEntry(k + 1, self.player_id(r), int(self.value[r]), int(self.achieved[r]), None, self.metadata(r))
-                for k, r in enumerate(rows)]
+        return [RankedEntry(k + 1, self.player_id(r), int(self.value[r]), int(self.achieved[r]), None, self.metadata(r),
+                            self.subscores(r)) for k, r in enumerate(rows)]
 
     def _check(self) -> None:
         """O(n) self-check: rank order, id index, offsets."""

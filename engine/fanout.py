@@ -40,7 +40,7 @@ from engine import checksum as checksum_mod
 from engine import wire as W
 from engine.archive import ArchiveView
 from engine.board_control import BoardCtl, BoardRegistry, KeySample, RouterConfig
-from engine.export import Block, Chunk, Merge, TiedRanks, raw_subscores
+from engine.export import Block, Chunk, Merge, TiedRanks, key_subscores, raw_subscores
 from engine.errors import (
     BoardArchived,
     FlowRankError,
@@ -590,7 +590,10 @@ class ReadFanOut:
             arch = ctl.archive
             for start in range(0, max(arch.ranked, 1), page_rows):
                 rows = _archive_block(arch, start, min(start + page_rows, arch.ranked))
-                yield Chunk(arch.info.version, start + 1, rows, tied.of(start + 1, rows.value) if tied else None)
+                yield Chunk(arch.info.version, start + 1, rows, tied.of(start + 1, rows.value, rows.sub) if tied else None,
+                            raw_subscores(rows.sub, arch.subscore_directions)
+                            if rows.sub is not None else (np.zeros((0, len(ctl.spec.subscores)), np.int64)
+                                                          if ctl.spec.subscores else None))
             return
         version, files = await self._spill(ctl, min(page_rows, self.cfg.export_block_rows))
         sources = await self._spill_sources(ctl, files)
@@ -768,8 +771,10 @@ def _archive_block(arch: ArchiveView, start: int, stop: int) -> Block:
     io, mo = arch.id_offsets[start:stop + 1], arch.meta_offsets[start:stop + 1]
     if stop <= start:
         io = mo = np.zeros(1, np.int64)
+    sub = None if arch.subs is None else key_subscores(arch.subs[start:stop], arch.subscore_directions)
     return Block(np.invert(value) if descending else value, achieved if descending else arch.submitted[start:stop],
-                 value, achieved, arch.id_bytes[io[0]:io[-1]], io - io[0], arch.meta_bytes[mo[0]:mo[-1]], mo - mo[0])
+                 value, achieved, arch.id_bytes[io[0]:io[-1]], io - io[0], arch.meta_bytes[mo[0]:mo[-1]], mo - mo[0],
+                 sub)
 
 
 def _archive_page(arch: ArchiveView, offset: int, limit: int, ties: bool) -> tuple:

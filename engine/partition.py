@@ -330,6 +330,21 @@ def distinct(idx):
     return out[:k]
 
 
+def _strip_prefix(cols: JournalColumns, w: int) -> JournalColumns:
+    """Journal columns with the first ``w`` bytes of each metadata payload
+    that has them dropped (a payload shorter than ``w``, an invalidation's,
+    is empty). Numpy: O(rows + bytes)."""
+    starts, ends = cols.moffs[:-1], cols.moffs[1:]
+    keep0 = np.where(ends - starts >= w, starts + w, ends)
+    lens = ends - keep0
+    offs = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=offs[1:])
+    total = int(offs[-1])
+    q = np.arange(total, dtype=np.int64) - np.repeat(offs[:-1], lens)
+    arena = cols.marena[np.repeat(keep0, lens) + q] if total else np.zeros(0, np.uint8)
+    return cols._replace(marena=arena, moffs=offs)
+
+
 class Partition:
     """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
@@ -760,10 +775,13 @@ class Partition:
         ids = np.flatnonzero(self.st[: len(self.players)] != ST_NONE)
         arena, offs = self.players.bytes_of(ids)
         get = self.meta.get
-        return [arena.tobytes(), offs.astype("<i8").tobytes(), self.val[ids].astype("<i8").tobytes(),
-                self.ach[ids].astype("<i8").tobytes(), self.sub[ids].astype("<i8").tobytes(),
-                self.rv[ids].astype("<i8").tobytes(), (self.st[ids] == ST_ACTIVE).astype(np.uint8).tobytes(),
-                [get(p, b"") for p in ids.tolist()] if self.meta else []]
+        out = [arena.tobytes(), offs.astype("<i8").tobytes(), self.val[ids].astype("<i8").tobytes(),
+               self.ach[ids].astype("<i8").tobytes(), self.sub[ids].astype("<i8").tobytes(),
+               self.rv[ids].astype("<i8").tobytes(), (self.st[ids] == ST_ACTIVE).astype(np.uint8).tobytes(),
+               [get(p, b"") for p in ids.tolist()] if self.meta else []]
+        if self.k:  # a 9th column on a board with subscores (docs/api.md §14): the rows' subscores, row by row
+            out.append(np.ascontiguousarray(self.sc[ids], "<i8").tobytes())
+        return out
 
     def ranked_block(self, start: int, stop: int) -> Block:
         """Ranked rows ``start .. stop - 1`` (local rank order, clamped) as an
@@ -912,7 +930,10 @@ class Partition:
         """Journal rows ``start .. start+count-1`` as columns (their ``pid``
         indexes :attr:`players`) and how many rows the journal has: an
         archive reads a partition's history this way, chunk by chunk."""
-        return self.journal.columns(start, start + count), len(self.journal)
+        cols = self.journal.columns(start, start + count)
+        if self.k:  # each row's payload starts with its event's subscores: the history's metadata is the rest
+            cols = _strip_prefix(cols, 8 * self.k)
+        return cols, len(self.journal)
 
     def checksum_sum(self) -> int:
         """Sum mod 2**128 of a stable per-row hash: order-independent and

@@ -83,7 +83,8 @@ def entry(row) -> W.Entry:
 
 def _subs_entry_key(e: W.Entry) -> tuple:
     """A subscores board's entry in rank order: ``(primary, *mid, tie, player_id)``."""
-    return (e[0], *e[6], e[1], e[2])
+    mid: list = e[6] or []
+    return (e[0], *mid, e[1], e[2])
 
 
 def _merged(lists: list[list[W.Entry]]):

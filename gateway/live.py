@@ -62,6 +62,8 @@ def _active_change(e: RankedEntry) -> dict:
            "status": "ACTIVE"}
     if e.metadata:
         out["metadata"] = orjson.Fragment(e.metadata)
+    if e.subscores is not None:  # a board with subscores (docs/api.md §14)
+        out["subscores"] = list(e.subscores)
     return out
 
 
@@ -72,7 +74,8 @@ def window_diff(old: dict[str, RankedEntry], new: Sequence[RankedEntry], changed
     for e in new:
         new_ids.add(e.player_id)
         prev = old.get(e.player_id)
-        if prev is None or prev.value != e.value or prev.achieved_at != e.achieved_at or prev.metadata != e.metadata:
+        if (prev is None or prev.value != e.value or prev.achieved_at != e.achieved_at or prev.metadata != e.metadata
+                or prev.subscores != e.subscores):
             out.append(_active_change(e))
     for pid in old:
         if pid not in new_ids and pid in changed:

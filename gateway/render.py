@@ -154,6 +154,7 @@ def held(h: HeldEvent) -> dict:
         "value": h.value,
         "achieved_at": format_timestamp(h.achieved_at),
         "reason": _v(h.reason),
+        **({"subscores": list(h.subscores)} if h.subscores else {}),
     }
 
 

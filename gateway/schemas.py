@@ -161,10 +161,15 @@ class BoardCreate(BaseModel):
         "compared after the primary value and before the policy's tie keys (§14); `best_score` and "
         "`fastest_time` only (`[]` is the same as none). Every event on the board then carries that many.")
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
-         "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
-         "finalize_after_s": 3600}]})
+    model_config = ConfigDict(json_schema_extra={
+        "examples": [
+            {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
+             "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
+             "finalize_after_s": 3600}],
+        # a cumulative board takes no subscores (docs/api.md §14): say so to generated clients too
+        "if": {"properties": {"policy": {"const": "cumulative"}}, "required": ["policy"]},
+        "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}},
+    })
 
 
 class NextSeasonIn(BaseModel):
@@ -206,7 +211,11 @@ class EventIn(BaseModel):
     """A score event. It may also carry ``"metadata"``: a JSON object of at most 1,024 bytes as compact
     JSON with sorted keys, part of the event's content (docs/api.md §13: integers within 64 bits, finite
     floats below 2^63 in magnitude, no lone surrogates). It is not listed among the properties because
-    JSON Schema cannot state its size limit (a generated client would send objects the server refuses)."""
+    JSON Schema cannot state its size limit (a generated client would send objects the server refuses).
+    On a board with subscores (docs/api.md §14) an event carries ``"subscores"``: exactly as many signed
+    64-bit integers as the board declares (else the whole batch is 422); on other boards it is omitted,
+    null or ``[]``. Not a property either: whether it is required depends on the board, which JSON Schema
+    cannot say."""
 
     event_id: EventId
     board_id: BoardId
@@ -214,10 +223,6 @@ class EventIn(BaseModel):
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
     submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
-    subscores: list[Int64] | None = Field(
-        None, max_length=3, description="On a board with subscores (§14): exactly as many signed 64-bit integers "
-        "as the board declares (else the batch is refused, 422); elsewhere omitted, null or `[]`. Part of the "
-        "event's content for deduplication.")
 
 
 class EventBatchIn(BaseModel):
@@ -332,6 +337,8 @@ class HeldOut(_Out):
     value: int
     achieved_at: Timestamp
     reason: Literal["HELD_FOR_CORRECTION", "HELD_FOR_REVIEW"]
+    subscores: list[int] | None = Field(None, description="The held event's subscores, on a board with "
+                                        "subscores (§14).")
 
 
 class QuarantineOut(_Out):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.errors import PlayerNotFound, PlayerNotRanked, ValidationFailed
-from engine.model import INT64_MAX, INT64_MIN, BoardSpec, Invalidation, Policy, ScoreEvent
+from engine.model import INT64_MAX, INT64_MIN, BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
 from engine.service import LocalService
 from tests.engine.test_subscores import MAX_TIME, comparator, oracle
 
@@ -193,3 +193,43 @@ def test_deltas_and_live_changes_carry_the_rows_subscores():
     assert [(c.player_id, c.subscores) for d in got.deltas for c in d.changes] == want
     assert [(c.player_id, c.subscores) for d in heard for c in d.changes] == want
     assert [(e.player_id, e.subscores) for e in top] == [("q", (0,)), ("p", (INT64_MAX,))]
+
+
+def test_an_archived_subscores_board_answers_every_read_as_before():
+    events = [ScoreEvent(BOARD, f"e{i}", f"p{i % 6}", i % 2, i, i, b'{"k":1}' if i % 3 == 0 else b"",
+                         ((i % 3 - 1) * INT64_MAX, INT64_MIN + i % 2)) for i in range(30)]
+
+    async def reads(svc):
+        out = {"top": (await svc.top(BOARD, 0, 100, ties=True)).entries,
+               "subset": (await svc.ranked_subset(BOARD, ["p1", "p4", "p5"], ties=True)).entries,
+               "export": [e for c in [c async for c in svc.export(BOARD, 4, ties=True)] for e in c.entries()],
+               "checksum": (await svc.checksum(BOARD)).checksum,
+               "history": [await svc.history(BOARD, f"p{i}") for i in range(6)]}
+        for i in range(6):
+            try:
+                out[f"p{i}"] = (await svc.player(BOARD, f"p{i}", ties=True),
+                                (await svc.around(BOARD, f"p{i}", 2, ties=True)).entries)
+            except PlayerNotRanked:
+                out[f"p{i}"] = (await svc.player(BOARD, f"p{i}", ties=True), None)
+        return out
+
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=2)
+        try:
+            await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=3, subscores=("asc", "desc")))
+            await svc.submit(events)
+            await svc.invalidate(Invalidation(BOARD, "e29"))
+            before = await reads(svc)
+            for state in (BoardState.FROZEN, BoardState.FINALIZED, BoardState.ARCHIVED):
+                await svc.set_state(BOARD, state)
+            return before, await reads(svc)
+        finally:
+            await svc.close()
+
+    before, after = asyncio.run(go())
+    assert before["top"] and all(e.subscores is not None for e in before["top"])
+    # the journal keeps each event's subscores in front of its metadata: the history shows only the metadata
+    assert [h.metadata for h in before["history"][0]] == [b'{"k":1}'] * 5
+    assert [h.metadata for h in before["history"][1]] == [b""] * 5
+    for key in before:
+        assert after[key] == before[key], key
