@@ -10,7 +10,10 @@ import json
 
 import pytest
 
+from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
+from gateway.live import LiveHub
 from tests.gateway.conftest import BOARD, H
+from tests.gateway.test_live import drain, parse, settle
 
 pytestmark = pytest.mark.anyio
 
@@ -192,3 +195,33 @@ async def test_exports_carry_subscores_as_a_last_csv_column_and_a_jsonl_field(ha
     assert "subscores" not in json.loads(plain.text.splitlines()[0])
     plain = await c.get(f"/v1/boards/{PLAIN}/export", params={"format": "csv"}, headers=H("admin"))
     assert plain.text.split("\r\n")[0] == "rank,player_id,value,achieved_at,metadata"
+
+
+async def test_live_snapshot_and_deltas_carry_subscores(engines):
+    b = "g:m:s:livesubs"
+    eng = await engines()
+    await eng.create_board(BoardSpec(b, Policy.BEST_SCORE, shards=2, subscores=("desc",)))
+    await eng.submit([ScoreEvent(b, "e1", "p1", 100, 1, 1, b"", (MIN,)), ScoreEvent(b, "e2", "p2", 100, 1, 1, b"", (0,))])
+    hub = LiveHub(eng, window_s=0.02)
+    hub.start()
+    sub = await hub.subscribe(b, 3)
+    await settle(hub)
+    [snap] = await drain(sub)
+    kind, _, data = parse(snap)
+    assert kind == "snapshot"
+    assert [(e["player_id"], e["subscores"]) for e in data["entries"]] == [("p2", [0]), ("p1", [MIN])]
+    # the same score with a better subscore: a new best, and the delta carries it
+    await eng.submit([ScoreEvent(b, "e3", "p1", 100, 2, 2, b"", (MAX,))])
+    await settle(hub)
+    [delta] = await drain(sub)
+    kind, _, data = parse(delta)
+    assert kind == "delta"
+    assert {"player_id": "p1", "value": 100, "achieved_at": "1970-01-01T00:00:00.002Z", "status": "ACTIVE",
+            "subscores": [MAX]} in data["changes"]
+    await eng.invalidate(Invalidation(b, "e3"))
+    await settle(hub)
+    [delta] = await drain(sub)
+    kind, _, data = parse(delta)
+    assert [ch["subscores"] for ch in data["changes"] if ch["player_id"] == "p1"] == [[MIN]]
+    hub.unsubscribe(sub)
+    await hub.close()

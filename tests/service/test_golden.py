@@ -49,6 +49,11 @@ def _with_meta(expected: dict) -> bool:
     return "metadata" in next(iter(expected["boards"].values()))
 
 
+def _with_subscores(expected: dict) -> bool:
+    """Whether a fixture pins subscores (written from log format 5 on)."""
+    return "subscores" in next(iter(expected["boards"].values()))
+
+
 def _copy(fixture: Path, tmp_path: Path) -> Path:
     data = tmp_path / "data"
     shutil.copytree(fixture / "data", data)
@@ -69,7 +74,8 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
     async def go():
         svc = await open_data(data, n_shards)
         try:
-            assert await observe(svc, expected["players"], _with_meta(expected)) == expected["boards"]
+            assert await observe(svc, expected["players"], _with_meta(expected),
+                                 _with_subscores(expected)) == expected["boards"]
             if "schedules" in expected:  # golden_v3 on: season schedules (K records, router format 2)
                 got = {b.board_id: [b.closes_at, b.finalize_after_s] for b in await svc.list_boards()}
                 assert got == expected["schedules"]
@@ -103,6 +109,8 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
     assert R.STATE in kinds[snap_offset:] and R.DECIDE in kinds[snap_offset:]
     if expected["formats"]["log_format"] >= 3:  # metadata: scores and decisions that carry it
         assert {R.SCORES_META, R.DECIDE_META} <= set(kinds)
+    if expected["formats"]["log_format"] >= 5:  # subscores: a board, its score frames and a decision
+        assert {R.BOARD_SUBS, R.SCORES_SUBS, R.DECIDE_SUBS} <= set(kinds)
     if expected["formats"]["log_format"] >= 4:  # dead letters: one before the snapshot, one in the tail
         assert R.DEAD_LETTER in kinds[:snap_offset] and R.DEAD_LETTER in kinds[snap_offset:]
         assert len(expected["dead_letters"]) == kinds.count(R.DEAD_LETTER) == 2
@@ -175,7 +183,8 @@ def test_a_snapshot_without_a_format_key_reads_as_format_1(tmp_path):
     async def go():
         svc = await open_data(data, expected["n_shards"])
         try:
-            assert await observe(svc, expected["players"], _with_meta(expected)) == expected["boards"]
+            assert await observe(svc, expected["players"], _with_meta(expected),
+                                 _with_subscores(expected)) == expected["boards"]
         finally:
             await stop_without_snapshot(svc)
 
