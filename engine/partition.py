@@ -217,8 +217,9 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
                     code, changed = (codes[1], True) if better else (codes[2], False)
                 if changed:
                     r_val[p], r_ach[p], r_sub[p] = v, a, s
-                    for c in range(len(dirs)):
-                        r_sc[p, c] = esc[x, c]
+                    if dirs is not None:
+                        for c in range(len(dirs)):
+                            r_sc[p, c] = esc[x, c]
         if changed:
             r_rv[p] = 1 if r_st[p] == 0 else r_rv[p] + 1
             r_st[p] = 1
@@ -250,10 +251,11 @@ def _subs_then(esc, x, r_sc, p, dirs, tie_better):
     """Whether event x ranks strictly before row p once their primaries are
     equal: by the first subscore that differs, in its direction, else by
     ``tie_better`` (the policy's tie keys). No subscores: ``tie_better``."""
-    for c in range(len(dirs)):
-        e, r = esc[x, c], r_sc[p, c]
-        if e != r:
-            return e < r if dirs[c] > 0 else e > r
+    if dirs is not None:  # a board without subscores passes None: compiled away
+        for c in range(len(dirs)):
+            e, r = esc[x, c], r_sc[p, c]
+            if e != r:
+                return e < r if dirs[c] > 0 else e > r
     return tie_better
 
 
@@ -290,8 +292,9 @@ def _moves(pol, touched, was, op, ot, osc, val, ach, sub, st, sc, rp, rt, ri, ip
         now = st[r] == ST_ACTIVE
         np_, nt = index_key(pol, val, ach, sub, r)
         same = was[k] and now and op[k] == np_ and ot[k] == nt
-        for c in range(osc.shape[1]):  # subscores (none on most boards)
-            same = same and osc[k, c] == sc[r, c]
+        if osc is not None:  # subscores (None on a board without them: compiled away)
+            for c in range(osc.shape[1]):
+                same = same and osc[k, c] == sc[r, c]
         if was[k] and not same:
             rp[nr], rt[nr], ri[nr] = op[k], ot[k], r
             nr += 1
@@ -384,6 +387,12 @@ class Partition:
         _row_keys(self._pol, np.asarray(rows, np.int64), self.val, self.ach, self.sub, self.st, active, kp, kt)
         return kp, kt
 
+    def _sd(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The rows' subscores and their directions as the kernels take them:
+        (None, None) on a board without subscores, so numba compiles those
+        kernels without the subscores branches (their speed is unchanged)."""
+        return (self.sc, self.dirs) if self.k else (None, None)
+
     def _internal(self, key: RankKey) -> tuple[int, int]:
         """A wire key's (primary, tie) as the index holds them."""
         primary, tie = int(key[0]), int(key[-2])
@@ -458,7 +467,7 @@ class Partition:
             mbuf, moffs = self._payload(cols, mbuf, moffs)
             esc = np.ascontiguousarray(cols.subs, np.int64)
         else:
-            esc = NO_SUBS
+            esc = None
         self.journal.reserve(n, len(ebuf), len(mbuf))
         if verdicts is None:
             verdicts = np.zeros(n, np.uint8)
@@ -466,7 +475,7 @@ class Partition:
         k = len(touched)
         was_active, old_p, old_t = np.empty(k, np.bool_), np.empty(k, np.int64), np.empty(k, np.int64)
         _row_keys(self._pol, touched, self.val, self.ach, self.sub, self.st, was_active, old_p, old_t)
-        old_sc = self.sc[touched] if self.k else NO_SUBS
+        old_sc = self.sc[touched] if self.k else None
         j = self.journal
         codes = np.empty(n, np.uint8)
         changed = np.empty(n, np.bool_)
@@ -476,7 +485,7 @@ class Partition:
         jn, owned, changes, _ = _apply_kernel(
             self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
             _i64(cols.submitted), verdicts, kind, ebuf, eoffs, mbuf, moffs,
-            self.val, self.ach, self.sub, self.rv, self.st, esc, self.sc, self.dirs,
+            self.val, self.ach, self.sub, self.rv, self.st, esc, *self._sd(),
             j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.prev, j.eoffs, j.earena, j.moffs, j.marena,
             j.n, j.slots, j.base, j.heads,
             prior, pp, pv, pa, ps, pm,
@@ -534,7 +543,7 @@ class Partition:
         return (prior, *content, same_meta)
 
     def _move(self, touched: np.ndarray, was_active: np.ndarray, old_p: np.ndarray, old_t: np.ndarray,
-              old_sc: np.ndarray = NO_SUBS) -> None:
+              old_sc: np.ndarray | None = None) -> None:
         """Move the touched players' index keys to their rows' current keys.
         On a board with subscores ``old_sc`` are the touched rows' subscores
         before the change: the index reads a key's subscores through its
@@ -543,11 +552,12 @@ class Partition:
         k = len(touched)
         rp, rt, ri = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
         ip, it, ii = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int32)
-        nr, ni = _moves(self._pol, touched, was_active, old_p, old_t, old_sc, self.val, self.ach, self.sub, self.st,
-                        self.sc, rp, rt, ri, ip, it, ii)
-        arena, offs, sc, dirs = self.players.arena, self.players.offs, self.sc, self.dirs
+        sc, dirs = self._sd()
+        nr, ni = _moves(self._pol, touched, was_active, old_p, old_t, old_sc if self.k else None, self.val, self.ach,
+                        self.sub, self.st, sc, rp, rt, ri, ip, it, ii)
+        arena, offs = self.players.arena, self.players.offs
         if nr:
-            if self.k:
+            if sc is not None:
                 new_sc = sc[touched]
                 sc[touched] = old_sc
                 try:
@@ -694,7 +704,7 @@ class Partition:
         touched = np.array([p], np.int32)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
-        old_sc = self.sc[touched] if self.k else NO_SUBS
+        old_sc = self.sc[touched] if self.k else None
         if new is None:
             if self.st[p] == ST_INVALID:
                 return None
@@ -832,7 +842,7 @@ class Partition:
         ok[ok] = self.st[idx[ok]] == ST_ACTIVE
         sel = idx[ok]
         p, t = self._keys(sel)
-        counts = self.index.count_less_many(p, t, sel, self.players.arena, self.players.offs, self.sc, self.dirs)
+        counts = self.index.count_less_many(p, t, sel, self.players.arena, self.players.offs, *self._sd())
         full = np.zeros(len(idx), np.int64)
         full[ok] = counts + 1
         out: list[int | None] = full.tolist()  # type: ignore[assignment]
@@ -850,8 +860,7 @@ class Partition:
 
     def count_better_many(self, keys: Sequence[RankKey]) -> list[int]:
         p, t, ids = self._query(keys)
-        return self.index.count_less_many(p, t, ids, self.players.arena, self.players.offs, self.sc,
-                                          self.dirs).tolist()
+        return self.index.count_less_many(p, t, ids, self.players.arena, self.players.offs, *self._sd()).tolist()
 
     def _query(self, keys: Sequence[RankKey]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Index keys for wire keys: each query id goes after the table's
@@ -1020,7 +1029,7 @@ class Partition:
         active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
         kp, kt = p._keys(active)
         order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
-        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs, p.sc, p.dirs)
+        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs, *p._sd())
         p.changes = state["changes"]
         return p
 
@@ -1030,7 +1039,7 @@ class Partition:
         """O(n log n) self-check used by tests (STYLE §11)."""
         pt = self.players
         pt._check()
-        self.index._check(pt.arena, pt.offs, self.sc, self.dirs)
+        self.index._check(pt.arena, pt.offs, *self._sd())
         n = len(pt)
         active = np.flatnonzero(self.st[:n] == ST_ACTIVE)
         assert len(active) == len(self.index), "index size != ACTIVE rows"
