@@ -1,20 +1,12 @@
-"""Board control: the router's board registry and every change to a board's life.
+"""Board control: every change to a board's life.
 
-:class:`BoardRegistry` is what the router keeps per board (:class:`BoardCtl`:
-spec, admission, version, delta ring, placement of its partitions on shard
-actors) and the log offset that state reflects; the sequencer and the read
-fan-out share it. :class:`BoardControl` creates boards, starts the next
-season, changes a board's state (each through the sequencer, so it lands at
-one log position), runs the season timer that makes scheduled transitions,
-archives an ARCHIVED board (its rows to an archive file, then the shard
-actors drop theirs), and rebuilds the registry on recovery (``fold`` of the
-log tail, ``to_state`` / ``load_state`` of a snapshot, ``sync_versions``
-from the shard actors).
-
-Naming: a board has ``spec.shards`` *partitions* (the public field keeps the
-name ``shards``; it counts partitions); partition ``p`` lives on *shard actor*
-``part_actor[p]`` (:mod:`engine.placement`), a process that hosts partitions
-of many boards.
+:class:`BoardControl` creates boards, starts the next season, changes a
+board's state (each through the sequencer, so it lands at one log position),
+runs the season timer that makes scheduled transitions, archives an ARCHIVED
+board (its rows to an archive file, then the shard actors drop theirs), and
+keeps the registry's snapshot (``to_state`` / ``load_state``) and versions
+(``sync_versions`` from the shard actors). The registry itself and its one
+fold live in :mod:`engine.registry`.
 """
 
 from __future__ import annotations
@@ -22,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -32,106 +22,24 @@ from engine import records as R
 from engine import season
 from engine import wire as W
 from engine.admission import Admission
-from engine.archive import ArchiveHistory, ArchiveView, encode, rows_from_wire
-from engine.changes import ChangeRing
-from engine.errors import BoardNotFound, StorageUnavailable, ValidationFailed
+from engine.archive import ArchiveHistory, encode, rows_from_wire
+from engine.errors import StorageUnavailable, ValidationFailed
 from engine.formats import ROUTER_STATE_FORMAT, state_format
 from engine.gc_tuning import release_memory
 from engine.journal import JournalColumns
 from engine.log.archives import ArchiveStore, MemoryArchiveStore
 from engine.model import (
-    DEFAULT_DEDUP_RETENTION,
-    DEFAULT_DELTA_RETENTION,
     BoardInfo,
     BoardSpec,
     BoardState,
 )
-from engine.placement import actor_of
+from engine.registry import BoardCtl, BoardRegistry
 
 if TYPE_CHECKING:
     from engine.fanout import ReadFanOut
     from engine.sequencer import Sequencer
 
 log = logging.getLogger("flowrank.router")
-
-
-@dataclass
-class RouterConfig:
-    """The router's settings (every part of it reads them)."""
-
-    dedup_retention: int = DEFAULT_DEDUP_RETENTION
-    delta_retention: int = DEFAULT_DELTA_RETENTION
-    max_queued_events: int = 200_000  # back-pressure: beyond this, OVERLOADED
-    max_board_queued_events: int = 100_000  # per board, so one hot board cannot take the whole queue
-    max_cycle_events: int = 20_000  # events appended with one fsync
-    pinned_pages: int = 5  # page 1 materialises this many pages for its cursor
-    max_view_entries: int = 2_000
-    view_ttl_s: float = 120.0
-    max_views: int = 256
-    rank_key_cache: int = 1 << 18  # slots of the rank-key guesses (engine.rank_keys): 6 MiB
-    read_retries: int = 5
-    approx_sample_points: int = 256
-    max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
-    max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
-    export_block_rows: int = 16_384  # rows per spill block: an export holds one per partition
-    export_read_files: bool = True  # open spill files here when possible (False: always ask the shard actors; tests)
-    schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
-    history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
-
-
-class KeySample(NamedTuple):
-    """Every ``step``-th ranked key of a board's partitions on one shard actor,
-    taken when the board had ``changes`` ranking changes there."""
-
-    changes: int
-    step: int
-    keys: list
-
-
-@dataclass
-class BoardCtl:
-    """What the router keeps per board: admission, versions, deltas, and where
-    its partitions live (``part_actor``: partition -> shard actor; ``actors``:
-    the shard actors hosting any of them)."""
-
-    spec: BoardSpec
-    admission: Admission
-    ring: ChangeRing
-    actors: list[int]
-    version: int = 0
-    corrections: int = 0
-    actor_changes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    samples: dict[int, KeySample] = field(default_factory=dict)  # actor -> its last key sample (approximate ranks)
-    parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
-    part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
-    archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
-    shard_reads: int = 0  # reads asking the shard actors now (an archive waits for them before the drop)
-
-
-class BoardRegistry:
-    """The boards the router knows (``boards``: id -> :class:`BoardCtl`) and
-    the log offset their state reflects (``log_offset``: the last record
-    sequenced or folded in). Shared by the sequencer, the read fan-out and
-    board control."""
-
-    def __init__(self, n_actors: int, config: RouterConfig | None = None):
-        self.n_actors = n_actors  # shard actors behind the transport
-        self.cfg = config or RouterConfig()
-        self.boards: dict[str, BoardCtl] = {}
-        self.log_offset = -1
-
-    def ctl(self, board_id: str) -> BoardCtl:
-        """The board's control state; BoardNotFound when there is none."""
-        ctl = self.boards.get(board_id)
-        if ctl is None:
-            raise BoardNotFound(f"No board {board_id!r}.", "board_id")
-        return ctl
-
-    def new_ctl(self, spec: BoardSpec) -> BoardCtl:
-        """Control state for a new board: each partition placed on its shard actor."""
-        part_actor = [actor_of(spec.board_id, p, self.n_actors) for p in range(spec.shards)]
-        return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
-                        sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor)
 
 
 class BoardControl:
@@ -159,39 +67,6 @@ class BoardControl:
         return [asyncio.ensure_future(self._season_timer())]
 
     # ------------------------------------------------------------- recovery
-
-    def fold(self, offset: int, rec) -> None:
-        """Replay one log record into the registry (recovery; no I/O). The
-        sequencer folds what it keeps itself (:meth:`engine.sequencer.Sequencer.fold`)."""
-        rec = R.parse(rec)
-        kind = rec.kind
-        if kind in R.BOARD_KINDS:
-            spec = R.spec_of(rec)
-            self.boards.setdefault(spec.board_id, self.registry.new_ctl(spec))
-        elif kind == R.STATE:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None:
-                ctl.admission.state = BoardState(rec.state)
-                if ctl.admission.state is BoardState.FROZEN:
-                    ctl.admission.freeze_position = offset
-        elif kind in R.SCORE_BATCHES or kind == R.SCORE:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None:
-                if kind in R.SCORE_BATCHES:
-                    ctl.admission.replay_columns(*R.columns_of(rec))
-                else:
-                    ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
-                ctl.admission.dedup.trim()
-        elif kind == R.INVALIDATE:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None:
-                ctl.corrections += 1
-        elif kind in R.DECISIONS:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None and rec.event_id in ctl.admission.held:
-                held = ctl.admission.held.pop(rec.event_id)
-                ctl.admission.decided[rec.event_id] = (rec.decision, held)
-        self.registry.log_offset = offset
 
     def to_state(self) -> dict:
         return {

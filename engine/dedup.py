@@ -63,6 +63,8 @@ _M32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
 _NO_LIMIT = 1 << 62  # "never evict" for add()
 _MIN_CAPACITY = 64
+_NO_ENT = np.zeros((0, 4), np.uint32)  # an empty table for check_many's unused layers
+_NO_SLOTS = np.zeros(0, np.int32)
 STATE_VERSION = 1
 
 
@@ -313,9 +315,12 @@ def _put_many(ent, slots, meta, ids, cs, limit, start):
 
 
 @numba.njit(cache=True)
-def _check_many(ent, slots, ids, cs, out):
+def _check_many(ent, slots, ent2, slots2, ent3, slots3, ids, cs, out):
     """Seen value of each row as if each NEW row were added before the next
-    (later copies of a new id in the batch are judged against the first)."""
+    (later copies of a new id in the batch are judged against the first).
+    An id is looked up in the first table, then the second, then the third
+    (``DedupTable.check_many(also=...)``: ids held elsewhere, e.g. the
+    quarantine or a cycle's earlier batches); empty tables are skipped."""
     k = ids.shape[0]
     batch = np.full(2 * k, -1, np.int32)
     size = batch.size
@@ -326,6 +331,14 @@ def _check_many(ent, slots, ids, cs, out):
         _, p = _find(ent, slots, w0, w1, w2)
         if p >= 0:
             out[t] = 1 if ent[p, 3] == cs[t] else 2
+            continue
+        _, p = _find(ent2, slots2, w0, w1, w2)
+        if p >= 0:
+            out[t] = 1 if ent2[p, 3] == cs[t] else 2
+            continue
+        _, p = _find(ent3, slots3, w0, w1, w2)
+        if p >= 0:
+            out[t] = 1 if ent3[p, 3] == cs[t] else 2
             continue
         j = _home(w0, size)
         while True:
@@ -575,16 +588,22 @@ class DedupTable:
         hashed once. ``event_bytes``: ``encode_ids(event_ids)``, when the caller has it."""
         return self.words_of(*(encode_ids(event_ids) if event_bytes is None else event_bytes))
 
-    def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> np.ndarray:
+    def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None,
+                   also: Sequence["DedupTable"] = ()) -> np.ndarray:
         """``check`` of each id as if every NEW one were added before the
         next: a repeated id in the batch is DUPLICATE (same content as its
-        first copy) or CONFLICT. Returns an int8 array of ``Seen`` values;
-        changes nothing. O(k) expected."""
-        k = len(event_ids)
+        first copy) or CONFLICT. An id this table does not hold is looked up
+        in the tables ``also`` (at most two, in order). Returns an int8 array
+        of ``Seen`` values; changes nothing. O(k) expected."""
+        k = len(event_ids) if words is None else len(words)
         cs = self._fold_many(fps, k)
         out = np.zeros(k, np.int8)
         if k:
-            _check_many(self._ent, self._slots, self.words_many(event_ids) if words is None else words, cs, out)
+            if len(also) > 2:
+                raise ValueError("check_many looks in at most two other tables")
+            rest = [(t._ent, t._slots) for t in also] + [(_NO_ENT, _NO_SLOTS)] * (2 - len(also))
+            _check_many(self._ent, self._slots, *rest[0], *rest[1],
+                        self.words_many(event_ids) if words is None else words, cs, out)
         return out
 
     def remember_many(self, event_ids: Sequence[str], fps) -> None:

@@ -39,7 +39,7 @@ import numpy as np
 from engine import checksum as checksum_mod
 from engine import wire as W
 from engine.archive import ArchiveView
-from engine.board_control import BoardCtl, BoardRegistry, KeySample, RouterConfig
+from engine.registry import BoardCtl, BoardRegistry, CutLock, KeySample, RouterConfig
 from engine.export import Block, Chunk, Merge, TiedRanks
 from engine.errors import (
     BoardArchived,
@@ -77,37 +77,6 @@ from engine.turns import RoundBatcher
 from engine.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
-
-
-class CutLock:
-    """A fair readers-writer lock: multi-step reads share it; a batch
-    dispatch takes it alone (for an instant), and new readers queue behind a
-    waiting dispatch so neither side starves."""
-
-    def __init__(self):
-        self._readers = 0
-        self._writer_waiting = 0
-        self._cond = asyncio.Condition()
-
-    async def acquire_read(self):
-        async with self._cond:
-            await self._cond.wait_for(lambda: not self._writer_waiting)
-            self._readers += 1
-
-    async def release_read(self):
-        async with self._cond:
-            self._readers -= 1
-            self._cond.notify_all()
-
-    async def acquire_write(self):
-        async with self._cond:
-            self._writer_waiting += 1
-            await self._cond.wait_for(lambda: self._readers == 0)
-
-    async def release_write(self):
-        async with self._cond:
-            self._writer_waiting -= 1
-            self._cond.notify_all()
 
 
 class TurnBatcher:

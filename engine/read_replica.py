@@ -37,7 +37,7 @@ from typing import Awaitable, Callable
 
 from engine import records as R
 from engine import wire as W
-from engine.board_control import BoardRegistry, RouterConfig
+from engine.registry import BoardRegistry, RouterConfig
 from engine.fanout import ReadFanOut
 from engine.model import BoardState, Page, PlayerView
 from engine.version_table import VersionTable

@@ -1,8 +1,10 @@
 """The router: one object that fronts every shard actor, made of three parts.
 
 * :mod:`engine.sequencer` (:class:`~engine.sequencer.Sequencer`): ingest
-  sequencing. Board-wide admission in log order, the durable append (before
-  any acknowledgement), one apply call per shard actor per cycle carrying the
+  sequencing. Each submission decided in log order (:mod:`engine.decide`,
+  pure), the durable append (before any acknowledgement), each record folded
+  into the registry (:meth:`engine.registry.BoardRegistry.apply`, the same
+  fold recovery runs), one apply call per shard actor per cycle carrying the
   cycle's log offsets, outcomes and versions assembled in log order, dead
   letters.
 * :mod:`engine.fanout` (:class:`~engine.fanout.ReadFanOut`): every board read.
@@ -10,8 +12,11 @@
   consistent cuts, and merge with the comparator (:mod:`engine.ranking`);
   pinned views; archived boards from their archive.
 * :mod:`engine.board_control` (:class:`~engine.board_control.BoardControl`):
-  the board registry they share, board creation, seasons and state changes,
-  the season timer, archiving, and the registry's recovery and snapshots.
+  board creation, seasons and state changes, the season timer, archiving, and
+  the registry's snapshots.
+
+All three share one :mod:`engine.registry` (boards, their admission state,
+the cut lock), which none of them owns.
 
 They talk to the shard actors (in-process partitions or Ray actors, behind a
 :class:`~engine.wire.ShardTransport`) in the named records of
@@ -32,8 +37,9 @@ import time
 from typing import Callable
 
 from engine import records as R
-from engine.board_control import BoardControl, BoardCtl, BoardRegistry, RouterConfig, epoch_ms
-from engine.fanout import CutLock, ReadFanOut, TurnBatcher
+from engine.board_control import BoardControl, epoch_ms
+from engine.fanout import ReadFanOut, TurnBatcher
+from engine.registry import BoardCtl, BoardRegistry, CutLock, RouterConfig
 from engine.log.archives import ArchiveStore
 from engine.sequencer import LogPort, Sequencer, results_of
 from engine.wire import ShardTransport
@@ -102,10 +108,9 @@ class Router:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def fold(self, offset: int, rec) -> None:
-        """Replay one log record into router state (recovery; no I/O)."""
-        rec = R.parse(rec, offset)
-        self.control.fold(offset, rec)
-        self.sequencer.fold(rec)
+        """Replay one log record into router state (recovery; no I/O): the
+        registry's one fold, the same the sequencer applies each durable record with."""
+        self.registry.apply(offset, R.parse(rec, offset))
 
     def subscribe(self, listener) -> Callable[[], None]:
         """Call ``listener(board_id, deltas)`` after every cycle that changed a board; returns the unsubscribe."""

@@ -3,19 +3,22 @@
 Submissions (score batches, board creation, state changes and scheduled
 season moves, quarantine decisions, invalidations, dead letters) queue in
 arrival order, which is log order. A *cycle* takes up to
-``max_cycle_events`` of them, runs admission for each in that order
-(:mod:`engine.admission`: dedup, holds, season state), turns them into log
-records (:mod:`engine.records`; a score batch becomes one columnar record per
-board partition), appends them with one durable write, then sends every shard
-actor one apply call carrying the cycle's log offsets (each record goes to the
+``max_cycle_events`` of them and decides each in that order against the
+registry plus what the cycle decided before it (:mod:`engine.decide`, pure:
+dedup, holds, season state), which turns them into log records
+(:mod:`engine.records`; a score batch becomes one columnar record per board
+partition). It appends them with one durable write, folds each record into the
+registry (:meth:`engine.registry.BoardRegistry.apply`, the fold recovery runs
+over the log too), then sends every shard actor one apply call carrying the
+cycle's log offsets (each record goes to the
 actors hosting the partitions it concerns). The completer assembles outcomes
 and board versions in log order from the actors' apply results
 (:mod:`engine.wire`), pushes deltas to listeners and answers the callers.
 
 A record a shard actor could not apply comes back as a dead letter; the
 sequencer logs one dead-letter record for it and answers the cycle once that
-is durable (docs/recovery.md). A failed append rolls admission back and
-answers StorageUnavailable: nothing was applied.
+is durable (docs/recovery.md). A failed append answers StorageUnavailable:
+nothing was applied, and nothing was changed before it, so nothing is undone.
 """
 
 from __future__ import annotations
@@ -25,18 +28,15 @@ import logging
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
-from enum import Enum
 from typing import Awaitable, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from engine import records as R
-from engine import season
 from engine import wire as W
-from engine.board_control import BoardCtl, BoardRegistry
+from engine.decide import Overlay, ScorePlace, Submission, decide
 from engine.columns import BatchResult, ScoreBatch, ScoreColumns
 from engine.errors import (
-    BoardExists,
     EventNotFound,
     FlowRankError,
     Overloaded,
@@ -44,7 +44,6 @@ from engine.errors import (
     TotalOutOfRange,
     ValidationFailed,
 )
-from engine.fanout import CutLock
 from engine.histogram import Histogram
 from engine.model import (
     BoardState,
@@ -59,25 +58,12 @@ from engine.model import (
     RowStatus,
     ScoreEvent,
 )
-from engine.placement import part_of, parts_of
-from engine.season import next_state
+from engine.placement import part_of
+from engine.registry import BoardCtl, BoardRegistry, CutLock
 from engine.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
 _STATUS = {s.value: s for s in RowStatus}
-
-
-class Submission(str, Enum):
-    """What a queued submission is: named after the log record kind
-    (:data:`engine.records.KINDS`) it is logged as."""
-
-    SCORES = "scores"  # a ScoreBatch: one C / M record per board partition with events
-    BOARD = "board"  # a BoardSpec: one K record
-    STATE = "state"  # (board_id, BoardState) from an admin: one T record
-    SCHEDULE = "schedule"  # (board_id, now_ms) from the season timer: a T record per transition due (maybe none)
-    DECISION = "decision"  # a QuarantineDecision: one D / E record
-    INVALIDATION = "invalidation"  # an Invalidation: one I record
-    DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
 
 
 class LogPort(Protocol):
@@ -96,14 +82,14 @@ class _Queued(NamedTuple):
 
 
 class _Prepared(NamedTuple):
-    """A submission admitted in a cycle: its records are ``records[start:start + count]``."""
+    """A submission decided in a cycle: its records are ``records[start:start + count]``."""
 
     kind: Submission
     payload: object
     future: asyncio.Future
     start: int
     count: int
-    undo: object  # undoes its admission if the append fails; for scores, its places (_prepare_scores)
+    places: list | None  # for scores, per board: [ScorePlace] with record indexes into the cycle's records
 
 
 @dataclass
@@ -125,7 +111,6 @@ class Sequencer:
                  clock: Callable[[], float] = time.monotonic):
         self.t = transport
         self.log = log_port
-        self._ids_new: set[int] = set()  # see _cycle
         self.registry = registry
         self.boards = registry.boards
         self.cfg = registry.cfg
@@ -140,8 +125,9 @@ class Sequencer:
         self.closing = False
         self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
         self.storage_failed_at: float | None = None  # last failed append, cleared by a durable one
-        # (offset, row) of every dead letter logged or being logged (engine.records.DeadLetter): one record each
-        self._dead_logged: set[tuple[int, int | None]] = set()
+        # (offset, row) of the dead letters queued to be logged and not yet durable (the logged ones are
+        # the registry's dead_logged): one record each
+        self._dead_pending: set[tuple[int, int | None]] = set()
         self._dead_replies: set[asyncio.Task] = set()  # cycles answered once their dead letters are durable
         # Test seam (tests/service): hooks["after_append"](first_offset, records) runs once a
         # batch is durable and before any shard actor sees it. Empty in production.
@@ -178,12 +164,6 @@ class Sequencer:
             if not self._queue and not self._dead_replies:  # a last cycle's dead letters are logged too
                 return
             await asyncio.sleep(0.005)
-
-    def fold(self, rec: R.Record) -> None:
-        """What the sequencer keeps of a replayed log record: the dead letters
-        already logged (recovery; the registry folds the rest)."""
-        if rec.kind == R.DEAD_LETTER:
-            self._dead_logged.add(R.dead_letter_of(rec).key)
 
     def sequencing(self) -> asyncio.Lock:
         """Hold to see router and shard actors between two cycles (snapshots)."""
@@ -289,24 +269,35 @@ class Sequencer:
                     self._queued_events -= size
 
     async def _cycle(self, taken: list[_Queued]) -> None:
-        # score records (indexes into this cycle's records) of boards whose dedup table had never evicted
-        # an id when their events were decided: no event of them was seen before (Partition.apply_columns)
-        self._ids_new = set()
+        """Decide each submission in queue order against the registry and this
+        cycle's overlay (:mod:`engine.decide`: pure), append every record with
+        one durable write, fold each record into the registry
+        (:meth:`engine.registry.BoardRegistry.apply`, the fold recovery runs
+        too), then send each shard actor its share."""
+        overlay = Overlay(self.registry)
         records: list = []
+        memos: list = []
+        ids_new: list = []
         subs: list[_Prepared] = []
-        touched: set[str] = set()
         for q in taken:
-            start = len(records)
             try:
-                undo = self._prepare(q.kind, q.payload, records, touched)
+                got = decide(overlay, q.kind, q.payload)
             except FlowRankError as exc:
                 q.future.set_exception(exc)
                 continue
-            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(records) - start, undo))
+            overlay.note(got)
+            start = len(records)
+            places = None if got.places is None else [
+                None if mine is None else [ScorePlace(start + p.record, p.rows) for p in mine] for mine in got.places]
+            records.extend(got.records)
+            memos.extend(got.memos)
+            ids_new.extend(got.ids_new)
+            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places))
+        del overlay
         if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
             for sub in subs:
                 if not sub.future.done():
-                    sub.future.set_result(self._finish_scores(sub.payload, sub.undo, [], [], {})
+                    sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {})
                                           if sub.kind == Submission.SCORES else None)
             return
         started = self.clock()
@@ -315,11 +306,9 @@ class Sequencer:
         except Exception as exc:
             self.metrics["storage_errors"] += 1
             self.storage_failed_at = self.clock()
-            for board_id in touched:
-                self.boards[board_id].admission.rollback() if board_id in self.boards else None
-            for sub in reversed(subs):
-                if sub.kind != Submission.SCORES and sub.undo is not None:
-                    sub.undo()
+            for sub in subs:
+                if sub.kind == Submission.DEAD_LETTERS:  # reported again with the next answers, then retried
+                    self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
             err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
                 f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
             for sub in subs:
@@ -332,19 +321,16 @@ class Sequencer:
             self.hooks["after_append"](first, records)
         self.metrics["fsync_seconds"].append(durable_at - started)
         self.histograms["fsync_seconds"].observe(durable_at - started)
-        for board_id in touched:
-            if board_id in self.boards:
-                self.boards[board_id].admission.commit()
-        self.registry.log_offset = first + len(records) - 1
-        for kind, _payload, _fut, start, count, _undo in subs:
-            if kind in (Submission.STATE, Submission.SCHEDULE):  # the freeze position is the record's offset, as replay sets it
-                for i in range(start, start + count):
-                    if records[i].state == BoardState.FROZEN.value:
-                        self.boards[records[i].board_id].admission.freeze_position = first + i
+        apply = self.registry.apply
+        for i, (rec, memo) in enumerate(zip(records, memos)):
+            apply(first + i, rec, memo)
+        for sub in subs:
+            if sub.kind == Submission.DEAD_LETTERS:
+                self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
-        for i, (rec, where) in enumerate(zip(records, targets), first):
-            item = W.ApplyItem(i, rec, i - first in self._ids_new)
+        for i, (rec, where) in enumerate(zip(records, targets)):
+            item = W.ApplyItem(first + i, rec, ids_new[i])
             for a in where:
                 per_actor[a].append(item)
         through = first + len(records) - 1
@@ -354,120 +340,6 @@ class Sequencer:
         finally:
             await self.cut.release_write()
         await self._inflight.put(_Cycle(subs, records, first, futures, targets, started, durable_at))
-
-    def _prepare(self, kind: Submission, payload, records: list, touched: set):
-        """Admission for one submission: appends its records, returns an undo."""
-        if kind == Submission.SCORES:
-            return self._prepare_scores(payload, records, touched)
-        if kind == Submission.BOARD:
-            spec = payload
-            if spec.board_id in self.boards:
-                raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
-            self.boards[spec.board_id] = self.registry.new_ctl(spec)
-            records.append(R.board_record(spec))
-            return lambda: self.boards.pop(spec.board_id, None)
-        if kind == Submission.STATE:
-            board_id, state = payload
-            ctl = self.registry.ctl(board_id)
-            before = (ctl.admission.state, ctl.admission.freeze_position)
-            ctl.admission.state = next_state(ctl.admission.state, state)
-            records.append(R.StateRecord(R.STATE, board_id, state.value))
-
-            def undo():
-                ctl.admission.state, ctl.admission.freeze_position = before
-            return undo
-        if kind == Submission.SCHEDULE:  # what the schedule owes at the instant close_due read the clock
-            board_id, now = payload
-            ctl = self.registry.ctl(board_id)
-            before = (ctl.admission.state, ctl.admission.freeze_position)
-            spec = ctl.spec
-            for target in season.due(ctl.admission.state, spec.closes_at, spec.finalize_after_s, now).transitions:
-                ctl.admission.state = next_state(ctl.admission.state, target)
-                records.append(R.StateRecord(R.STATE, board_id, target.value))
-                log.info("board %s: scheduled move to %s (closes_at %s)", board_id, target.value, spec.closes_at)
-
-            def undo():
-                ctl.admission.state, ctl.admission.freeze_position = before
-            return undo
-        if kind == Submission.DECISION:
-            d = payload
-            ctl = self.registry.ctl(d.board_id)
-            pos = list(ctl.admission.held).index(d.event_id) if d.event_id in ctl.admission.held else None
-            held = ctl.admission.take_decision(d.event_id, d.decision)
-            records.append(R.decide_record(d.board_id, d.event_id, d.decision, d.reason, d.moderator, held))
-
-            def undo():  # back in its log-order place, as a replay would list it
-                ctl.admission.decided.pop(d.event_id, None)
-                items = list(ctl.admission.held.items())
-                items.insert(pos, (d.event_id, held))
-                ctl.admission.held = dict(items)
-            return undo
-        if kind == Submission.DEAD_LETTERS:  # dead-letter records (see _log_dead_letters)
-            records.extend(payload)
-            return lambda: self._dead_logged.difference_update(R.dead_letter_of(r).key for r in payload)
-        if kind == Submission.INVALIDATION:
-            inv = payload
-            ctl = self.registry.ctl(inv.board_id)
-            ctl.admission.check_corrections_allowed()
-            ctl.corrections += 1
-            cid = f"correction:{inv.event_id}:{ctl.corrections}"
-            records.append(R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator))
-
-            def undo():
-                ctl.corrections -= 1
-            return undo
-        raise ValueError(kind)
-
-    def _prepare_scores(self, batch: ScoreBatch, records: list, touched: set) -> list:
-        """Admission for a score submission: each board's events are decided
-        in order, then each partition's share becomes one columnar record.
-        Returns per board of the batch its records: ``[(record index, rows)]``
-        (``rows``: the board's row numbers in that record, in record order),
-        or None for an unknown board (answered REJECTED_UNKNOWN_SEASON,
-        nothing logged)."""
-        places: list = []
-        for cols in batch.boards:
-            ctl = self.boards.get(cols.board_id)
-            if ctl is None:
-                places.append(None)
-                continue
-            touched.add(cols.board_id)
-            fresh, first_record = ctl.admission.remembers_every_id, len(records)
-            verdicts = ctl.admission.decide_columns(cols)
-            n_parts = ctl.spec.shards
-            mine = []
-            if n_parts == 1:
-                records.append(R.scores_record(cols, 0, verdicts))
-                mine.append((len(records) - 1, np.arange(len(cols))))
-            else:
-                parts = parts_of(cols.player_ids, n_parts)
-                order = np.argsort(parts, kind="stable")
-                bounds = np.searchsorted(parts[order], np.arange(n_parts + 1))
-                for part in range(n_parts):
-                    rows = order[bounds[part]:bounds[part + 1]]
-                    if not len(rows):
-                        continue
-                    records.append(R.scores_record(cols.take(rows), part, verdicts[rows]))
-                    mine.append((len(records) - 1, rows))
-                self._held_in_log_order(ctl, cols, verdicts, order)
-            if fresh:
-                self._ids_new.update(range(first_record, len(records)))
-            places.append(mine)
-        return places
-
-    @staticmethod
-    def _held_in_log_order(ctl: BoardCtl, cols: ScoreColumns, verdicts: np.ndarray, logged_order: np.ndarray) -> None:
-        """The quarantine lists held events in log order, as a replay of the
-        log rebuilds it: re-order this batch's holds (the newest entries)
-        from arrival order to their order in the partitions' records."""
-        held_codes = (R.CODE[Outcome.HELD_FOR_CORRECTION], R.CODE[Outcome.HELD_FOR_REVIEW])
-        held_rows = logged_order[np.isin(verdicts[logged_order], held_codes)].tolist()
-        if len(held_rows) < 2:
-            return
-        held = ctl.admission.held
-        moved = {cols.event_ids[k]: held.pop(cols.event_ids[k]) for k in sorted(held_rows)}
-        for k in held_rows:
-            held[cols.event_ids[k]] = moved[cols.event_ids[k]]
 
     def _targets(self, rec: R.Record) -> list[int]:
         """The shard actors a record goes to: those hosting the partitions it concerns."""
@@ -566,15 +438,15 @@ class Sequencer:
             got = W.ShardDeadLetter(*item)
             d = R.DeadLetter(got.board_id if isinstance(got.board_id, str) else None, got.offset, got.row,
                              got.event_id if isinstance(got.event_id, str) else None, got.error)
-            if d.key not in self._dead_logged:
+            if d.key not in self.registry.dead_logged and d.key not in self._dead_pending:
                 new.setdefault(d.key, d)
         if not new:
             return None
-        self._dead_logged.update(new)
+        self._dead_pending.update(new)
         try:
             return self.put(Submission.DEAD_LETTERS, [R.dead_letter_record(d) for d in new.values()], len(new))
         except Exception:
-            self._dead_logged.difference_update(new)
+            self._dead_pending.difference_update(new)
             raise
 
     async def _reply_when_logged(self, logging_dead: asyncio.Future, replies: list) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from engine.board_control import BoardControl, BoardRegistry, RouterConfig
+from engine.board_control import BoardControl
+from engine.registry import BoardRegistry, RouterConfig
 from engine.fanout import ReadFanOut
 from engine.sequencer import Sequencer
 from engine.service import InProcessShards

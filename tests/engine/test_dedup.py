@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import records as R
 from engine.admission import Admission
+from engine.columns import ScoreColumns
 from engine.dedup import (
     DedupTable,
     DedupWindow,
@@ -138,10 +140,9 @@ def test_a_table_at_its_retention_makes_room_instead_of_growing():
     keep an eighth more for good, and memory must not grow with events); a
     rollback then forgets the new ids, and the evicted ones stay evicted
     (the journal recognises ids older than the window)."""
-    a = Admission(BoardSpec("b", Policy.BEST_SCORE), 4)
-    t = a.dedup
+    t = DedupTable(4, "b")
     t.add_many([f"e{i}" for i in range(4)], [FP] * 4)
-    a.commit()
+    t.trim()
     assert t.capacity == 4 and t.evicted == 0
     t.add_many(["n1", "n2"], [FP, FP])
     assert t.capacity == 4 and len(t) == 4 and t.evicted == 2
@@ -163,21 +164,6 @@ def test_discard_newest_oldest_middle_and_unknown():
     for i in (1, 2, 4, 5, 7, 8):
         m.add(f"e{i}", FP)
     same(t, m, [f"e{i}" for i in range(10)])
-
-
-def test_rollback_discards_what_admit_added():
-    spec = BoardSpec("b", Policy.BEST_SCORE)
-    a = Admission(spec, 3)
-    for i in range(3):
-        assert a.admit(ScoreEvent("b", f"e{i}", "p", i, 1, 1)) is None
-    a.commit()
-    before = a.dedup.to_state()
-    for i in range(3, 8):
-        assert a.admit(ScoreEvent("b", f"e{i}", "p", i, 1, 1)) is None
-    assert len(a.dedup) == 8
-    a.rollback()
-    assert a.dedup.to_state() == before
-    a._check()
 
 
 def test_check_many_sees_duplicates_within_the_batch():
@@ -245,7 +231,8 @@ def test_legacy_dict_window_state_loads():
     # through Admission, as a router snapshot written before the table holds it
     spec = BoardSpec("b", Policy.BEST_SCORE)
     a = Admission.from_state(spec, 10, {"state": "OPEN", "freeze_position": None, "dedup": legacy, "held": [], "decided": []})
-    assert a.admit(ScoreEvent("b", "e2", "p", 2, 2, 2)) is Outcome.DUPLICATE_IGNORED
+    cols = ScoreColumns.from_events([ScoreEvent("b", "e2", "p", 2, 2, 2)], "b")
+    assert a.decide_columns(cols).verdicts.tolist() == [R.CODE[Outcome.DUPLICATE_IGNORED]]
 
 
 def test_unicode_long_empty_and_surrogate_ids():

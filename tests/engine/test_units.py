@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.admission import Admission
 from engine.board import Board
 from engine.changes import ChangeRing
 from engine.dedup import DedupWindow, Seen, fingerprint
@@ -151,14 +150,6 @@ def test_review_above_holds_instead_of_applying():
     assert b.apply(ev("ok", "p", 1000)).outcome is Outcome.APPLIED_FIRST_SCORE
     assert b.quarantine()[0].reason is Outcome.HELD_FOR_REVIEW
     assert b.version == 1
-
-
-def test_admission_rollback_forgets_what_was_not_made_durable():
-    a = Admission(BoardSpec(B, Policy.BEST_SCORE, review_above=5), 10)
-    assert a.admit(ev("e1", "p", 1)) is None
-    assert a.admit(ev("e2", "p", 9)) is Outcome.HELD_FOR_REVIEW
-    a.rollback()
-    assert a.admit(ev("e1", "p", 1)) is None and "e2" not in a.held
 
 
 # ---------------------------------------------------------- partition edges
