@@ -21,7 +21,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-import engine.decide
 from engine import checksum as checksum_mod
 from engine import records as R
 from engine.admission import Admission
@@ -149,7 +148,7 @@ class Board:
         """Invalidate an applied event; the row is recomputed (docs/api.md §10)."""
         self.admission.check_corrections_allowed()
         if correction_id is None:
-            correction_id = engine.decide.correction_id(event_id, self._corrections + 1)
+            correction_id = R.correction_id(event_id, self._corrections + 1)
         self._corrections += 1
         row, change, refused = self.partition.invalidate(event_id, correction_id)
         if refused:

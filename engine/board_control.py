@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -35,18 +35,39 @@ from engine.model import (
 )
 from engine.registry import BoardCtl, BoardRegistry
 
-if TYPE_CHECKING:
-    from engine.fanout import ReadFanOut
-    from engine.sequencer import Sequencer
 
 log = logging.getLogger("flowrank.router")
+
+
+class Writes(Protocol):
+    """What board control needs of the sequencer (:class:`engine.sequencer.Sequencer`)."""
+
+    closing: bool
+
+    async def submit_board(self, spec: BoardSpec) -> None: ...
+
+    async def submit_state(self, board_id: str, state: BoardState) -> None: ...
+
+    def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future: ...
+
+
+class Reads(Protocol):
+    """What board control needs of the read fan-out (:class:`engine.fanout.ReadFanOut`)."""
+
+    reads: object
+
+    async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict: ...
+
+    async def consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]], ctl: BoardCtl | None = None): ...
+
+    async def board(self, board_id: str) -> BoardInfo: ...
 
 
 class BoardControl:
     """Board lifecycle: create, next season, state changes (through the
     sequencer), the season timer, archiving, and the registry's recovery."""
 
-    def __init__(self, registry: BoardRegistry, sequencer: "Sequencer", fanout: "ReadFanOut",
+    def __init__(self, registry: BoardRegistry, sequencer: Writes, fanout: Reads,
                  archives: ArchiveStore | None = None, wall_clock: Callable[[], int] | None = None):
         self.registry = registry
         self.boards = registry.boards

@@ -157,16 +157,11 @@ def decide(ov: Overlay, kind: Submission, payload) -> Decision:
         inv: Invalidation = payload
         ctl = ov.need(inv.board_id)
         ctl.admission.check_corrections_allowed(ov.state(ctl))
-        cid = correction_id(inv.event_id, ctl.corrections + ov.corrections[inv.board_id] + 1)
+        cid = R.correction_id(inv.event_id, ctl.corrections + ov.corrections[inv.board_id] + 1)
         return _plain([R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator)])
     if kind == Submission.DEAD_LETTERS:
         return _plain(list(payload))
     raise ValueError(kind)
-
-
-def correction_id(event_id: str, n: int) -> str:
-    """The id of a board's ``n``-th correction (1-based), invalidating ``event_id``."""
-    return f"correction:{event_id}:{n}"
 
 
 def _plain(records: list) -> Decision:

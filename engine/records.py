@@ -287,6 +287,11 @@ def check_kind(offset: int, rec) -> None:
             f"(kinds {''.join(KINDS)}); it was written by a newer FlowRank or is damaged")
 
 
+def correction_id(event_id: str, n: int) -> str:
+    """The id of a board's ``n``-th correction (1-based), which invalidates ``event_id``."""
+    return f"correction:{event_id}:{n}"
+
+
 def decide_record(board_id: str, event_id: str, decision: str, reason, moderator,
                   held) -> DecisionRecord | DecisionMetaRecord:
     """The log record of a quarantine decision on ``held`` (a HeldEvent):

@@ -8,7 +8,7 @@ import pytest
 
 from engine import records as R
 from engine.columns import ScoreBatch
-from engine.decide import Overlay, Submission, correction_id, decide
+from engine.decide import Overlay, Submission, decide
 from engine.errors import AlreadyDecided, BoardExists, BoardNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, ScoreEvent
 from engine.registry import BoardRegistry
@@ -101,8 +101,8 @@ def test_a_cycle_sees_its_own_board_state_decision_and_correction():
                           (Submission.STATE, (B, BoardState.ARCHIVED)),
                           (Submission.INVALIDATION, Invalidation(B, "z", None, "mod")))
     assert isinstance(got[1], AlreadyDecided)
-    assert [r.correction_id for r, _ in records if r.kind == R.INVALIDATE] == [correction_id("x", 1),
-                                                                              correction_id("y", 2)]
+    assert [r.correction_id for r, _ in records if r.kind == R.INVALIDATE] == [R.correction_id("x", 1),
+                                                                              R.correction_id("y", 2)]
     assert isinstance(got[5], InvalidTransition)  # FROZEN -> FROZEN, judged against the cycle's own freeze
     assert [int(v) for v in got[6].memos[0].verdicts] == [R.CODE[Outcome.HELD_FOR_CORRECTION]]
     assert isinstance(got[9], InvalidTransition)  # ARCHIVED earlier in the cycle: no more corrections
