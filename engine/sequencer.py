@@ -60,6 +60,7 @@ from engine.model import (
 )
 from engine.placement import part_of
 from engine.registry import BoardCtl, BoardRegistry, CutLock
+from engine.log.framing import pack_payload as pack
 from engine.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
@@ -67,8 +68,9 @@ _STATUS = {s.value: s for s in RowStatus}
 
 
 class LogPort(Protocol):
-    async def append(self, records: list) -> int:
-        """Durably append; returns the offset of the first record."""
+    async def append(self, payloads: list[bytes]) -> int:
+        """Durably append records packed once (:func:`engine.log.framing.pack_payload`);
+        returns the offset of the first record."""
 
 
 class _Queued(NamedTuple):
@@ -301,8 +303,10 @@ class Sequencer:
                                           if sub.kind == Submission.SCORES else None)
             return
         started = self.clock()
+        payloads = [pack(rec) for rec in records]  # each record packed once: the log frames these bytes, the
+        # shard actors receive them
         try:
-            first = await self.log.append(records)
+            first = await self.log.append(payloads)
         except Exception as exc:
             self.metrics["storage_errors"] += 1
             self.storage_failed_at = self.clock()
@@ -329,8 +333,8 @@ class Sequencer:
                 self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
-        for i, (rec, where) in enumerate(zip(records, targets)):
-            item = W.ApplyItem(first + i, rec, ids_new[i])
+        for i, where in enumerate(targets):
+            item = W.ApplyItem(first + i, payloads[i], ids_new[i])
             for a in where:
                 per_actor[a].append(item)
         through = first + len(records) - 1

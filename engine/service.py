@@ -81,8 +81,8 @@ class DirectLog:
     def __init__(self, event_log):
         self.event_log = event_log
 
-    async def append(self, records: list) -> int:
-        offsets = await asyncio.to_thread(self.event_log.append_batch, records)
+    async def append(self, payloads: list[bytes]) -> int:
+        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads)
         return offsets[0]
 
 
@@ -127,9 +127,9 @@ class LocalService(RouterClient):
                                               fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
             store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
         dead = DeadLetterIndex(event_log)  # one scan of the log for the dead letters every shard's replay skips
-        cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
+        cores = [(await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
                      None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows),
-                     dead)
+                     dead)).core
                  for i in range(cfg.n_shards)]
         for i, core in enumerate(cores):  # export spill files (stale ones from a crash go now); else a temp dir
             if data_dir is not None:

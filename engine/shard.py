@@ -36,6 +36,7 @@ from engine.columns import ScoreColumns
 from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.model import BoardSpec, Outcome
 from engine.journal import Journal, JournalPlace
+from engine.log.framing import unpack_payload
 from engine.log.journal_files import FilePlace
 from engine.log.spill import read_frame, remove_dir, remove_spills, reset_dir, spill_path, write_spill
 from engine.partition import KIND_DECISION, Applied, Partition, Row
@@ -135,6 +136,8 @@ class ShardCore:
         out = []
         for item in items:
             offset, rec, ids_new = W.ApplyItem(*item)
+            if isinstance(rec, bytes):  # as the log framed it: the sequencer packed it once
+                rec = unpack_payload(rec)
             if offset <= self.applied_offset:
                 out.append(self._results.get(offset, W.EventApplied(DEAD, None)))
             else:

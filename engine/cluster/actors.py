@@ -24,13 +24,11 @@ import msgpack
 import ray
 
 from engine import gc_tuning
-from engine import records as R
-from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
+from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.journal import JournalPlace
-from engine.recovery import DeadLetterIndex, core_from_snapshot
+from engine.recovery import DeadLetterIndex, recover_shard
 from engine import wire as W
-from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.cluster")
 
@@ -60,9 +58,10 @@ class LogServer:
         self.store = FileSnapshotStore(root / "snapshots")
         self.dead = DeadLetterIndex(self.log)
 
-    def append(self, packed_records: bytes) -> int:
-        """Durably append (fsync'd on return); the first record's offset."""
-        return self.log.append_batch(unpack(packed_records))[0]
+    def append(self, payloads: list[bytes]) -> int:
+        """Durably append records packed once by the sequencer (fsync'd on
+        return, framed as they are); the first record's offset."""
+        return self.log.append_payloads(payloads)[0]
 
     def read_chunk(self, offset: int, max_records: int = REPLAY_CHUNK) -> bytes:
         out = []
@@ -103,17 +102,29 @@ def spill_dir(namespace: str) -> str:
     return os.path.join(tempfile.gettempdir(), "flowrank-spill", namespace)
 
 
-def replay_from_server(core: ShardCore, log_server) -> int:
-    """Fold the log tail served by ``log_server`` into ``core``."""
-    applied = 0
-    offset = core.applied_offset + 1
-    dead = R.dead_letters_in(unpack(ray.get(log_server.dead_letters.remote(offset))))
-    while True:
-        chunk = unpack(ray.get(log_server.read_chunk.remote(offset)))
-        if not chunk:
-            return applied
-        applied += core.replay(((o, rec) for o, rec in chunk), dead)
-        offset = chunk[-1][0] + 1
+class RemoteLogView:
+    """The log server's log, snapshots and dead letters as
+    :func:`engine.recovery.recover_shard` reads them (``read_from``,
+    ``load_latest``, ``since``): a shard actor recovers through the same
+    function as the local service's shards, over Ray calls."""
+
+    def __init__(self, log_server):
+        self.server = log_server
+
+    def read_from(self, offset: int):
+        while True:
+            chunk = unpack(ray.get(self.server.read_chunk.remote(offset)))
+            if not chunk:
+                return
+            yield from ((o, rec) for o, rec in chunk)
+            offset = chunk[-1][0] + 1
+
+    def load_latest(self, name: str):
+        got = ray.get(self.server.load_snapshot.remote(name))
+        return None if got is None else (got[0], unpack(got[1]))  # shard actors ship their state packed
+
+    def since(self, offset: int) -> list:
+        return unpack(ray.get(self.server.dead_letters.remote(offset)))
 
 
 class ShardActor:
@@ -124,20 +135,13 @@ class ShardActor:
         log_server = ray.get_actor(log_server_name, namespace=namespace)
         self.log_server = log_server
         self.name = f"shard-{index}"
-        snap = ray.get(log_server.load_snapshot.remote(self.name))
         # the journals live on this node, under this Ray cluster's node id: a
         # restart here finds them; one elsewhere replays the whole log instead
         journal_root = os.path.join(tempfile.gettempdir(), "flowrank-journal", namespace,
                                     ray.get_runtime_context().get_node_id(), self.name)
-        core = None
-        if snap is not None:
-            state = unpack(snap[1])
-            state_format(state, SHARD_STATE_FORMAT, f"snapshot {self.name}")  # newer: refuse, whatever its shards
-            if state.get("n_actors") == n_actors:
-                core = core_from_snapshot(state, JournalPlace(journal_root), self.name)
-        if core is None:
-            core = ShardCore(index, n_actors, JournalPlace(journal_root))
-        replayed = replay_from_server(core, log_server)  # shadow: served only once complete
+        view = RemoteLogView(log_server)
+        # the same recovery as the local service's shards; a shadow, served only once complete
+        core, replayed = recover_shard(index, n_actors, view, view, JournalPlace(journal_root), view)
         # export spill files: node-local, so a gateway on this node reads them directly
         core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
         self.core = core

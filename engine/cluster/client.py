@@ -98,8 +98,8 @@ class RayLog:
     def __init__(self, server):
         self.server = server
 
-    async def append(self, records: list) -> int:
-        return await self.server.append.remote(pack(records))
+    async def append(self, payloads: list[bytes]) -> int:
+        return await self.server.append.remote(payloads)  # each record packed once, by the sequencer
 
 
 class _RemoteLogView:

@@ -11,6 +11,7 @@ from engine.board_control import BoardControl
 from engine.registry import BoardRegistry, RouterConfig
 from engine.fanout import ReadFanOut
 from engine.sequencer import Sequencer
+from engine.log.framing import unpack_payload
 from engine.service import InProcessShards
 from engine.shard import ShardCore
 
@@ -22,11 +23,11 @@ class ListLog:
         self.records: list = []
         self.fail = False
 
-    async def append(self, records: list) -> int:
+    async def append(self, payloads: list[bytes]) -> int:
         if self.fail:
             raise OSError("disk full")
         first = len(self.records)
-        self.records.extend(records)
+        self.records.extend(unpack_payload(p) for p in payloads)
         return first
 
 
