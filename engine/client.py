@@ -1,4 +1,4 @@
-"""The port the gateway talks to: :class:`EngineClient`.
+"""The engine's one API: :class:`EngineClient`, declared once.
 
 Two implementations sit behind it: :class:`engine.service.LocalService`
 (every partition in this process; for tests and embedded use) and the Ray
@@ -14,7 +14,8 @@ before the read was issued.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable, Protocol, Sequence
+import inspect
+from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
 from engine.columns import BatchResult, ScoreBatch
 from engine.export import Chunk
@@ -139,3 +140,35 @@ class EngineClient(Protocol):
 
     async def close(self) -> None:
         """Stop accepting, drain in-flight batches, snapshot, release files."""
+
+
+#: What an engine answers elsewhere (async methods of :class:`EngineClient`
+#: but the engine's own lifecycle): a router-backed engine asks its router
+#: (:class:`engine.router.Router` has one method of each name), a gateway's
+#: remote engine asks the engine host. Derived from the Protocol, so a new
+#: operation is declared there, implemented by the router and routed in the
+#: gateway, and nothing else lists it.
+FORWARDED: tuple[str, ...] = tuple(
+    name for name, fn in vars(EngineClient).items()
+    if inspect.iscoroutinefunction(fn) and name not in ("ready", "refresh_stats", "close"))
+
+
+def forward(to: Callable[[Any, str], Callable]) -> Callable[[type], type]:
+    """Class decorator: each :data:`FORWARDED` operation the class does not
+    define itself becomes ``to(self, name)(*args, **kwargs)`` (the one
+    forwarder every runtime uses; ``to`` says where the call goes)."""
+
+    def wrap(cls: type) -> type:
+        for name in FORWARDED:
+            if any(name in vars(k) for k in cls.__mro__[:-1] if k is not EngineClient):
+                continue
+
+            def method(self, *args, _name=name, **kwargs):
+                return to(self, _name)(*args, **kwargs)
+
+            method.__name__ = method.__qualname__ = name
+            method.__doc__ = getattr(EngineClient, name).__doc__
+            setattr(cls, name, method)
+        return cls
+
+    return wrap

@@ -38,6 +38,7 @@ from typing import Callable
 
 from engine import records as R
 from engine.board_control import BoardControl, epoch_ms
+from engine.client import FORWARDED
 from engine.fanout import ReadFanOut, TurnBatcher
 from engine.registry import BoardCtl, BoardRegistry, CutLock, RouterConfig
 from engine.log.archives import ArchiveStore
@@ -73,21 +74,15 @@ class Router:
         self.listeners, self.hooks, self.version_hooks = seq.listeners, seq.hooks, seq.version_hooks
         self.metrics, self.histograms = seq.metrics, seq.histograms
 
-        # Writes and the sequencer's state.
-        self.submit, self.submit_columns, self.decide, self.invalidate = (
-            seq.submit, seq.submit_columns, seq.decide, seq.invalidate)
+        # The engine's API (engine.client.FORWARDED): each operation is the method of that name of the
+        # part that owns it; the export stream too.
+        for name in (*FORWARDED, "export"):
+            setattr(self, name, next(getattr(p, name) for p in (seq, ctl, fan) if hasattr(p, name)))
+        # The sequencer's state; board control's schedule and recovery.
         self.sequencing, self.accepting_writes, self.queue_depth = seq.sequencing, seq.accepting_writes, seq.queue_depth
-        # Board control: lifecycle, schedule, recovery.
-        self.create_board, self.next_season, self.set_state = ctl.create_board, ctl.next_season, ctl.set_state
         self.close_due, self.wake_season_timer = ctl.close_due, ctl.wake_season_timer
         self.to_state, self.load_state, self.sync_versions = ctl.to_state, ctl.load_state, ctl.sync_versions
         self.finish_archiving = ctl.finish_archiving
-        # Reads.
-        self.list_boards, self.board, self.top, self.player = fan.list_boards, fan.board, fan.top, fan.player
-        self.approximate_player, self.around, self.ranked_subset = (
-            fan.approximate_player, fan.around, fan.ranked_subset)
-        self.changes, self.export, self.quarantine = fan.changes, fan.export, fan.quarantine
-        self.history, self.checksum = fan.history, fan.checksum
 
     @property
     def log_offset(self) -> int:
