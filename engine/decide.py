@@ -82,7 +82,8 @@ class Overlay:
         self.registry = registry
         self.new: dict[str, BoardCtl] = {}
         self.states: dict[str, BoardState] = {}
-        self.ids: dict[str, DedupTable] = {}
+        self._ids: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # per board: (words, fps) noted, not in a table yet
+        self._tables: dict[str, DedupTable] = {}
         self.decided: dict[str, set[str]] = {}
         self.corrections: Counter = Counter()
 
@@ -97,6 +98,20 @@ class Overlay:
     def state(self, ctl: BoardCtl) -> BoardState:
         return self.states.get(ctl.spec.board_id, ctl.admission.state)
 
+    def earlier(self, board_id: str) -> DedupTable | None:
+        """The event ids that earlier submissions of the cycle remembered on
+        this board, as a table ``Admission.decide_columns`` looks in (None:
+        none). Built only when a second submission of the cycle touches the
+        board, so a cycle of one batch per board builds none."""
+        pending = self._ids.pop(board_id, None)
+        table = self._tables.get(board_id)
+        if pending:
+            if table is None:
+                table = self._tables[board_id] = DedupTable(_FOREVER, board_id)
+            for words, fps in pending:
+                table.remember_words(words, fps)
+        return table
+
     def note(self, decision: Decision) -> None:
         """Add a decision's records to the overlay, so later submissions of
         the cycle are judged as if they were applied."""
@@ -110,10 +125,7 @@ class Overlay:
             elif kind in R.SCORE_BATCHES and memo is not None:
                 keep = memo_remembered(memo)
                 if len(keep):
-                    table = self.ids.get(rec.board_id)
-                    if table is None:
-                        table = self.ids[rec.board_id] = DedupTable(_FOREVER, rec.board_id)
-                    table.remember_words(memo.words[keep], memo.fps[keep])
+                    self._ids.setdefault(rec.board_id, []).append((memo.words[keep], memo.fps[keep]))
             elif kind in R.DECISIONS:
                 self.decided.setdefault(rec.board_id, set()).add(rec.event_id)
             elif kind == R.INVALIDATE:
@@ -181,7 +193,7 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch) -> Decision:
             places.append(None)
             continue
         fresh = ctl.admission.remembers_every_id
-        got = ctl.admission.decide_columns(cols, earlier=ov.ids.get(cols.board_id), state=ov.state(ctl))
+        got = ctl.admission.decide_columns(cols, earlier=ov.earlier(cols.board_id), state=ov.state(ctl))
         n_parts = ctl.spec.shards
         mine = []
         if n_parts == 1:
