@@ -103,17 +103,18 @@ def spill_dir(namespace: str) -> str:
 
 
 class RemoteLogView:
-    """The log server's log, snapshots and dead letters as
-    :func:`engine.recovery.recover_shard` reads them (``read_from``,
-    ``load_latest``, ``since``): a shard actor recovers through the same
-    function as the local service's shards, over Ray calls."""
+    """The log server's log, snapshots and dead letters as the recovery
+    functions read them (``read_from``, ``load_latest``, ``since``): a shard
+    actor recovers through :func:`engine.recovery.recover_shard` like the local
+    service's shards, and the cluster engine's router through
+    :func:`engine.recovery.recover_router`, over Ray calls."""
 
     def __init__(self, log_server):
         self.server = log_server
 
-    def read_from(self, offset: int):
+    def read_from(self, offset: int, chunk_records: int = REPLAY_CHUNK):
         while True:
-            chunk = unpack(ray.get(self.server.read_chunk.remote(offset)))
+            chunk = unpack(ray.get(self.server.read_chunk.remote(offset, chunk_records)))
             if not chunk:
                 return
             yield from ((o, rec) for o, rec in chunk)

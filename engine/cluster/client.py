@@ -22,7 +22,7 @@ from typing import Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from engine.cluster.actors import RemoteLogServer, RemoteShard, pack, spill_dir, unpack
+from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
 from engine.errors import Overloaded
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.log.archives import FileArchiveStore
@@ -102,25 +102,6 @@ class RayLog:
         return await self.server.append.remote(payloads)  # each record packed once, by the sequencer
 
 
-class _RemoteLogView:
-    """Just enough of EventLog/SnapshotStore for :func:`recover_router`."""
-
-    def __init__(self, server):
-        self.server = server
-
-    def read_from(self, offset: int, chunk_records: int = 20_000):
-        while True:
-            chunk = unpack(ray.get(self.server.read_chunk.remote(offset, chunk_records)))
-            if not chunk:
-                return
-            yield from ((o, rec) for o, rec in chunk)
-            offset = chunk[-1][0] + 1
-
-    def load_latest(self, name: str):
-        got = ray.get(self.server.load_snapshot.remote(name))
-        return None if got is None else (got[0], unpack(got[1]))
-
-
 class ClusterEngine(RouterClient):
     def __init__(self, router: Router, log_server, shards: list, lock_fd, started_ray: bool):
         self.router = router
@@ -168,7 +149,7 @@ class ClusterEngine(RouterClient):
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
-        view = _RemoteLogView(log_server)
+        view = RemoteLogView(log_server)
         await asyncio.to_thread(recover_router, router, view, view)
         await router.sync_versions()
         router.start()
