@@ -57,6 +57,7 @@ DEFAULT_TIMEZONE = "UTC"
 DEFAULT_AT = "00:00"
 DEFAULT_KEEP = 30
 MAX_KEEP = 1_000
+AT_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"  # what /openapi.json states for ``at``
 #: A series' season part is at most this long, so an instance's ``<season>.<YYYYMMDD>`` fits an id part (64).
 MAX_SERIES_SEASON = 55
 _FIELDS = ("every", "timezone", "at", "keep")
@@ -82,11 +83,21 @@ def _zone_names() -> frozenset[str]:
     return frozenset(importlib.resources.files("tzdata").joinpath("zones").read_text().split())
 
 
+def zone_names() -> list[str]:
+    """Every zone and link name tzdata lists, sorted (what ``timezone`` accepts)."""
+    return sorted(_zone_names())
+
+
+def is_zone(name: object) -> bool:
+    """Whether ``name`` is an IANA zone (or link) name that tzdata lists (case-sensitive)."""
+    return type(name) is str and name in _zone_names()
+
+
 @functools.cache
 def zone(name: str) -> ZoneInfo:
     """The rules of the IANA zone ``name`` from the ``tzdata`` package (cached).
     Raises KeyError for a name tzdata does not list (zones and their links)."""
-    if name not in _zone_names():
+    if not is_zone(name):
         raise KeyError(name)
     area, _, rest = name.rpartition("/")
     package = "tzdata.zoneinfo" + ("." + area.replace("/", ".") if area else "")
@@ -182,7 +193,7 @@ class Recurrence:
         if type(every) is not str or every not in EVERY:
             raise ValidationFailed('every must be "day", "week" or "month".', f"{field}.every")
         tz = obj.get("timezone", DEFAULT_TIMEZONE)
-        if type(tz) is not str or tz not in _zone_names():
+        if not is_zone(tz):
             shown = repr(tz) if type(tz) is str else "that"
             raise ValidationFailed(f'timezone must be an IANA time zone name such as "Europe/Berlin"; {shown[:80]} '
                                    "is not one.", f"{field}.timezone")
