@@ -317,12 +317,16 @@ def windows_of(rec: Recurrence, t_ms: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
     One scalar look-up per distinct window the batch touches (however far
     apart its instants are), then one ``np.searchsorted`` over the batch:
-    O(n log n + w) for n instants in w windows.
+    O(n log n + w) for n instants in w windows; O(n) when they share one.
     """
     t = np.asarray(t_ms, dtype=np.int64)
     if t.size == 0:
         empty = np.empty(0, np.int64)
         return empty, empty.copy(), empty.copy()
+    first = window_of(rec, int(t.min()))
+    if int(t.max()) < first.end_ms:  # the usual batch: every event in one window
+        return (np.full(t.shape, first.start_ms, np.int64), np.full(t.shape, first.end_ms, np.int64),
+                np.full(t.shape, first.date, np.int64))
     order = np.sort(t)
     found: list[Window] = []
     i, n = 0, order.size
