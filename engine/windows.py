@@ -57,11 +57,11 @@ DEFAULT_TIMEZONE = "UTC"
 DEFAULT_AT = "00:00"
 DEFAULT_KEEP = 30
 MAX_KEEP = 1_000
-AT_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"  # what /openapi.json states for ``at``
+AT_PATTERN = r"^([01][0-9]|2[0-3]):([0-5][0-9])$"  # ``at``, as /openapi.json states it too
 #: A series' season part is at most this long, so an instance's ``<season>.<YYYYMMDD>`` fits an id part (64).
 MAX_SERIES_SEASON = 55
 _FIELDS = ("every", "timezone", "at", "keep")
-_AT = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+_AT = re.compile(AT_PATTERN)
 _INSTANCE_SEASON = re.compile(r"(.+)\.([0-9]{8})")
 
 _DAY_MS = 86_400_000

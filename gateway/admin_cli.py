@@ -537,7 +537,7 @@ def _timezone(text: str) -> str:
 
 
 def _at(text: str) -> str:
-    if re.fullmatch(AT_PATTERN.strip("^$"), text) is None:
+    if re.fullmatch(AT_PATTERN, text) is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a local time HH:MM (00:00 to 23:59)")
     return text
 

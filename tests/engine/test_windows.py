@@ -372,6 +372,38 @@ def test_parse_rejects_with_the_field(obj, field):
     assert err.value.field == field and err.value.code == "VALIDATION_FAILED" and err.value.message.endswith(".")
 
 
+def _ref_valid(obj: dict) -> bool:
+    """When a recurrence object is valid, from the rules as docs/api.md §15 states them."""
+    def at_ok(v):
+        return (type(v) is str and len(v) == 5 and v[2] == ":" and (v[:2] + v[3:]).isascii()
+                and (v[:2] + v[3:]).isdigit() and int(v[:2]) < 24 and int(v[3:]) < 60)
+    return (set(obj) <= {"every", "timezone", "at", "keep"} and obj.get("every") in ("day", "week", "month")
+            and type(obj["every"]) is str
+            and ("timezone" not in obj or (type(obj["timezone"]) is str and obj["timezone"] in W.zone_names()))
+            and ("at" not in obj or at_ok(obj["at"]))
+            and ("keep" not in obj or (type(obj["keep"]) is int and 1 <= obj["keep"] <= 1000)))
+
+
+_ANY = st.one_of(st.none(), st.booleans(), st.integers(-5, 1005), st.floats(allow_nan=False), st.text(max_size=8),
+                 st.sampled_from(["day", "week", "month", "UTC", "Europe/Berlin", "US/Eastern", "04:30", "23:59",
+                                  "24:00", "4:30", "૦4:30"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["every", "timezone", "at", "keep", "Every", "start"]), _ANY, max_size=5))
+def test_parse_accepts_exactly_the_valid_objects(obj):
+    if _ref_valid(obj):
+        rec = Recurrence.parse(obj)
+        assert Recurrence.parse(rec.to_json()) == rec
+        assert (rec.every, rec.timezone, rec.at, rec.keep) == (
+            obj["every"], obj.get("timezone", "UTC"), obj.get("at", "00:00"), obj.get("keep", 30))
+    else:
+        with pytest.raises(ValidationFailed) as err:
+            Recurrence.parse(obj)
+        assert err.value.field.startswith("recurrence.")
+        assert err.value.field[len("recurrence."):] in obj or err.value.field == "recurrence.every"
+
+
 def test_parse_accepts_every_tzdata_name_and_link():
     for name in ("UTC", "Etc/GMT+5", "US/Eastern", "Asia/Katmandu", "EST5EDT", "America/Argentina/Buenos_Aires"):
         assert Recurrence.parse({"every": "week", "timezone": name}).timezone == name
