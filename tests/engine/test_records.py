@@ -337,7 +337,8 @@ class _OneShard:
 def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_records():
     """A recurring board's ``R`` record folds into the router and a shard, and
     their snapshots (which hold specs as board records) give the same spec back."""
-    from engine.board_control import BoardControl, BoardRegistry
+    from engine.board_control import BoardControl
+    from engine.registry import BoardRegistry
 
     series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 2, recurrence=Recurrence("month", "Australia/Lord_Howe", 90, 3))
     plain = BoardSpec("g:m:S1:x", Policy.BEST_SCORE, 2)
@@ -345,7 +346,7 @@ def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_reco
     assert [rec[0] for rec in log] == [R.SERIES, R.BOARD2]
     ctl = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]  # fold only: no I/O
     for offset, rec in enumerate(log):
-        ctl.fold(offset, rec)
+        ctl.registry.apply(offset, rec)
     state = msgpack.unpackb(msgpack.packb(ctl.to_state(), use_bin_type=True), strict_map_key=False)
     reloaded = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]
     reloaded.load_state(state)
