@@ -15,6 +15,11 @@ first call), medians reported with min/max:
 * ``apply_events_per_s``: events applied per second, batches of ``--batch``
   (default 10,000), and ``apply_events_per_s_batch100`` with batches of 100;
   ``baseline_apply_events_per_s`` / ``..._batch100`` the same for the floor;
+* ``latest_apply_events_per_s``: the same batches of ``--batch`` events
+  applied to a ``latest`` board (docs/api.md §14: the most recent event is
+  the row), in the same repeat, beside the best_score board; its target is
+  a ratio to ``apply_events_per_s`` (the latest rule must not cost more than
+  a fifth of the apply rate);
 * ``batched_ranks_per_s``: exact ranks per second through ``Board.ranks(ids)``
   (``--rank-batch`` ids a call), and the floor's ``bisect`` + 1 per id;
 * ``top100_per_s``: ``Board.top(0, 100)`` calls per second;
@@ -131,6 +136,7 @@ TARGETS = (
     Target("dedup_bytes_per_id", 24, False),
     Target("replay_events_per_s", 1_000_000, True),
     Target("invalidation_p99_ms", 50, False),
+    Target("latest_apply_events_per_s", 0.8, True, "apply_events_per_s"),
 )
 
 #: Every number the JSON carries at top level (the smoke test checks them all).
@@ -144,6 +150,7 @@ KEYS = (
     "dedup_bytes_per_id",
     "replay_events_per_s",
     "invalidation_p99_ms",
+    "latest_apply_events_per_s",
 )
 
 
@@ -158,15 +165,15 @@ def columns_of(events: Sequence[tuple], board_id: str, batch: int) -> list[Score
 _JOURNALS: list[tempfile.TemporaryDirectory] = []
 
 
-def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION) -> Board:
+def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION,
+              policy: Policy = Policy.BEST_SCORE) -> Board:
     """A board whose partition journals to files, as a service with a data
     directory does (engine.journal): a fresh directory under the system temp,
     removed when the process ends."""
     if not _JOURNALS:
         _JOURNALS.append(tempfile.TemporaryDirectory(prefix="flowrank-core-journal-"))
     where = tempfile.mkdtemp(dir=_JOURNALS[0].name)
-    return Board(BoardSpec(board_id, Policy.BEST_SCORE), dedup_retention=dedup_retention,
-                 journal=Journal(FileStore(where)))
+    return Board(BoardSpec(board_id, policy), dedup_retention=dedup_retention, journal=Journal(FileStore(where)))
 
 
 def ingest(board: Board, batches: Sequence[ScoreColumns]) -> float:
@@ -234,7 +241,8 @@ def warm_up(board_id: str, batches: Sequence[ScoreColumns], small: Sequence[Scor
     b.top(0, 100)
     small_board = new_board(board_id)
     ingest(small_board, small[:50])
-    events = sum(len(c) for c in batches[:1]) + 2 * sum(len(c) for c in small[:50])
+    ingest(new_board(board_id, policy=Policy.LATEST), batches[:1])
+    events = 2 * sum(len(c) for c in batches[:1]) + 2 * sum(len(c) for c in small[:50])
     return events, time.perf_counter() - t0
 
 
@@ -525,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     print(header(params, machine).replace("FlowRank benchmarks", "FlowRank engine core benchmark (issue 10)"))
     print(f"  load    : {load_before} (1/5/15 min) before")
     print(f"  gc      : {gc_note}")
-    print("  engine  : engine.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only")
+    print("  engine  : engine.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only;"
+          " latest_apply_events_per_s: the same batches on a latest board")
 
     t0 = time.perf_counter()
     w = _workload(args.seed, args.players, args.events)
@@ -555,6 +564,12 @@ def main(argv: list[str] | None = None) -> int:
         if rep < args.repeat - 1:
             board = None
         gc.collect()
+        latest = new_board(w.board_id, policy=Policy.LATEST)
+        lsecs = ingest(latest, big)
+        s.setdefault("latest_apply_events_per_s", []).append(n / lsecs)
+        latest_rows = latest.version
+        latest = None
+        gc.collect()
         secs100 = ingest(new_board(w.board_id), small)
         s.setdefault("apply_events_per_s_batch100", []).append(n / secs100)
 
@@ -569,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         s.setdefault("baseline_apply_events_per_s_batch100", []).append(n / bsecs100)
         print(f"  repeat {rep + 1}/{args.repeat}: apply {n / secs:,.0f}/s (floor {n / bsecs:,.0f}/s), "
               f"batch {args.small_batch} {n / secs100:,.0f}/s (floor {n / bsecs100:,.0f}/s), "
-              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s", flush=True)
+              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s; latest board apply {n / lsecs:,.0f}/s "
+              f"({latest_rows:,} events became the row)", flush=True)
 
     assert board is not None
     bpp, bpp_how = player_bytes(board)
