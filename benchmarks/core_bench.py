@@ -17,7 +17,8 @@ first call), medians reported with min/max:
   ``baseline_apply_events_per_s`` / ``..._batch100`` the same for the floor;
 * ``latest_apply_events_per_s``: the same batches of ``--batch`` events
   applied to a ``latest`` board (docs/api.md §14: the most recent event is
-  the row), in the same repeat, beside the best_score board; its target is
+  the row), in the same repeat, beside the best_score board (which of the
+  two goes first alternates repeat by repeat); its target is
   a ratio to ``apply_events_per_s`` (the latest rule must not cost more than
   a fifth of the apply rate);
 * ``batched_ranks_per_s``: exact ranks per second through ``Board.ranks(ids)``
@@ -119,11 +120,12 @@ class Target:
     bound: float
     higher: bool
     versus: str | None = None
+    versus_label: str = "baseline"  # how the table names ``versus``
 
     def describe(self) -> str:
         sign = ">=" if self.higher else "<="
         if self.versus:
-            return f"{sign} {self.bound:g}x baseline"
+            return f"{sign} {self.bound:g}x {self.versus_label}"
         return f"{sign} {self.bound:,}" if float(self.bound).is_integer() else f"{sign} {self.bound:g}"
 
 
@@ -136,7 +138,7 @@ TARGETS = (
     Target("dedup_bytes_per_id", 24, False),
     Target("replay_events_per_s", 1_000_000, True),
     Target("invalidation_p99_ms", 50, False),
-    Target("latest_apply_events_per_s", 0.8, True, "apply_events_per_s"),
+    Target("latest_apply_events_per_s", 0.8, True, "apply_events_per_s", "best_score"),
 )
 
 #: Every number the JSON carries at top level (the smoke test checks them all).
@@ -552,8 +554,23 @@ def main(argv: list[str] | None = None) -> int:
     n = len(w.events)
     s: dict[str, list[float]] = {}
     board = None
+    latest_rows = 0
+
+    def apply_latest() -> float:
+        """The same batches on a fresh latest board; seconds (and how many events became the row)."""
+        nonlocal latest_rows
+        gc.collect()
+        latest = new_board(w.board_id, policy=Policy.LATEST)
+        lsecs = ingest(latest, big)
+        s.setdefault("latest_apply_events_per_s", []).append(n / lsecs)
+        latest_rows = latest.version
+        latest = None
+        gc.collect()
+        return lsecs
+
     for rep in range(args.repeat):
         board = None
+        lsecs = apply_latest() if rep % 2 else 0.0  # alternate which board goes first, repeat by repeat
         gc.collect()
         board = new_board(w.board_id)
         secs = ingest(board, big)
@@ -563,12 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         s.setdefault("top100_per_s", []).append(top_s)
         if rep < args.repeat - 1:
             board = None
-        gc.collect()
-        latest = new_board(w.board_id, policy=Policy.LATEST)
-        lsecs = ingest(latest, big)
-        s.setdefault("latest_apply_events_per_s", []).append(n / lsecs)
-        latest_rows = latest.version
-        latest = None
+        if not rep % 2:
+            lsecs = apply_latest()
         gc.collect()
         secs100 = ingest(new_board(w.board_id), small)
         s.setdefault("apply_events_per_s_batch100", []).append(n / secs100)

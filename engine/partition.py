@@ -5,7 +5,8 @@ number (all of them when the board has ``shards=1``). It is the only
 mutator of rows: :meth:`Partition.apply_columns` decides each event's
 outcome against the player's row under the board comparator (API §6) and
 changes the row only when the event ranks strictly better (best_score /
-fastest_time) or adds its delta (cumulative). Admission checks that need
+fastest_time), adds its delta (cumulative) or is more recent than the row's
+event (latest: :func:`engine.policy.latest_order`). Admission checks that need
 the whole board (dedup, season state, review) come before, in
 :mod:`engine.admission`; their verdicts arrive with the batch.
 
@@ -13,7 +14,13 @@ State (no Python object per player or per event):
 
 * ``players``: :class:`~engine.players.PlayerTable`, id <-> int32 index;
 * rows, indexed by player: ``val``, ``ach``, ``sub`` (int64), ``rv`` (row
-  version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED);
+  version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED); on latest
+  boards only, ``src`` (int64): the journal row of the event that is the
+  row. Two events achieved and submitted at the same moment are ordered by
+  their ids, and the row keeps no id of its own: the kernel compares the new
+  id with that journal row's (in the tail, in memory; older, read from the
+  store before the batch, :meth:`Partition._stored_row_ids`), and an
+  invalidation knows exactly whether it hit the row's event;
 * ``meta``: the rows' metadata (docs/api.md §13), bytes of canonical compact
   JSON only for the players whose row has some, and ``has_meta`` (uint8 per
   player) to find them without a Python step per player: a row keeps the
