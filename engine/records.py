@@ -280,6 +280,7 @@ CODE = {
     Outcome.REJECTED_INVALID_TIMING: 7, Outcome.DUPLICATE_IGNORED: 8, Outcome.REJECTED_EVENT_ID_CONFLICT: 9,
     Outcome.HELD_FOR_CORRECTION: 10, Outcome.HELD_FOR_REVIEW: 11, Outcome.REJECTED_UNKNOWN_SEASON: 12,
     Outcome.DEAD_LETTERED: 13, Outcome.REJECTED_TOTAL_OUT_OF_RANGE: 14,
+    Outcome.APPLIED_LATEST: 15, Outcome.REJECTED_NOT_LATEST: 16,  # log format 5
 }
 assert set(CODE) == set(Outcome), "every outcome needs a code"
 _BY_CODE = {c: o for o, c in CODE.items()}

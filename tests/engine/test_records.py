@@ -44,6 +44,8 @@ OUTCOME_CODES = {
     12: "REJECTED_UNKNOWN_SEASON",
     13: "DEAD_LETTERED",
     14: "REJECTED_TOTAL_OUT_OF_RANGE",
+    15: "APPLIED_LATEST",
+    16: "REJECTED_NOT_LATEST",
 }
 
 #: Record kinds: letter -> (name, fields after the letter).
@@ -74,11 +76,11 @@ JOURNAL_KINDS = {0: "score", 1: "invalidation", 2: "decision"}
 ROW_STATES = {0: "none", 1: "active", 2: "invalid"}
 #: Strings on disk: policies (B records), board states (T records, router
 #: snapshots), decisions (D records), outcome names (held events in router snapshots).
-POLICIES = {"best_score", "cumulative", "fastest_time"}
+POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 4, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
+FORMATS = {"LOG_FORMAT": 5, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
