@@ -168,7 +168,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
     from gateway.auth import load_keystore  # noqa: PLC0415
     from gateway.runtime import build_engine  # noqa: PLC0415
     from gateway.tokens import load_secret  # noqa: PLC0415
-    from gateway.warm import Warmup, in_daemon_thread, warm_gateway  # noqa: PLC0415
+    from gateway.warm import Warmup  # noqa: PLC0415
 
     if log_format == "json" and settings.engine == "ray":
         import ray  # noqa: F401, PLC0415  # its import puts a handler on the "ray" logger; ray.init keeps
@@ -182,8 +182,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         sock = startup_errors.bind(settings.host, settings.port, reuse_port=settings.engine_host is not None)
         # this process's kernels compile (or load) while Ray starts and the engine recovers (issue 29)
         warmup = Warmup()
-        warmup.add("this gateway process",
-                   in_daemon_thread(warm_gateway, settings.engine == "local" and settings.engine_host is None))
+        warmup.add_this_process(local_engine=settings.engine == "local" and settings.engine_host is None)
         try:
             engine = await build_engine(settings)
         except BaseException:
@@ -226,6 +225,10 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
               flush=True)
         if keys_path is not None:
             print(f"flowrank: keys in {os.path.abspath(keys_path)}", flush=True)
+        if settings.engine_host is not None:
+            # a worker of `serve --workers N` shares the port: it listens (takes connections) only once
+            # warm, so no request lands on a cold sibling while the others answer /readyz 200
+            await warmup.wait()
         await server.serve(sockets=[sock])
     finally:
         sock.close()

@@ -33,12 +33,17 @@ def warm_gateway(local_engine: bool = False) -> W.WarmReport:
     """Compile (or load) every kernel of this process's code. Blocking: run it in a
     thread. ``local_engine``: this process also holds the shards (``--engine local``)."""
     started = time.monotonic()
-    W.warm_direct()
+    W.warm_engine()
+    _gateway_round(local_engine)
+    return W.report(started)
+
+
+def _gateway_round(local_engine: bool) -> None:
+    """What a gateway runs beyond the engine's round: its HTTP code (export rendering,
+    the columns its JSON parsing builds) and, with in-process shards, their unpacked calls."""
     W._run(_http_round())
-    W._run(W._warm_engine())
     if local_engine:
         W._run(W._warm_engine(packed=False))
-    return W.report(started)
 
 
 def in_daemon_thread(fn, *args) -> asyncio.Future:
@@ -149,9 +154,24 @@ class Warmup:
         self.seconds: float | None = None
         self.ok = True
         self._finish: asyncio.Future | None = None
+        self._engine_round: asyncio.Future | None = None
 
     def add(self, name: str, work: Awaitable) -> None:
         self.parts[name] = asyncio.ensure_future(work)
+
+    def add_this_process(self, local_engine: bool) -> None:
+        """Warm this gateway process in daemon threads: the engine's round first (what
+        the shard actors run too: with a cold cache they wait for it, then load it),
+        then the gateway's own round."""
+        engine_round = in_daemon_thread(W.warm_engine)
+        self._engine_round = engine_round
+
+        async def here() -> W.WarmReport:
+            await engine_round
+            await in_daemon_thread(_gateway_round, local_engine)
+            return W.report(self.started)
+
+        self.add("this gateway process", here())
 
     def add_engine(self, engine) -> None:
         """The engine's own processes (``engine.warm()``: the shard actors of a
@@ -159,12 +179,12 @@ class Warmup:
         which prints how long warming took."""
         engine_warm = getattr(engine, "warm", None)
         if engine_warm is not None:
-            here = self.parts.get("this gateway process")
+            first = self._engine_round
             cache = os.environ.get("NUMBA_CACHE_DIR")
 
             async def actors():
-                if here is not None and not W.cache_complete(cache):
-                    await asyncio.wait([here])  # a cold cache: compile once here, then load there
+                if first is not None and not W.cache_complete(cache):
+                    await asyncio.wait([first])  # a cold cache: compile once here, then load there
                 return await engine_warm()
 
             self.add("the shard actors", actors())
