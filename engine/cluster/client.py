@@ -129,6 +129,7 @@ class ClusterEngine(RouterClient):
         prune_log: bool = False,
         ray_dashboard: bool = False,
         wall_clock: Callable[[], int] | None = None,
+        cache_dir: str | None = None,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -143,7 +144,9 @@ class ClusterEngine(RouterClient):
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(str(root))
         await log_server.end_offset.remote()  # opened (torn tail truncated) before any shard reads it
-        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace) for i in range(n)]
+        # cache_dir: the numba compile cache each shard actor points its kernels at (engine.warm)
+        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
+                  for i in range(n)]
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
@@ -165,6 +168,11 @@ class ClusterEngine(RouterClient):
         eng._init_snapshots()
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
+
+    async def warm(self) -> list[dict]:
+        """Every shard actor compiles or loads every kernel, in parallel (engine.warm);
+        one WarmReport (as a dict) per actor. Calls sent after it wait for it."""
+        return list(await asyncio.gather(*(s.warm.remote() for s in self.shards)))
 
     async def _take_snapshot(self) -> float:
         paused = time.monotonic()
