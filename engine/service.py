@@ -21,13 +21,13 @@ from typing import Callable
 
 import msgpack
 
-from engine.errors import FlowRankError, Overloaded
+from engine.errors import Overloaded
 from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
 from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.journal import TAIL_ROWS, JournalPlace
-from engine.recovery import DeadLetterIndex, recover_router, recover_shard
+from engine.recovery import DeadLetterIndex, recover_shard
 from engine.router import Router, RouterConfig
 from engine.router_client import RouterClient
 from engine.shard import ShardCore
@@ -156,14 +156,9 @@ class LocalService(RouterClient):
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
             max_queued_events=cfg.max_queued_events), archives=archives, wall_clock=cfg.wall_clock)
-        await asyncio.to_thread(recover_router, router, event_log, store)
-        await router.sync_versions()
-        router.start()
-        await router.finish_archiving()
-        await router.close_due()  # a close that fell due while the service was down happens now, before any write
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
+        await svc._start(event_log, store)
         svc.recovery_seconds = time.monotonic() - started
-        svc._init_snapshots()
         return svc
 
     def stats(self) -> dict:
@@ -198,12 +193,7 @@ class LocalService(RouterClient):
 
     async def close(self) -> None:
         """Drain in-flight batches, snapshot, close the log, release the lock."""
-        self._stop_snapshots()
-        await self.router.stop()
-        try:
-            await self.snapshot()
-        except FlowRankError:
-            pass
+        await self._stop()
         close = getattr(self.event_log, "close", None)
         if close:
             close()
