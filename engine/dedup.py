@@ -404,7 +404,7 @@ class DedupTable:
     (False, 2, <Seen.CONFLICT: 2>)
     """
 
-    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta", "_last_id", "_last_words")
+    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta")
 
     def __init__(self, retention: int, board_id: str = ""):
         if retention < 1:
@@ -415,24 +415,16 @@ class DedupTable:
         self._ent = np.zeros((0, 4), np.uint32)
         self._slots = np.zeros(0, np.int32)
         self._meta = np.zeros(3, np.int64)  # ring head, ids held, ids evicted by the retention ever
-        # admit() checks an id, then adds it: hash it once
-        self._last_id: str | None = None
-        self._last_words = (0, 0, 0)
 
     # ------------------------------------------------------------ one id
 
     def _words(self, event_id: str) -> tuple[int, int, int]:
-        if event_id == self._last_id:
-            return self._last_words
         try:
             data = event_id.encode()
         except UnicodeEncodeError:  # a lone surrogate
             data = event_id.encode("utf-8", "surrogatepass")
         d = _xxh128(data, self._seed)
-        words = (d & 0xFFFFFFFF, (d >> 32) & 0xFFFFFFFF, (d >> 64) & 0xFFFFFFFF)
-        self._last_id = event_id
-        self._last_words = words
-        return words
+        return d & 0xFFFFFFFF, (d >> 32) & 0xFFFFFFFF, (d >> 64) & 0xFFFFFFFF
 
     def check(self, event_id: str, fp: int) -> Seen:
         """NEW for an unknown id, DUPLICATE when it was remembered with the

@@ -270,7 +270,7 @@ async def _warm_engine(packed: bool = True) -> None:
 
 
 class _FailingWrites:
-    """The throwaway engine's log fault hook: fails the next write when armed (the rollback path)."""
+    """The throwaway engine's log fault hook: fails the next write when armed (the failed-append path)."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -367,7 +367,7 @@ async def exercise(engine, again: bool = False) -> None:
         await engine.submit_columns(ScoreBatch.from_events(_events(board_id, 1, "big", True, lambda i: 50_000)))
     # a partition past its first owner table (Journal.reserve rehashes it)
     await engine.submit_columns(ScoreBatch.from_events(_events(boards[0], 400, "many", False, lambda i: i)))
-    engine.cfg.fault_hook.armed = True  # the log refuses a batch: admission rolls back
+    engine.cfg.fault_hook.armed = True  # the log refuses a batch: nothing is folded in
     try:
         await engine.submit_columns(ScoreBatch.from_events(_events(boards[0], 5, "lost", True, lambda i: i)))
     except FlowRankError:
