@@ -5,7 +5,7 @@ table's memory is fixed at creation."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.rank_keys import RankKeyCache
@@ -51,6 +51,7 @@ def test_keys_it_cannot_hold_are_not_kept():
     assert keys.get("b", "ann") is None
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(boards, players, st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1)),
                 max_size=40), st.sampled_from([1, 2, 8, 1024]))
 def test_put_many_is_put_in_order(rows, slots):
