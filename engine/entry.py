@@ -49,7 +49,7 @@ import numpy as np
 
 from engine.errors import BoardFull, BoardNotOpen
 from engine.model import EntrySpec, Outcome, Policy
-from engine.players import PlayerTable, encode_ids
+from engine.players import PlayerTable, encode_ids, gather
 
 # Outcome codes (engine.records.CODE; repeated here so this module stays below records)
 NOT_JOINED, BOARD_FULL, MAX_ATTEMPTS = 15, 16, 17
@@ -140,8 +140,9 @@ class EntryTable:
         admitted = np.flatnonzero(verdicts == 0)
         if not len(admitted):
             return
-        buf, boffs = encode_ids([player_ids[i] for i in admitted.tolist()] if len(admitted) < len(player_ids)
-                                else player_ids)
+        buf, boffs = encode_ids(player_ids)
+        if len(admitted) < len(player_ids):  # the admitted rows' bytes: one gather, no Python object per event
+            buf, boffs = gather(buf, boffs, admitted)
         idx = self._intern(buf, boffs, base).astype(np.int64)
         np.add.at(self.attempts, idx, 1)
         made = np.unique(idx[rowed[admitted]])
