@@ -9,6 +9,7 @@
     python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
+    python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -396,6 +397,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="export rows/s and server RSS, and the CLI submit/export round trip (benchmarks/export_bench.py)")
     sub.add_parser("archive", add_help=False,
                    help="shard memory an ARCHIVED 1M-player board gives back, reads from it (benchmarks/archive_bench.py)")
+    sub.add_parser("coldstart", add_help=False,
+                   help="flowrank serve to ready on a fresh and on a kept compile cache, then the first requests "
+                        "(benchmarks/coldstart.py)")
     return p
 
 
@@ -521,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         from .archive_bench import main as archive_main
 
         return archive_main(argv[1:])
+    if argv[0] == "coldstart":
+        from .coldstart import main as coldstart_main
+
+        return coldstart_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 

@@ -55,9 +55,9 @@ from benchmarks.processes import Owned, owned_process, sigterm_raises
 from benchmarks.redis_peer import RedisServer, _free_port
 
 WRK_DIR = Path(__file__).with_name("wrk")
-ROUTES = ("top-100", "exact rank", "around", "write batch of 500", "write batch of 500, held board")
+ROUTES = ("top-100", "exact rank", "around", "write batch of 500", "write batch of 500 (held board)")
 #: Routes only FlowRank has (the peer has no review holds): their ratio is to FlowRank's own plain-write row.
-FLOWRANK_ONLY = {"write batch of 500, held board": "write batch of 500"}
+FLOWRANK_ONLY = {"write batch of 500 (held board)": "write batch of 500"}
 #: The held board's review_above: writes.lua draws values uniformly in 0..1,999,999, so 1 % of events are held.
 REVIEW_ABOVE = 1_980_000
 QUICK = {"size": 5_000, "duration": 4}
@@ -184,7 +184,7 @@ def measure(wrk: str, base: str, board: str, size: int, args, nonce: str, held_b
         "exact rank": ("reads.lua", {"PREFIX": prefix, "SIZE": str(size), "ROUTE": "player"}, READ_KEY),
         "around": ("reads.lua", {"PREFIX": prefix, "SIZE": str(size), "ROUTE": "around"}, READ_KEY),
         "write batch of 500": ("writes.lua", {"BOARD": board, "SIZE": str(size), "BATCH": "500"}, WRITE_KEY),
-        "write batch of 500, held board": ("writes.lua", {"BOARD": held_board or "", "SIZE": str(size), "BATCH": "500"},
+        "write batch of 500 (held board)": ("writes.lua", {"BOARD": held_board or "", "SIZE": str(size), "BATCH": "500"},
                                            WRITE_KEY),
     }
     out = {}

@@ -52,7 +52,7 @@ from engine.model import EntrySpec, Outcome, Policy
 from engine.players import PlayerTable, encode_ids, gather
 
 # Outcome codes (engine.records.CODE; repeated here so this module stays below records)
-NOT_JOINED, BOARD_FULL, MAX_ATTEMPTS = 15, 16, 17
+NOT_JOINED, BOARD_FULL, MAX_ATTEMPTS = 17, 18, 19
 ENTRY_CODES = (NOT_JOINED, BOARD_FULL, MAX_ATTEMPTS)
 ENTRY_OUTCOMES = (Outcome.REJECTED_NOT_JOINED, Outcome.REJECTED_BOARD_FULL, Outcome.REJECTED_MAX_ATTEMPTS)
 

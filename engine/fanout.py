@@ -65,7 +65,6 @@ from engine.model import (
     RowStatus,
 )
 from engine.placement import part_of
-from engine.rank_keys import RankKeyCache
 from engine.ranking import (
     better_primary_probe,
     first_tied_in_prefix,
@@ -152,7 +151,7 @@ class ReadFanOut:
         # (board, player) -> the wire key their row had when last read: a guess
         # that lets an exact rank count on every shard actor in the same round as
         # the owner's read of the row; used only when the row read confirms it.
-        self.rank_keys = RankKeyCache(self.cfg.rank_key_cache)
+        self.rank_keys = registry.rank_keys
 
     async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict:
         """One request per shard actor (``make(actor)``), all submitted in the

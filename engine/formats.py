@@ -28,7 +28,8 @@ from engine.errors import UnsupportedFormat
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
 #: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
 #: 4: + L (a dead letter: a record, or a row of one, that replay skips).
-LOG_FORMAT = 4
+#: 5: the ``latest`` policy (its name in K records, codes 15-16: APPLIED_LATEST, REJECTED_NOT_LATEST).
+LOG_FORMAT = 5
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).
@@ -40,7 +41,9 @@ SHARD_STATE_FORMAT = 1
 #: 2: the journal moved to disk (engine.journal: a bounded tail, store sizes, runs, player heads).
 #: 3: metadata (docs/api.md §13): the rows' metadata (``"meta"``) and the journal's (tail columns,
 #: store sizes, ``meta_from``); a format-2 state loads with no metadata anywhere.
-PARTITION_STATE_FORMAT = 3
+#: 4: latest boards: the rows' ``src`` column (int64, the journal row of each row's event; only on
+#: latest boards, which no earlier format holds); journal codes 15-16.
+PARTITION_STATE_FORMAT = 4
 
 
 def state_format(state: dict, known: int, what: str) -> int:

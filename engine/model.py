@@ -31,6 +31,7 @@ class Policy(str, enum.Enum):
     BEST_SCORE = "best_score"
     CUMULATIVE = "cumulative"
     FASTEST_TIME = "fastest_time"
+    LATEST = "latest"  # the most recent valid event is the row (docs/api.md §6, §14)
 
 
 class BoardState(str, enum.Enum):
@@ -68,6 +69,9 @@ class Outcome(str, enum.Enum):
     # Extension: a cumulative delta that would take the total outside the
     # signed 64-bit range every reader and the wire format can carry.
     REJECTED_TOTAL_OUT_OF_RANGE = "REJECTED_TOTAL_OUT_OF_RANGE"
+    # latest boards (docs/api.md §14): the event is now the row / it is older than the row.
+    APPLIED_LATEST = "APPLIED_LATEST"
+    REJECTED_NOT_LATEST = "REJECTED_NOT_LATEST"
     # Competition entry (docs/api.md §16), decided by the router's admission:
     REJECTED_NOT_JOINED = "REJECTED_NOT_JOINED"  # join_required, and the player has not joined
     REJECTED_BOARD_FULL = "REJECTED_BOARD_FULL"  # a new player's first event when max_players have a row
@@ -79,7 +83,8 @@ class Outcome(str, enum.Enum):
 
 
 _RANKING_CHANGES = frozenset(
-    {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME}
+    {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME,
+     Outcome.APPLIED_LATEST}
 )
 
 

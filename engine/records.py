@@ -25,6 +25,7 @@ from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
 from engine.formats import LOG_FORMAT
 from engine.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
+from engine.entry import ENTRY_CODES, ENTRY_OUTCOMES
 from engine.windows import Recurrence
 
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
@@ -319,9 +320,11 @@ CODE = {
     Outcome.REJECTED_INVALID_TIMING: 7, Outcome.DUPLICATE_IGNORED: 8, Outcome.REJECTED_EVENT_ID_CONFLICT: 9,
     Outcome.HELD_FOR_CORRECTION: 10, Outcome.HELD_FOR_REVIEW: 11, Outcome.REJECTED_UNKNOWN_SEASON: 12,
     Outcome.DEAD_LETTERED: 13, Outcome.REJECTED_TOTAL_OUT_OF_RANGE: 14,
-    Outcome.REJECTED_NOT_JOINED: 15, Outcome.REJECTED_BOARD_FULL: 16, Outcome.REJECTED_MAX_ATTEMPTS: 17,
+    Outcome.APPLIED_LATEST: 15, Outcome.REJECTED_NOT_LATEST: 16,  # log format 5
+    Outcome.REJECTED_NOT_JOINED: 17, Outcome.REJECTED_BOARD_FULL: 18, Outcome.REJECTED_MAX_ATTEMPTS: 19,
 }
 assert set(CODE) == set(Outcome), "every outcome needs a code"
+assert tuple(CODE[o] for o in ENTRY_OUTCOMES) == ENTRY_CODES, "engine.entry repeats the entry codes"
 _BY_CODE = {c: o for o, c in CODE.items()}
 APPLY = 0
 

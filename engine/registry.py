@@ -37,6 +37,7 @@ from engine.columns import ScoreColumns
 from engine.errors import BoardNotFound
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION, BoardSpec, BoardState
 from engine.placement import actor_of
+from engine.rank_keys import RankKeyCache
 
 
 @dataclass
@@ -105,6 +106,8 @@ class BoardRegistry:
         self.log_offset = -1
         # (offset, row) of every dead letter logged (engine.records.DeadLetter): one record each
         self.dead_logged: set[tuple[int, int | None]] = set()
+        # guesses of players' rank keys: filled by reads and by every acknowledged score change
+        self.rank_keys = RankKeyCache(self.cfg.rank_key_cache)
 
     def ctl(self, board_id: str) -> BoardCtl:
         """The board's control state; BoardNotFound when there is none."""

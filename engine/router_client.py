@@ -17,6 +17,7 @@ from typing import Sequence
 from engine.columns import ScoreBatch
 from engine.histogram import Histogram
 from engine.client import forward
+from engine.recovery import recover_router
 from engine.model import ScoreEvent
 from engine.router import Router
 
@@ -77,6 +78,33 @@ class RouterClient:
     async def refresh_stats(self) -> None:
         """Bring :meth:`stats` up to date before a scrape. Here everything is read live; the Ray
         engine overrides it to ask its shard actors (``shard_rows``, ``dead_letters``)."""
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def _start(self, event_log, store) -> None:
+        """The one start sequence of every router-backed engine, once its shards
+        have recovered: the router's snapshot and log tail folded in
+        (:func:`engine.recovery.recover_router`), its versions read from the
+        shards, its tasks started, archives a crash left unbuilt built, the
+        scheduled moves that fell due while it was down made (before any write),
+        then periodic snapshots."""
+        router = self.router
+        await asyncio.to_thread(recover_router, router, event_log, store)
+        await router.sync_versions()
+        router.start()
+        await router.finish_archiving()
+        await router.close_due()
+        self._init_snapshots()
+
+    async def _stop(self) -> None:
+        """The one stop sequence: no more periodic snapshots, every queued write
+        answered, then a last snapshot (a failure only costs replay time)."""
+        self._stop_snapshots()
+        await self.router.stop()
+        try:
+            await self.snapshot()
+        except Exception:
+            log.exception("final snapshot failed; recovery will replay the log instead")
 
     # ------------------------------------------------------------ snapshots
 

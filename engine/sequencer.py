@@ -52,8 +52,10 @@ from engine.model import (
     EventResult,
     Invalidation,
     InvalidationResult,
+    INT64_MIN,
     JoinResult,
     Outcome,
+    Policy,
     QuarantineDecision,
     RowChange,
     RowStatus,
@@ -526,6 +528,7 @@ class Sequencer:
         changes.sort(key=lambda c: c[0])  # boards in the order of their first change, as listeners saw them
         for _first, ctl, cols, brows, values, achieved, actors in changes:
             self._note_score_changes(ctl, cols, brows, values, achieved, actors, new_deltas, bool(self.listeners))
+            self._guess_rank_keys(ctl, cols, brows, values, achieved)
         return BatchResult(codes, versions)
 
     @staticmethod
@@ -551,6 +554,24 @@ class Sequencer:
             new_deltas[ctl.spec.board_id].extend(
                 Delta(v, (RowChange(p, value, at, active, meta),)) for v, p, value, at, meta in zip(
                     range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k))
+
+    def _guess_rank_keys(self, ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,
+                         achieved: np.ndarray) -> None:
+        """Every changed row's new rank key becomes its player's guess
+        (:mod:`engine.rank_keys`), so the first exact-rank or around read
+        after a write needs one round, not two. Columnar: one numpy pass and
+        one hashing pass per board of the batch. A key that does not fit two
+        int64 (a descending board's INT64_MIN) is left out: a missing or
+        stale guess costs a second round, never a wrong answer."""
+        if ctl.spec.policy is Policy.FASTEST_TIME:  # (time, submitted_at): the event's, now the row's
+            primary, secondary, ok = values, cols.submitted[brows], None
+        else:  # (-value, achieved_at of the row)
+            ok = values != INT64_MIN
+            primary, secondary = -values, achieved
+        pids = cols.player_ids
+        if ok is not None and not ok.all():
+            brows, primary, secondary = brows[ok], primary[ok], secondary[ok]
+        self.registry.rank_keys.put_many(ctl.spec.board_id, [pids[r] for r in brows.tolist()], primary, secondary)
 
     def _finish_record(self, rec: R.Record, got: list, new_deltas) -> object:
         kind = rec.kind

@@ -60,7 +60,7 @@ EXIT_CODES = {
 
 MAX_BATCH = 500
 STATES = ("OPEN", "FROZEN", "FINALIZED", "ARCHIVED")
-POLICIES = ("best_score", "cumulative", "fastest_time")
+POLICIES = ("best_score", "cumulative", "fastest_time", "latest")
 
 
 class CliError(Exception):

@@ -209,7 +209,8 @@ class JoinOut(_Out):
 
 class BoardCreate(BaseModel):
     board_id: BoardId
-    policy: Policy = Field(description="`best_score`, `cumulative` or `fastest_time`.")
+    policy: Policy = Field(description="`best_score`, `cumulative`, `fastest_time` or `latest` (a player's most "
+                                       "recent event is their row; ranked as `best_score`).")
     shards: Annotated[int, Strict(), Field(ge=1, le=1024)] | None = Field(
         None, description="Partition count; default: the server's `--shards`.")
     max_plausible_time_ms: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
@@ -283,7 +284,9 @@ class EventIn(BaseModel):
     player_id: PlayerId
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
-    submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
+    submitted_at: TimestampIn | None = Field(
+        None, description="`fastest_time` tie-break; on `latest` boards, which of two events achieved at the same "
+                          "moment is the more recent; default `achieved_at`.")
 
 
 class EventBatchIn(BaseModel):

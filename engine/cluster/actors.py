@@ -9,12 +9,19 @@
   ``__init__`` loads its newest good snapshot and replays the log tail
   before it serves anything; ``max_task_retries=-1`` re-runs interrupted
   calls on the new process, which the core answers idempotently by offset.
+  ``cache_dir``: the numba compile cache it uses (:mod:`engine.warm`), set
+  before recovery runs a kernel; ``warm()`` compiles or loads every kernel
+  (the engine awaits it before it is ready).
+
+The log server runs no kernel (log records, snapshots and dead letters are
+msgpack and files), so it is not warmed.
 
 Payloads are msgpack bytes (cheaper for Ray than nested Python lists).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -24,6 +31,7 @@ import msgpack
 import ray
 
 from engine import gc_tuning
+from engine import warm
 from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.journal import JournalPlace
@@ -129,7 +137,8 @@ class RemoteLogView:
 
 
 class ShardActor:
-    def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str):
+    def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str, cache_dir: str | None = None):
+        warm.use_cache_dir(cache_dir)  # before recovery runs the first kernel
         gc_tuning.fix_mmap_threshold()  # before recovery allocates: freed tables leave the process
         # By name, not by handle: a restart must not depend on constructor
         # arguments kept in the object store (ray-project/ray#53727).
@@ -148,6 +157,11 @@ class ShardActor:
         self.core = core
         self.replayed = replayed
         gc_tuning.tune()  # a long-lived process full of long-lived objects
+
+    def warm(self) -> dict:
+        """Compile or load every engine kernel in this process (a throwaway engine:
+        this shard's state is not touched); what it took (engine.warm.WarmReport)."""
+        return dataclasses.asdict(warm.warm_engine())
 
     def apply(self, through: int, packed_items: bytes) -> bytes:
         return pack(self.core.apply(through, unpack(packed_items)))

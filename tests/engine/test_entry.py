@@ -214,13 +214,13 @@ def test_boards_without_rules_keep_only_joins_and_judge_nothing():
 
 
 def test_rejected_events_are_remembered_and_held_ones_do_not_count():
-    v = np.array([0, 15, 16, 17, 10, 11, 8, 9], np.uint8)
+    v = np.array([0, 17, 18, 19, 10, 11, 8, 9], np.uint8)
     from engine.admission import ScoreVerdicts
 
     assert ScoreVerdicts(v, np.zeros((8, 3), np.uint32), np.zeros(8, np.uint64)).remembered().tolist() == [
         0, 1, 2, 3, 4, 5]
     t = EN.EntryTable()
-    t.fold_scores(["a", "b", "a", "c"], np.array([0, 10, 0, 15], np.uint8), np.array([False, True, True, True]))
+    t.fold_scores(["a", "b", "a", "c"], np.array([0, 10, 0, 17], np.uint8), np.array([False, True, True, True]))
     assert _table(t) == {"a": (-1, 2, True)} and t.rows == 1
 
 

@@ -44,9 +44,11 @@ OUTCOME_CODES = {
     12: "REJECTED_UNKNOWN_SEASON",
     13: "DEAD_LETTERED",
     14: "REJECTED_TOTAL_OUT_OF_RANGE",
-    15: "REJECTED_NOT_JOINED",
-    16: "REJECTED_BOARD_FULL",
-    17: "REJECTED_MAX_ATTEMPTS",
+    15: "APPLIED_LATEST",
+    16: "REJECTED_NOT_LATEST",
+    17: "REJECTED_NOT_JOINED",
+    18: "REJECTED_BOARD_FULL",
+    19: "REJECTED_MAX_ATTEMPTS",
 }
 
 #: Record kinds: letter -> (name, fields after the letter).
@@ -80,11 +82,11 @@ JOURNAL_KINDS = {0: "score", 1: "invalidation", 2: "decision"}
 ROW_STATES = {0: "none", 1: "active", 2: "invalid"}
 #: Strings on disk: policies (B records), board states (T records, router
 #: snapshots), decisions (D records), outcome names (held events in router snapshots).
-POLICIES = {"best_score", "cumulative", "fastest_time"}
+POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 4, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
+FORMATS = {"LOG_FORMAT": 5, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
@@ -363,7 +365,8 @@ class _OneShard:
 def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_records():
     """A recurring board's ``R`` record folds into the router and a shard, and
     their snapshots (which hold specs as board records) give the same spec back."""
-    from engine.board_control import BoardControl, BoardRegistry
+    from engine.board_control import BoardControl
+    from engine.registry import BoardRegistry
 
     series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 2, recurrence=Recurrence("month", "Australia/Lord_Howe", 90, 3))
     plain = BoardSpec("g:m:S1:x", Policy.BEST_SCORE, 2)
@@ -371,7 +374,7 @@ def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_reco
     assert [rec[0] for rec in log] == [R.SERIES, R.BOARD2]
     ctl = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]  # fold only: no I/O
     for offset, rec in enumerate(log):
-        ctl.fold(offset, rec)
+        ctl.registry.apply(offset, rec)
     state = msgpack.unpackb(msgpack.packb(ctl.to_state(), use_bin_type=True), strict_map_key=False)
     reloaded = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]
     reloaded.load_state(state)

@@ -119,6 +119,15 @@ def test_boards_create_list_show_state(env, capsys):
     assert code == admin_cli.EXIT_REFUSED and "HTTP 404 BOARD_NOT_FOUND" in err
 
 
+def test_boards_create_a_latest_board(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-l:ladder:S1:global", "--policy", "latest", "--shards", "2")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["board_id"], got["policy"], got["shards"]) == ("cli-l:ladder:S1:global", "latest", 2)
+    code, out, _ = _run(capsys, "boards", "show", "cli-l:ladder:S1:global")
+    assert code == 0 and json.loads(out)["policy"] == "latest"
+
+
 def test_boards_create_with_a_schedule_and_next_season(env, capsys):
     code, out, err = _run(capsys, "boards", "create", "cli-s:solo:S1:global", "--policy", "cumulative", "--shards", "2",
                           "--closes-at", "2999-01-01T00:00:00Z", "--finalize-after-s", "0")
