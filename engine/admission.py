@@ -33,6 +33,7 @@ import numpy as np
 from engine import records as R
 from engine.columns import ScoreColumns
 from engine.dedup import DedupTable, Seen, fingerprint, fingerprints
+from engine.entry import ENTRY_CODES, EntryTable, judge, makes_row
 from engine.errors import AlreadyDecided, EventNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
 from engine.players import BatchIds
@@ -53,9 +54,13 @@ class ScoreVerdicts(NamedTuple):
     fps: np.ndarray  # uint64 content fingerprints
 
     def remembered(self) -> np.ndarray:
-        """Positions of the events a board remembers (admitted or held)."""
+        """Positions of the events a board remembers (admitted, held, or
+        rejected by the entry rules: docs/api.md §16)."""
         v = self.verdicts
-        return np.flatnonzero((v == R.APPLY) | (v == HELD_CODES[0]) | (v == HELD_CODES[1]))
+        keep = (v == R.APPLY) | (v == HELD_CODES[0]) | (v == HELD_CODES[1])
+        if (v >= ENTRY_CODES[0]).any():
+            keep |= (v >= ENTRY_CODES[0]) & (v <= ENTRY_CODES[-1])
+        return np.flatnonzero(keep)
 
 
 class Admission:
@@ -75,6 +80,7 @@ class Admission:
         self.decided: dict[str, tuple[str, HeldEvent]] = {}
         self.quarantined = DedupTable(_FOREVER, spec.board_id)
         self.freeze_position: int | None = None
+        self.entry = EntryTable()  # joins, attempts and rows (engine.entry; docs/api.md §16)
 
     @property
     def remembers_every_id(self) -> bool:
@@ -87,7 +93,7 @@ class Admission:
     # ------------------------------------------------------------- decide
 
     def decide_columns(self, cols: ScoreColumns, ids: BatchIds | None = None, earlier: DedupTable | None = None,
-                       state: BoardState | None = None) -> ScoreVerdicts:
+                       state: BoardState | None = None, entry_over: EntryTable | None = None) -> ScoreVerdicts:
         """The verdict of each event of a batch, in order, as if each were
         applied before the next (a repeated id in the batch is judged against
         its first copy). Pure: changes nothing. One pass of the dedup kernel
@@ -97,7 +103,10 @@ class Admission:
 
         ``ids``: the batch's ids already encoded, when the caller has them;
         ``state``: the season state to judge under (default: this board's;
-        a state change earlier in the cycle passes the new one). O(n)."""
+        a state change earlier in the cycle passes the new one);
+        ``entry_over``: the entry table's overlay (what earlier submissions
+        of the cycle admitted or joined), on a board with entry rules, whose
+        checks come after dedup and before the holds (:mod:`engine.entry`). O(n)."""
         n = len(cols)
         code = R.CODE
         fps = fingerprints(cols, None if ids is None else (ids.players, ids.player_offs))
@@ -113,7 +122,16 @@ class Admission:
                 verdicts[new] = code[Outcome.HELD_FOR_CORRECTION]
             elif self.spec.review_above is not None:
                 verdicts[new[cols.values[new] > self.spec.review_above]] = code[Outcome.HELD_FOR_REVIEW]
+            rules = self.spec.entry
+            if rules is not None and rules.limits:
+                judged = judge(rules, self.entry, entry_over, cols.player_ids,
+                               None if ids is None else (ids.players, ids.player_offs), seen == Seen.NEW.value,
+                               verdicts, self._rowed(cols))
+                verdicts[new] = judged[new]
         return ScoreVerdicts(verdicts, words, fps)
+
+    def _rowed(self, cols: ScoreColumns) -> np.ndarray:
+        return makes_row(self.spec.policy, self.spec.max_plausible_time_ms, cols.values)
 
     def check_decision(self, event_id: str, taken: Collection[str] = (), state: BoardState | None = None) -> HeldEvent:
         """The held event a moderator's decision on ``event_id`` resolves.
@@ -150,7 +168,9 @@ class Admission:
             words = self.dedup.words_of(ids.events, ids.event_offs)
             fps = fingerprints(cols, (ids.players, ids.player_offs))
         self.dedup.remember_words(words[keep], fps[keep])
-        held = keep[verdicts[keep] != R.APPLY]
+        self.fold_entry(cols, verdicts)
+        kept = verdicts[keep]
+        held = keep[(kept == HELD_CODES[0]) | (kept == HELD_CODES[1])]
         if not len(held):
             return
         self.quarantined.remember_words(words[held], fps[held])
@@ -159,6 +179,26 @@ class Admission:
                                             part.achieved.tolist(), part.submitted.tolist(), part.metadata(),
                                             verdicts[held].tolist()):
             self.held[e] = HeldEvent(e, p, v, a, sub, R.outcome_of(code), m)
+
+    def fold_entry(self, cols: ScoreColumns, verdicts: np.ndarray, over: EntryTable | None = None) -> None:
+        """Count a logged score record's admitted events in the entry table
+        (or in a cycle's overlay ``over`` of it), on a board with entry rules."""
+        rules = self.spec.entry
+        if rules is not None and rules.limits:
+            if over is None:
+                self.entry.fold_scores(cols.player_ids, verdicts, self._rowed(cols))
+            else:
+                over.fold_scores(cols.player_ids, verdicts, self._rowed(cols), base=self.entry)
+
+    def fold_decided_row(self, player_id: str, value: int, decision: str, over: EntryTable | None = None) -> None:
+        """A moderator's apply of a held event makes its player's row (counted, never refused: engine.entry)."""
+        rules = self.spec.entry
+        if decision == "apply" and rules is not None and rules.limits and \
+                makes_row(self.spec.policy, self.spec.max_plausible_time_ms, np.array([value], np.int64))[0]:
+            if over is None:
+                self.entry.fold_row(player_id)
+            else:
+                over.fold_row(player_id, base=self.entry)
 
     def apply_state(self, state: BoardState, position: int | None) -> None:
         """Fold a logged state change in. ``position`` is the log offset of
@@ -175,6 +215,7 @@ class Admission:
         held = self.held.pop(event_id, None)
         if held is not None:
             self.decided[event_id] = (decision, held)
+            self.fold_decided_row(held.player_id, held.value, decision)
 
     # --------------------------------------------------------------- snapshots
 
@@ -183,13 +224,16 @@ class Admission:
             out = [h.event_id, h.player_id, h.value, h.achieved_at, h.submitted_at, h.reason.value]
             return out + [h.metadata] if h.metadata else out
 
-        return {
+        out = {
             "state": self.state.value,
             "freeze_position": self.freeze_position,
             "dedup": self.dedup.to_state(),
             "held": [held_list(h) for h in self.held.values()],
             "decided": [[eid, d, held_list(h)] for eid, (d, h) in self.decided.items()],
         }
+        if len(self.entry):  # additive: absent, no player joined or was counted (docs/storage.md)
+            out["entry"] = self.entry.to_state()
+        return out
 
     @classmethod
     def from_state(cls, spec: BoardSpec, dedup_retention: int, state: dict) -> "Admission":
@@ -202,6 +246,8 @@ class Admission:
             return HeldEvent(x[0], x[1], x[2], x[3], x[4], Outcome(x[5]), x[6] if len(x) > 6 else b"")
 
         a.held = {x[0]: held(x) for x in state["held"]}
+        if "entry" in state:
+            a.entry = EntryTable.from_state(state["entry"])
         a.decided = {eid: (d, held(h)) for eid, d, h in state["decided"]}
         every = [h for _, h in a.decided.values()] + list(a.held.values())
         if every:
@@ -211,6 +257,7 @@ class Admission:
     def _check(self) -> None:
         self.dedup._check()
         self.quarantined._check()
+        self.entry._check()
         assert not (set(self.held) & set(self.decided))
         for h in self.held.values():
             assert h.reason in (Outcome.HELD_FOR_CORRECTION, Outcome.HELD_FOR_REVIEW)

@@ -32,6 +32,7 @@ from engine.model import (
     HistoryEntry,
     Invalidation,
     InvalidationResult,
+    JoinResult,
     Page,
     PlayerView,
     QuarantineDecision,
@@ -60,6 +61,11 @@ class EngineClient(Protocol):
         """Create the board ``game:mode:<season>:scope`` with this board's policy,
         shards, review and timing settings (``finalize_after_s`` too unless
         given) and ``closes_at``; raises BoardNotFound, BoardExists, ValidationFailed."""
+
+    async def join(self, board_id: str, player_id: str) -> JoinResult:
+        """Join a competition (docs/api.md §16): the player's 0-based position
+        (``created``: this call joined them); durable before it returns, no
+        board version change. Raises BoardNotFound, BoardNotOpen, BoardFull."""
 
     async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
         """Durably append then apply; one result per event, in order.

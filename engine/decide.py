@@ -29,8 +29,10 @@ from engine import season
 from engine.admission import ScoreVerdicts
 from engine.columns import ScoreBatch
 from engine.dedup import DedupTable
+from engine.entry import EntryTable, join_answer, new_overlay
+from engine.entry import lookup as entry_lookup
 from engine.errors import BoardExists
-from engine.model import BoardSpec, BoardState, Invalidation, QuarantineDecision
+from engine.model import BoardSpec, BoardState, Invalidation, JoinResult, QuarantineDecision
 from engine.placement import parts_of
 from engine.registry import BoardCtl, BoardRegistry, ScoreMemo
 
@@ -48,6 +50,7 @@ class Submission(str, Enum):
     DECISION = "decision"  # a QuarantineDecision: one D / E record
     INVALIDATION = "invalidation"  # an Invalidation: one I record
     DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
+    JOIN = "join"  # (board_id, player_id): one J record for a new join, none for a player who joined before
 
 
 class ScorePlace(NamedTuple):
@@ -65,12 +68,15 @@ class Decision(NamedTuple):
     record's events were all never seen before (the partition may skip the
     journal's search for old redeliveries: ``ids_new``), and for a score
     submission, per board of the batch its places (None: unknown board,
-    answered REJECTED_UNKNOWN_SEASON and not logged)."""
+    answered REJECTED_UNKNOWN_SEASON and not logged); ``answer``: what the
+    caller is answered once the records are durable, when the decision
+    already knows it (a join's :class:`engine.model.JoinResult`)."""
 
     records: list
     memos: list
     ids_new: list
     places: list | None = None
+    answer: object = None
 
 
 class Overlay:
@@ -86,6 +92,7 @@ class Overlay:
         self._tables: dict[str, DedupTable] = {}
         self.decided: dict[str, set[str]] = {}
         self.corrections: Counter = Counter()
+        self.entry: dict[str, EntryTable] = {}  # per board: the entry table's overlay (engine.entry)
 
     def ctl(self, board_id: str) -> BoardCtl | None:
         got = self.registry.boards.get(board_id)
@@ -112,6 +119,14 @@ class Overlay:
                 table.remember_words(words, fps)
         return table
 
+    def entry_over(self, ctl: BoardCtl, create: bool = False) -> EntryTable | None:
+        """The board's entry overlay: players joined or counted earlier in the cycle (None: none yet)."""
+        board_id = ctl.spec.board_id
+        got = self.entry.get(board_id)
+        if got is None and create:
+            got = self.entry[board_id] = new_overlay(ctl.admission.entry)
+        return got
+
     def note(self, decision: Decision) -> None:
         """Add a decision's records to the overlay, so later submissions of
         the cycle are judged as if they were applied."""
@@ -126,10 +141,25 @@ class Overlay:
                 keep = memo_remembered(memo)
                 if len(keep):
                     self._ids.setdefault(rec.board_id, []).append((memo.words[keep], memo.fps[keep]))
+                    _note_entry_scores(self, rec.board_id, memo)
             elif kind in R.DECISIONS:
                 self.decided.setdefault(rec.board_id, set()).add(rec.event_id)
+                ctl = self.ctl(rec.board_id)
+                if ctl is not None and ctl.spec.entry is not None:
+                    ctl.admission.fold_decided_row(rec.player_id, rec.value, rec.decision, self.entry_over(ctl, True))
+            elif kind == R.JOIN:
+                ctl = self.need(rec.board_id)
+                over = self.entry_over(ctl, True)
+                assert over is not None
+                over.fold_join(rec.player_id, rec.position, base=ctl.admission.entry)
             elif kind == R.INVALIDATE:
                 self.corrections[rec.board_id] += 1
+
+
+def _note_entry_scores(ov: Overlay, board_id: str, memo: ScoreMemo) -> None:
+    ctl = ov.ctl(board_id)
+    if ctl is not None and ctl.spec.entry is not None and ctl.spec.entry.limits:
+        ctl.admission.fold_entry(memo.cols, memo.verdicts, ov.entry_over(ctl, True))
 
 
 def memo_remembered(memo: ScoreMemo) -> np.ndarray:
@@ -173,7 +203,26 @@ def decide(ov: Overlay, kind: Submission, payload) -> Decision:
         return _plain([R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator)])
     if kind == Submission.DEAD_LETTERS:
         return _plain(list(payload))
+    if kind == Submission.JOIN:
+        return _decide_join(ov, *payload)
     raise ValueError(kind)
+
+
+def _decide_join(ov: Overlay, board_id: str, player_id: str) -> Decision:
+    """A join (docs/api.md §16): a player who joined before (durably, or
+    earlier in the cycle) gets their position and no record; else the board
+    must be OPEN and not full, and the join is one J record at the next
+    position. Raises BoardNotFound, BoardNotOpen, BoardFull."""
+    ctl = ov.need(board_id)
+    over = ov.entry_over(ctl)
+    table = ctl.admission.entry
+    joined = (over if over is not None else table).joined
+    known = entry_lookup(table, over, player_id)
+    had = join_answer(ctl.spec.entry, known, joined, ov.state(ctl) is BoardState.OPEN)
+    if had is not None:
+        return Decision([], [], [], answer=JoinResult(player_id, had, False))
+    return Decision([R.join_record(board_id, player_id, joined)], [None], [False],
+                    answer=JoinResult(player_id, joined, True))
 
 
 def _plain(records: list) -> Decision:
@@ -193,7 +242,8 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch) -> Decision:
             places.append(None)
             continue
         fresh = ctl.admission.remembers_every_id
-        got = ctl.admission.decide_columns(cols, earlier=ov.earlier(cols.board_id), state=ov.state(ctl))
+        got = ctl.admission.decide_columns(cols, earlier=ov.earlier(cols.board_id), state=ov.state(ctl),
+                                           entry_over=ov.entry_over(ctl))
         n_parts = ctl.spec.shards
         mine = []
         if n_parts == 1:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import time
 import uuid
@@ -76,6 +77,24 @@ from engine.turns import RoundBatcher
 from engine.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
+
+
+def _with_attempts(read):
+    """A player read that also carries the player's admitted attempts, on a
+    board with ``max_attempts`` (docs/api.md §16): the router's entry table
+    as of the read's answer (it counts every event durable before it)."""
+
+    @functools.wraps(read)
+    async def wrapped(self, board_id: str, player_id: str, *args, **kwargs) -> PlayerView:
+        view = await read(self, board_id, player_id, *args, **kwargs)
+        ctl = self.registry.boards.get(board_id)
+        rules = None if ctl is None else ctl.spec.entry
+        if ctl is None or rules is None or rules.max_attempts is None:
+            return view
+        got = ctl.admission.entry.get(player_id)
+        return replace(view, attempts=0 if got is None else got.attempts)
+
+    return wrapped
 
 
 class TurnBatcher:
@@ -167,7 +186,7 @@ class ReadFanOut:
         if ctl.archive is not None:
             info = ctl.archive.info
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
-                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s)
+                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.entry)
 
         async def attempt():
             answers = await self.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
@@ -178,7 +197,7 @@ class ReadFanOut:
         version, size = await self.consistent(attempt, ctl)
         s = ctl.spec
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
-                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s)
+                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.entry)
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
                   ties: bool = False) -> Page:
@@ -268,6 +287,7 @@ class ReadFanOut:
             raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
         return owner, W.RowWire(*got.row), got.local
 
+    @_with_attempts
     async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
         """Exact rank in one parallel round when the player's rank key is known:
         the owner's row and local count, and on every other shard actor the
@@ -322,6 +342,7 @@ class ReadFanOut:
 
         return await self.consistent(attempt, ctl)
 
+    @_with_attempts
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
         """Exact count on the shard actor owning the player's partition plus, for every other actor,
         an estimate from a sorted sample of its keys (every ``step``-th key).

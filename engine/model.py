@@ -72,6 +72,10 @@ class Outcome(str, enum.Enum):
     # latest boards (docs/api.md §14): the event is now the row / it is older than the row.
     APPLIED_LATEST = "APPLIED_LATEST"
     REJECTED_NOT_LATEST = "REJECTED_NOT_LATEST"
+    # Competition entry (docs/api.md §16), decided by the router's admission:
+    REJECTED_NOT_JOINED = "REJECTED_NOT_JOINED"  # join_required, and the player has not joined
+    REJECTED_BOARD_FULL = "REJECTED_BOARD_FULL"  # a new player's first event when max_players have a row
+    REJECTED_MAX_ATTEMPTS = "REJECTED_MAX_ATTEMPTS"  # the player already has max_attempts admitted events
 
     @property
     def changes_ranking(self) -> bool:
@@ -107,6 +111,29 @@ class ScoreEvent(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class EntrySpec:
+    """Who may enter a competition and how often (docs/api.md §16, "Entry").
+
+    ``join_required``: only players who joined may submit; ``max_players``
+    (None: no cap) caps the joins, and without ``join_required`` the players
+    with a row; ``max_attempts`` (None: no cap) caps each player's admitted
+    score events (:mod:`engine.entry`)."""
+
+    join_required: bool = False
+    max_players: int | None = None
+    max_attempts: int | None = None
+
+    @property
+    def limits(self) -> bool:
+        """Score events are judged at all (else the entry table only keeps joins)."""
+        return self.join_required or self.max_players is not None or self.max_attempts is not None
+
+    def to_json(self) -> dict:
+        return {"join_required": self.join_required, "max_players": self.max_players,
+                "max_attempts": self.max_attempts}
+
+
+@dataclass(frozen=True, slots=True)
 class BoardSpec:
     """A board's immutable configuration (docs/api.md §5, §13).
 
@@ -125,6 +152,17 @@ class BoardSpec:
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
     recurrence: Recurrence | None = None
+    entry: EntrySpec | None = None  # competition entry (docs/api.md §16); None: none of its rules
+
+
+class JoinResult(NamedTuple):
+    """A join's answer (docs/api.md §16): the player's 0-based position in
+    the order of joining; ``created``: this call made the join (201), else the
+    player had joined before (200)."""
+
+    player_id: str
+    position: int
+    created: bool
 
 
 class EventResult(NamedTuple):
@@ -172,6 +210,7 @@ class PlayerView:
     rank_error_bound: int | None = None
     tied_rank: int | None = None  # competition rank, only when asked (?ties=competition)
     metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
+    attempts: int | None = None  # admitted score events so far, on boards with max_attempts (docs/api.md §16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +225,7 @@ class BoardInfo:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    entry: EntrySpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,12 @@ class ReadReplica:
             fut.add_done_callback(lambda _: self._learning.pop(board_id, None))
         return await asyncio.shield(fut)
 
+    def counts_attempts(self, board_id: str) -> bool:
+        """The board's player views carry ``attempts`` (docs/api.md §16): the
+        host's router counts them, so its player reads are the host's to answer."""
+        ctl = self.fanout.boards.get(board_id)
+        return ctl is not None and ctl.spec.entry is not None and ctl.spec.entry.max_attempts is not None
+
     async def _learn(self, board_id: str) -> bool:
         got = await self.lookup(board_id)
         if got is None:

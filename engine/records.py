@@ -24,15 +24,21 @@ import numpy as np
 from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
 from engine.formats import LOG_FORMAT
-from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
+from engine.entry import ENTRY_CODES, ENTRY_OUTCOMES
 from engine.windows import Recurrence
 
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
 BOARD2 = "K"
 #: A series board (docs/api.md §15): ``K`` plus its recurrence; written only for a board that has one.
 SERIES = "R"
+#: A board with options (docs/api.md §16): ``R``'s fields (recurrence nil for none), then a map of
+#: options; written only for a board that has one (today: ``entry``), so other boards' records are unchanged.
+OPTIONS_BOARD = "O"
 #: Every board-creation kind (``K`` followed ``B`` in log format 2; ``R`` is ``K`` with a recurrence).
-BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES})
+BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, OPTIONS_BOARD})
+#: A player joined a competition (docs/api.md §16): their 0-based position in the order of joining.
+JOIN = "J"
 SCORES_META, DECIDE_META = "M", "E"
 #: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
 SCORE_BATCHES = (SCORES, SCORES_META)
@@ -66,6 +72,16 @@ KINDS: dict[str, RecordKind] = {
                        "a recurring board (a series of time windows, docs/api.md §15): the fields of K, then its "
                        "recurrence as a map {every, timezone, at, keep} (Recurrence.to_json, keys in that order). "
                        "Written only for a board that has a recurrence, so logs without series are unchanged"),
+    OPTIONS_BOARD: RecordKind("options board", ("board_id", "policy", "shards", "max_plausible_time_ms",
+                                                "review_above", "closes_at", "finalize_after_s", "recurrence",
+                                                "options"),
+                              "a board with options: the fields of R (recurrence nil for none), then a map of "
+                              "options whose keys a reader must all know (else UnsupportedFormat): \"entry\" "
+                              "{join_required, max_players, max_attempts} in that key order (docs/api.md §16). "
+                              "Written only for a board that has an option, so other boards' records are unchanged"),
+    JOIN: RecordKind("join", ("board_id", "player_id", "position"),
+                     "a player joined a competition (docs/api.md §16) at this 0-based position in the order of "
+                     "joining; logged once per player and board, changes no board version"),
     STATE: RecordKind("state", ("board_id", "state"),
                       "season state change to a BoardState value; its offset is the freeze position"),
     SCORES: RecordKind("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
@@ -136,6 +152,30 @@ class SeriesBoardRecord(NamedTuple):
     closes_at: int | None
     finalize_after_s: int
     recurrence: dict  # Recurrence.to_json()
+
+
+class OptionsBoardRecord(NamedTuple):
+    """``O``: a board created with options (``R``'s fields, then the options map)."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    recurrence: dict | None  # Recurrence.to_json(), or None
+    options: dict  # {"entry": EntrySpec.to_json()}
+
+
+class JoinRecord(NamedTuple):
+    """``J``: a player joined a competition."""
+
+    kind: str
+    board_id: str
+    player_id: str
+    position: int
 
 
 class StateRecord(NamedTuple):
@@ -248,14 +288,14 @@ class DeadLetterRecord(NamedTuple):
 TYPES: dict[str, type] = {
     BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, SERIES: SeriesBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
-    DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord,
+    DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
 assert set(TYPES) == set(KINDS), "every kind needs a record type"
 
 Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
-          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord)
+          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord | OptionsBoardRecord | JoinRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -281,8 +321,10 @@ CODE = {
     Outcome.HELD_FOR_CORRECTION: 10, Outcome.HELD_FOR_REVIEW: 11, Outcome.REJECTED_UNKNOWN_SEASON: 12,
     Outcome.DEAD_LETTERED: 13, Outcome.REJECTED_TOTAL_OUT_OF_RANGE: 14,
     Outcome.APPLIED_LATEST: 15, Outcome.REJECTED_NOT_LATEST: 16,  # log format 5
+    Outcome.REJECTED_NOT_JOINED: 17, Outcome.REJECTED_BOARD_FULL: 18, Outcome.REJECTED_MAX_ATTEMPTS: 19,
 }
 assert set(CODE) == set(Outcome), "every outcome needs a code"
+assert tuple(CODE[o] for o in ENTRY_OUTCOMES) == ENTRY_CODES, "engine.entry repeats the entry codes"
 _BY_CODE = {c: o for o, c in CODE.items()}
 APPLY = 0
 
@@ -333,25 +375,47 @@ def decided_event(rec) -> ScoreEvent:
                       rec.metadata if isinstance(rec, DecisionMetaRecord) else b"")
 
 
-def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SeriesBoardRecord:
-    """The record that creates ``spec``'s board: ``R`` for a series (a spec
-    with a recurrence), else ``K`` (the same bytes as before series existed)."""
+def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SeriesBoardRecord | OptionsBoardRecord:
+    """The record that creates ``spec``'s board: ``O`` for a board with an
+    option (entry rules), else ``R`` for a series (a spec with a recurrence),
+    else ``K`` (the same bytes as before series and options existed)."""
     fields = (spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
               spec.closes_at, spec.finalize_after_s)
+    if spec.entry is not None:
+        return OptionsBoardRecord(OPTIONS_BOARD, *fields,
+                                  None if spec.recurrence is None else spec.recurrence.to_json(),
+                                  {"entry": spec.entry.to_json()})
     if spec.recurrence is not None:
         return SeriesBoardRecord(SERIES, *fields, spec.recurrence.to_json())
     return ScheduledBoardRecord(BOARD2, *fields)
 
 
 def spec_of(rec) -> BoardSpec:
-    """The spec of an ``R`` or ``K`` record, or of an older ``B`` one (no
-    schedule: ``closes_at`` None, the default ``finalize_after_s``)."""
+    """The spec of an ``O``, ``R`` or ``K`` record, or of an older ``B`` one (no
+    schedule: ``closes_at`` None, the default ``finalize_after_s``). An ``O``
+    record with an option this version does not know is refused
+    (UnsupportedFormat), never read without it."""
     rec = parse(rec)
-    if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord)):
-        recurrence = Recurrence.parse(rec.recurrence) if isinstance(rec, SeriesBoardRecord) else None
+    if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord, OptionsBoardRecord)):
+        raw = rec.recurrence if isinstance(rec, (SeriesBoardRecord, OptionsBoardRecord)) else None
+        recurrence = Recurrence.parse(raw) if raw is not None else None
+        entry = _entry_of(rec.board_id, rec.options) if isinstance(rec, OptionsBoardRecord) else None
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
-                         rec.closes_at, rec.finalize_after_s, recurrence)
+                         rec.closes_at, rec.finalize_after_s, recurrence, entry)
     return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above)
+
+
+def _entry_of(board_id: str, options: dict) -> EntrySpec | None:
+    unknown = set(options) - {"entry"}
+    if unknown:
+        raise UnsupportedFormat(f"board {board_id!r} has options {sorted(unknown)} that this FlowRank version does "
+                                "not know; it was written by a newer FlowRank")
+    raw = options.get("entry")
+    return None if raw is None else EntrySpec(bool(raw["join_required"]), raw["max_players"], raw["max_attempts"])
+
+
+def join_record(board_id: str, player_id: str, position: int) -> JoinRecord:
+    return JoinRecord(JOIN, board_id, player_id, position)
 
 
 def score_record(ev: ScoreEvent, verdict: Outcome | None) -> ScoreRecord:

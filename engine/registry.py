@@ -155,6 +155,8 @@ class BoardRegistry:
                     ctl.admission.apply_decision(rec.event_id, rec.decision)
                 elif kind == R.INVALIDATE:
                     ctl.corrections += 1
+                elif kind == R.JOIN:  # docs/api.md §16: changes no board version
+                    ctl.admission.entry.fold_join(rec.player_id, rec.position)
         self.log_offset = offset
 
 

@@ -136,7 +136,8 @@ class RemoteEngine:
         return await self._call("top", board_id, offset, limit, at_version, ties)
 
     async def player(self, board_id: str, player_id: str, ties: bool = False):
-        if self.replica is not None and await self.replica.serves(board_id):
+        if self.replica is not None and await self.replica.serves(board_id) and \
+                not self.replica.counts_attempts(board_id):
             return await self.replica.player(board_id, player_id, ties)
         return await self._call("player", board_id, player_id, ties)
 

@@ -53,6 +53,7 @@ from engine.model import (
     Invalidation,
     InvalidationResult,
     INT64_MIN,
+    JoinResult,
     Outcome,
     Policy,
     QuarantineDecision,
@@ -94,6 +95,7 @@ class _Prepared(NamedTuple):
     start: int
     count: int
     places: list | None  # for scores, per board: [ScorePlace] with record indexes into the cycle's records
+    answer: object = None  # what the decision already knows to answer (a join's JoinResult), once durable
 
 
 @dataclass
@@ -216,6 +218,12 @@ class Sequencer:
         """Log a new board (BoardExists if the id is taken when its turn comes)."""
         await self.enqueue(Submission.BOARD, spec, 1)
 
+    async def join(self, board_id: str, player_id: str) -> JoinResult:
+        """Join a competition (docs/api.md §16): the player's position, durable
+        before the answer. Raises BoardNotFound, BoardNotOpen, BoardFull."""
+        self.registry.ctl(board_id)
+        return await self.enqueue(Submission.JOIN, (board_id, player_id), 1)
+
     async def submit_state(self, board_id: str, state: BoardState) -> None:
         """Log an admin's state change (the move must be allowed when its turn comes)."""
         await self.enqueue(Submission.STATE, (board_id, state), 1)
@@ -296,13 +304,13 @@ class Sequencer:
             records.extend(got.records)
             memos.extend(got.memos)
             ids_new.extend(got.ids_new)
-            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places))
+            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places, got.answer))
         del overlay
         if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
             for sub in subs:
                 if not sub.future.done():
                     sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {})
-                                          if sub.kind == Submission.SCORES else None)
+                                          if sub.kind == Submission.SCORES else sub.answer)
             return
         started = self.clock()
         payloads = [pack(rec) for rec in records]  # each record packed once: the log frames these bytes, the
@@ -403,9 +411,11 @@ class Sequencer:
         now = self.clock()
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
         replies = []
-        for kind, payload, fut, start, count, places in cyc.submissions:
+        for kind, payload, fut, start, count, places, known in cyc.submissions:
             if kind == Submission.SCORES:
                 answer = self._finish_scores(payload, places, records, per_record, new_deltas)
+            elif known is not None:  # decided before the append (a join)
+                answer = known
             elif count == 0:  # a schedule that found its transitions already made
                 answer = None
             else:

@@ -45,7 +45,7 @@ from typing import Iterable, Mapping
 #: Every module that defines numba kernels (tests/engine/test_warm.py checks the list against the code).
 ENGINE_KERNEL_MODULES = (
     "engine.xxh3", "engine.players", "engine.dedup", "engine.rank_index", "engine.partition",
-    "engine.journal", "engine.archive",
+    "engine.journal", "engine.archive", "engine.entry",
 )
 GATEWAY_KERNEL_MODULES = ("gateway.export_format",)
 KERNEL_MODULES = ENGINE_KERNEL_MODULES + GATEWAY_KERNEL_MODULES
@@ -377,6 +377,13 @@ async def exercise(engine, again: bool = False) -> None:
         for held in await engine.quarantine(board_id):
             await engine.decide(M.QuarantineDecision(board_id, held.event_id, "apply", "warm", "warm"))
         await _reads(engine, board_id)
+    entered = f"warm:entry:{suffix}:global"  # competition entry (engine.entry): joins, the caps' kernel
+    await engine.create_board(BoardSpec(entered, Policy.BEST_SCORE, shards=2, entry=M.EntrySpec(True, 8, 2)))
+    for pid in PLAYERS[:4]:
+        await engine.join(entered, pid)
+    await engine.submit_columns(ScoreBatch.from_events(_events(entered, 12, "e", False)))
+    await engine.submit(_events(entered, 2, "s", True))
+    await _reads(engine, entered)
     archived = f"warm:archived:{suffix}:global"
     await engine.create_board(BoardSpec(archived, Policy.BEST_SCORE, shards=2))
     await engine.submit(_events(archived, 15, "e", metadata=True))

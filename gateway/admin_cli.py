@@ -165,6 +165,9 @@ def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
     elif window:
         raise CliError(f"--{'/--'.join(window)} describe the windows of a recurring board: add --recurrence "
                        f"{'|'.join(EVERY)}", EXIT_USAGE)
+    if args.join_required or args.max_players is not None or args.max_attempts is not None:  # docs/api.md §16
+        body["entry"] = {"join_required": args.join_required, "max_players": args.max_players,
+                         "max_attempts": args.max_attempts}
     _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
     return EXIT_OK
 
@@ -590,6 +593,13 @@ def register(sub) -> None:
     w.add_argument("--at", type=_at, default=None, help="local start time HH:MM (server default 00:00)")
     w.add_argument("--keep", type=_keep, default=None,
                    help=f"instances kept unarchived, 1-{MAX_KEEP} (server default 30)")
+    e = c.add_argument_group("competition entry (docs/api.md §16)")
+    e.add_argument("--join-required", action="store_true",
+                   help="only players who joined may submit (POST .../players/ID/join)")
+    e.add_argument("--max-players", type=positive_int, default=None,
+                   help="at most this many players join (or, without --join-required, get a row)")
+    e.add_argument("--max-attempts", type=positive_int, default=None,
+                   help="a player's admitted score events beyond this many are rejected")
     c.set_defaults(admin=cmd_boards_create)
     c = bsub.add_parser("next-season", parents=[conn],
                         help="create game:mode:SEASON:scope with the board's settings (admin)")

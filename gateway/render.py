@@ -26,6 +26,7 @@ from engine.model import (
     HeldEvent,
     HistoryEntry,
     InvalidationResult,
+    JoinResult,
     PlayerView,
     RankedEntry,
     RowChange,
@@ -57,6 +58,7 @@ def board(b: BoardInfo) -> dict:
         "review_above": b.review_above,
         "closes_at": None if b.closes_at is None else format_timestamp(b.closes_at),
         "finalize_after_s": b.finalize_after_s,
+        **({"entry": b.entry.to_json()} if b.entry is not None else {}),
     }
 
 
@@ -124,7 +126,12 @@ def player(p: PlayerView) -> dict:
         "row_version": p.row_version,
         **({"tied_rank": p.tied_rank} if p.tied_rank is not None else {}),
         **({"metadata": Fragment(p.metadata)} if p.metadata else {}),
+        **({"attempts": p.attempts} if p.attempts is not None else {}),
     }
+
+
+def join(j: JoinResult) -> dict:
+    return {"player_id": j.player_id, "position": j.position}
 
 
 def changes(c: Changes) -> dict:

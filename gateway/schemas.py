@@ -127,7 +127,7 @@ _ERROR_TEXT = {
          "`?access_token=`.",
     403: "`FORBIDDEN`: the key's role may not call this route (a token: not a reader's GET, or not its board).",
     404: "`BOARD_NOT_FOUND`, `PLAYER_NOT_FOUND`, `PLAYER_NOT_RANKED`, `EVENT_NOT_FOUND` or an unknown route.",
-    409: "`BOARD_EXISTS`, `INVALID_TRANSITION` or `ALREADY_DECIDED`.",
+    409: "`BOARD_EXISTS`, `INVALID_TRANSITION`, `ALREADY_DECIDED`, `BOARD_FULL` or `BOARD_NOT_OPEN`.",
     410: "`VIEW_EXPIRED`: the pinned page version is gone; fetch page 1 again.",
     413: "`BATCH_TOO_LARGE`: more than 10,000 events or a body over 8 MiB.",
     422: "`VALIDATION_FAILED`: schema, types, ranges or ids; `field` names the first bad input.",
@@ -179,6 +179,34 @@ class RecurrenceIn(BaseModel):
         DEFAULT_KEEP, description="How many window instances stay unarchived.")
 
 
+class EntryIn(BaseModel):
+    """Who may enter a competition and how often (docs/api.md §16, "Entry")."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"join_required": True, "max_players": 100, "max_attempts": 3}]})
+
+    join_required: Annotated[bool, Strict()] = Field(
+        False, description="Only players who joined may submit: others' events are `REJECTED_NOT_JOINED`.")
+    max_players: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="At most this many players join (`BOARD_FULL`); without `join_required`, at most this "
+                          "many players get a row (a new player's first event on a full board is "
+                          "`REJECTED_BOARD_FULL`). Null: no cap.")
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="A player's admitted score events beyond this many are `REJECTED_MAX_ATTEMPTS`. "
+                          "Null: no cap.")
+
+
+class EntryRulesOut(_Out):
+    join_required: bool
+    max_players: int | None
+    max_attempts: int | None
+
+
+class JoinOut(_Out):
+    player_id: str
+    position: int = Field(description="0-based order of joining.")
+
+
 class BoardCreate(BaseModel):
     board_id: BoardId
     policy: Policy = Field(description="`best_score`, `cumulative`, `fastest_time` or `latest` (a player's most "
@@ -196,6 +224,7 @@ class BoardCreate(BaseModel):
     recurrence: RecurrenceIn | None = Field(
         None, description="Makes the board a series of time windows, one instance board per window "
                           f"(docs/api.md §15); its id's season part is then at most {MAX_SERIES_SEASON} characters.")
+    entry: EntryIn | None = Field(None, description="Competition entry rules (docs/api.md §16); none by default.")
 
     model_config = ConfigDict(json_schema_extra={
         # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15)
@@ -229,6 +258,7 @@ class BoardOut(_Out):
     review_above: int | None = None
     closes_at: Timestamp | None = Field(None, description="Scheduled close, or null.")
     finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
+    entry: EntryRulesOut | None = Field(None, description="The entry rules (§16); left out when the board has none.")
 
 
 class BoardList(_Out):
@@ -316,6 +346,8 @@ class PlayerOut(_Out):
                                             "(apply or correction); compare it to detect a concurrent change.")
     metadata: dict[str, Any] | None = Field(None, description="The metadata of the event that gave the row its "
                                             "value (§13); left out when there is none.")
+    attempts: int | None = Field(None, description="On a board with `max_attempts` (§16): the player's admitted "
+                                 "score events so far; left out on other boards.")
     stale_ms: StaleMs = None
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec
+from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
 from engine.windows import Recurrence, series_check
 
 from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access, principal_of
-from gateway.routes.common import BoardIdPath, guarded_router, gw
-from gateway.schemas import BoardCreate, BoardList, BoardOut, NextSeasonIn, StateIn, error_responses
+from gateway.routes.common import BoardIdPath, PlayerIdPath, guarded_router, gw
+from gateway.schemas import BoardCreate, BoardList, BoardOut, JoinOut, NextSeasonIn, StateIn, error_responses
 
 router = guarded_router("boards")
 
@@ -35,6 +35,7 @@ async def create_board(body: BoardCreate, request: Request):
         closes_at=body.closes_at,
         finalize_after_s=DEFAULT_FINALIZE_AFTER_S if body.finalize_after_s is None else body.finalize_after_s,
         recurrence=recurrence,
+        entry=None if body.entry is None else EntrySpec(**body.entry.model_dump()),
     )
     info = await g.engine.create_board(spec)
     return JSONResponse(render.board(info), status_code=201)
@@ -69,3 +70,16 @@ async def set_state(board_id: BoardIdPath, body: StateIn, request: Request):
 async def next_season(board_id: BoardIdPath, body: NextSeasonIn, request: Request):
     info = await gw(request).engine.next_season(board_id, body.season, body.closes_at, body.finalize_after_s)
     return JSONResponse(render.board(info), status_code=201)
+
+
+@router.post("/v1/boards/{board_id}/players/{player_id}/join", status_code=201, response_model=JoinOut,
+             responses={200: {"model": JoinOut, "description": "The player had joined before: the same body."},
+                        **error_responses(404, 409)},
+             summary="Join a competition (game_server, admin)")
+@access(Permission.SUBMIT, "write")
+async def join(board_id: BoardIdPath, player_id: PlayerIdPath, request: Request):
+    """201 with the player's 0-based position the first time; 200 with the
+    same body on every later join, whatever the board's state (docs/api.md
+    §16). 409 `BOARD_FULL` / `BOARD_NOT_OPEN`. Durable before the answer."""
+    got = await gw(request).engine.join(board_id, player_id)
+    return JSONResponse(render.join(got), status_code=201 if got.created else 200)

@@ -21,7 +21,7 @@ from engine import records as R
 from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
 from engine.log.framing import encode_record, unpack_payload
-from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, Policy, ScoreEvent
+from engine.model import BoardSpec, BoardState, EntrySpec, HeldEvent, Outcome, Policy, ScoreEvent
 from engine.partition import Partition
 from engine.placement import part_of
 from engine.router import Router
@@ -46,6 +46,9 @@ OUTCOME_CODES = {
     14: "REJECTED_TOTAL_OUT_OF_RANGE",
     15: "APPLIED_LATEST",
     16: "REJECTED_NOT_LATEST",
+    17: "REJECTED_NOT_JOINED",
+    18: "REJECTED_BOARD_FULL",
+    19: "REJECTED_MAX_ATTEMPTS",
 }
 
 #: Record kinds: letter -> (name, fields after the letter).
@@ -67,6 +70,9 @@ RECORD_KINDS = {
     "E": ("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
                             "achieved_at", "submitted_at", "metadata")),
     "L": ("dead_letter", ("board_id", "offset", "row", "event_id", "error")),
+    "O": ("options board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                            "finalize_after_s", "recurrence", "options")),
+    "J": ("join", ("board_id", "player_id", "position")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -94,7 +100,8 @@ def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
-    assert R.BOARD_KINDS == {"B", "K", "R"} and R.SERIES == "R"
+    assert R.BOARD_KINDS == {"B", "K", "R", "O"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
+    assert R.JOIN == "J"
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
     assert R.DEAD_LETTER == "L" and R.MAX_ERROR_CHARS == 500
 
@@ -140,6 +147,9 @@ LISTS = {
     "D": ["D", "b", "e1", "apply", None, "mod", "p1", 5, 10, 11],
     "E": ["E", "b", "e1", "reject", "spam", None, "p1", 5, 10, 11, b'{"k":1}'],
     "L": ["L", "b", 41, 3, "e7", "RuntimeError: boom"],
+    "O": ["O", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0, None,
+          {"entry": {"join_required": True, "max_players": 100, "max_attempts": None}}],
+    "J": ["J", "b", "p1", 4],
 }
 
 
@@ -178,6 +188,21 @@ def test_record_builders_pack_to_the_lists_they_replaced():
     assert pack(R.decide_record("b", "e1", "reject", "spam", None, held_meta)) == pack(LISTS["E"])
     dead = R.dead_letter_record(R.DeadLetter("b", 41, 3, "e7", "RuntimeError: boom"))
     assert pack(dead) == pack(LISTS["L"])
+    entered = replace(spec, entry=EntrySpec(True, 100, None))
+    assert pack(R.board_record(entered)) == pack(LISTS["O"])
+    assert R.spec_of(LISTS["O"]) == entered
+    assert pack(R.join_record("b", "p1", 4)) == pack(LISTS["J"])
+
+
+def test_an_options_board_record_keeps_recurrence_and_entry_and_refuses_unknown_options():
+    both = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 3, recurrence=Recurrence("day", "Europe/Berlin", 240, 7),
+                     entry=EntrySpec(False, None, 3))
+    rec = R.board_record(both)
+    assert rec[0] == R.OPTIONS_BOARD
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == both
+    newer = list(rec[:-1]) + [{"entry": rec.options["entry"], "league": {"cohort_size": 10}}]
+    with pytest.raises(UnsupportedFormat, match="league"):
+        R.spec_of(newer)
 
 
 def test_parse_refuses_a_list_of_another_layout_or_kind():
@@ -192,7 +217,7 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "R": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
-                   "E": "e1", "L": "e7"}
+                   "E": "e1", "L": "e7", "O": None, "J": None}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -245,6 +270,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
         [R.INVALIDATE, "b", "e1", "c1", None, None], R.decide_record("b", "e1", "apply", None, None, held),
         R.decide_record("b", "e1", "apply", None, None, HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW)),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
     for rec in others:

@@ -420,3 +420,35 @@ def test_a_batch_without_an_answer_says_a_resend_is_safe(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "batch of lines 501-700: cannot reach http://x" in err
     assert "lines before 501 were sent and answered (500 events)" in err and "sending the file again is safe" in err
+
+
+@pytest.mark.parametrize("flags, entry", [
+    (["--join-required", "--max-players", "100", "--max-attempts", "3"],
+     {"join_required": True, "max_players": 100, "max_attempts": 3}),
+    (["--max-attempts", "1"], {"join_required": False, "max_players": None, "max_attempts": 1}),
+    (["--join-required"], {"join_required": True, "max_players": None, "max_attempts": None}),
+    ([], None),
+])
+def test_boards_create_sends_the_entry_rules_it_was_given(capsys, flags, entry):
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(201, json={"board_id": "g:m:s:x"})
+
+    args = build_parser().parse_args(["boards", "create", "g:m:s:x", "--policy", "cumulative", *flags,
+                                      "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, out=io.StringIO(), transport=httpx.MockTransport(handler)) == 0
+    assert bodies == [{"board_id": "g:m:s:x", "policy": "cumulative", **({"entry": entry} if entry else {})}]
+
+
+def test_boards_create_with_entry_rules_against_the_server(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-e:solo:S1:global", "--policy", "best_score",
+                          "--join-required", "--max-players", "100", "--max-attempts", "3")
+    assert code == 0, err
+    assert json.loads(out)["entry"] == {"join_required": True, "max_players": 100, "max_attempts": 3}
+    for flag, value in (("--max-players", "0"), ("--max-attempts", "x")):
+        with pytest.raises(SystemExit) as ei:
+            main(["boards", "create", "cli-e:solo:S2:global", "--policy", "best_score", flag, value])
+        assert ei.value.code == 2
+        capsys.readouterr()
