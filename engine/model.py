@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from engine.windows import Recurrence
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -105,6 +108,8 @@ class BoardSpec:
     ``closes_at`` (epoch ms or None) schedules the season's close: the board
     moves to FROZEN once the server's clock reaches it and to FINALIZED
     ``finalize_after_s`` seconds later (:func:`engine.season.due`).
+    ``recurrence`` (None for an ordinary board) makes the board a series of
+    time windows (docs/api.md §15, :mod:`engine.windows`).
     """
 
     board_id: str
@@ -114,6 +119,7 @@ class BoardSpec:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    recurrence: Recurrence | None = None
 
 
 class EventResult(NamedTuple):

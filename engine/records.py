@@ -25,11 +25,14 @@ from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
 from engine.formats import LOG_FORMAT
 from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.windows import Recurrence
 
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
 BOARD2 = "K"
-#: Either board-creation kind (``K`` followed ``B`` in log format 2).
-BOARD_KINDS = frozenset({BOARD, BOARD2})
+#: A series board (docs/api.md §15): ``K`` plus its recurrence; written only for a board that has one.
+SERIES = "R"
+#: Every board-creation kind (``K`` followed ``B`` in log format 2; ``R`` is ``K`` with a recurrence).
+BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES})
 SCORES_META, DECIDE_META = "M", "E"
 #: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
 SCORE_BATCHES = (SCORES, SCORES_META)
@@ -58,6 +61,11 @@ KINDS: dict[str, RecordKind] = {
                                            "closes_at", "finalize_after_s"),
                        "board created, as B plus its season schedule: closes_at None or epoch ms, "
                        "finalize_after_s an int >= 0"),
+    SERIES: RecordKind("series board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                        "closes_at", "finalize_after_s", "recurrence"),
+                       "a recurring board (a series of time windows, docs/api.md §15): the fields of K, then its "
+                       "recurrence as a map {every, timezone, at, keep} (Recurrence.to_json, keys in that order). "
+                       "Written only for a board that has a recurrence, so logs without series are unchanged"),
     STATE: RecordKind("state", ("board_id", "state"),
                       "season state change to a BoardState value; its offset is the freeze position"),
     SCORES: RecordKind("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
@@ -114,6 +122,20 @@ class ScheduledBoardRecord(NamedTuple):
     review_above: int | None
     closes_at: int | None
     finalize_after_s: int
+
+
+class SeriesBoardRecord(NamedTuple):
+    """``R``: a series board created: ``K`` plus its recurrence."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    recurrence: dict  # Recurrence.to_json()
 
 
 class StateRecord(NamedTuple):
@@ -224,7 +246,7 @@ class DeadLetterRecord(NamedTuple):
 #: exactly ``KINDS[kind].fields``. msgpack packs a tuple as an array, so writing one
 #: of these gives the same bytes as the list it replaced (tests/engine/test_records.py).
 TYPES: dict[str, type] = {
-    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
+    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, SERIES: SeriesBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord,
 }
@@ -232,7 +254,7 @@ for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
 assert set(TYPES) == set(KINDS), "every kind needs a record type"
 
-Record = (BoardRecord | ScheduledBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
+Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
           | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
@@ -310,18 +332,24 @@ def decided_event(rec) -> ScoreEvent:
                       rec.metadata if isinstance(rec, DecisionMetaRecord) else b"")
 
 
-def board_record(spec: BoardSpec) -> ScheduledBoardRecord:
-    return ScheduledBoardRecord(BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms,
-                                spec.review_above, spec.closes_at, spec.finalize_after_s)
+def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SeriesBoardRecord:
+    """The record that creates ``spec``'s board: ``R`` for a series (a spec
+    with a recurrence), else ``K`` (the same bytes as before series existed)."""
+    fields = (spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
+              spec.closes_at, spec.finalize_after_s)
+    if spec.recurrence is not None:
+        return SeriesBoardRecord(SERIES, *fields, spec.recurrence.to_json())
+    return ScheduledBoardRecord(BOARD2, *fields)
 
 
 def spec_of(rec) -> BoardSpec:
-    """The spec of a ``K`` record, or of an older ``B`` one (no schedule:
-    ``closes_at`` None, the default ``finalize_after_s``)."""
+    """The spec of an ``R`` or ``K`` record, or of an older ``B`` one (no
+    schedule: ``closes_at`` None, the default ``finalize_after_s``)."""
     rec = parse(rec)
-    if isinstance(rec, ScheduledBoardRecord):
+    if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord)):
+        recurrence = Recurrence.parse(rec.recurrence) if isinstance(rec, SeriesBoardRecord) else None
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
-                         rec.closes_at, rec.finalize_after_s)
+                         rec.closes_at, rec.finalize_after_s, recurrence)
     return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above)
 
 

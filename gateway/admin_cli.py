@@ -38,6 +38,7 @@ import httpx
 
 from engine.errors import ValidationFailed
 from engine.timefmt import parse_timestamp
+from engine.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
 
 from gateway.validation import event_from_json
 
@@ -158,6 +159,12 @@ def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
     for key in ("shards", "max_plausible_time_ms", "review_above", "closes_at", "finalize_after_s"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
+    window = {key: getattr(args, key) for key in ("timezone", "at", "keep") if getattr(args, key) is not None}
+    if args.recurrence is not None:  # a series of time windows (docs/api.md §15); the server fills the defaults
+        body["recurrence"] = {"every": args.recurrence, **window}
+    elif window:
+        raise CliError(f"--{'/--'.join(window)} describe the windows of a recurring board: add --recurrence "
+                       f"{'|'.join(EVERY)}", EXIT_USAGE)
     _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
     return EXIT_OK
 
@@ -523,6 +530,25 @@ def _timestamp(text: str) -> int | str:
     return raw
 
 
+def _timezone(text: str) -> str:
+    if not is_zone(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IANA time zone name (such as Europe/Berlin)")
+    return text
+
+
+def _at(text: str) -> str:
+    if re.fullmatch(AT_PATTERN, text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a local time HH:MM (00:00 to 23:59)")
+    return text
+
+
+def _keep(text: str) -> int:
+    v = positive_int(text)
+    if v > MAX_KEEP:
+        raise argparse.ArgumentTypeError(f"at most {MAX_KEEP} instances")
+    return v
+
+
 def _batch(text: str) -> int:
     v = positive_int(text)
     if v > MAX_BATCH:
@@ -557,6 +583,13 @@ def register(sub) -> None:
                    help="scheduled close: RFC 3339 with a zone, or epoch ms (the board freezes then)")
     c.add_argument("--finalize-after-s", type=_non_negative, default=None,
                    help="seconds from --closes-at to FINALIZED (server default 3600)")
+    w = c.add_argument_group("recurring board (a series of time windows, one board per window)")
+    w.add_argument("--recurrence", choices=EVERY, default=None,
+                   help="windows start every day, every Monday or on the 1st of every month")
+    w.add_argument("--timezone", type=_timezone, default=None, help="IANA time zone of --at (server default UTC)")
+    w.add_argument("--at", type=_at, default=None, help="local start time HH:MM (server default 00:00)")
+    w.add_argument("--keep", type=_keep, default=None,
+                   help=f"instances kept unarchived, 1-{MAX_KEEP} (server default 30)")
     c.set_defaults(admin=cmd_boards_create)
     c = bsub.add_parser("next-season", parents=[conn],
                         help="create game:mode:SEASON:scope with the board's settings (admin)")

@@ -17,6 +17,16 @@ from engine.errors import ValidationFailed
 from engine.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
 from engine.season import ID_PART
 from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
+from engine.windows import (
+    AT_PATTERN,
+    DEFAULT_AT,
+    DEFAULT_KEEP,
+    DEFAULT_TIMEZONE,
+    MAX_KEEP,
+    MAX_SERIES_SEASON,
+    is_zone,
+    zone_names,
+)
 
 from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, id_problem
 
@@ -143,6 +153,32 @@ def error_responses(*statuses: int) -> dict:
 # ---- boards -------------------------------------------------------------------
 
 
+def _zone_name(v: str) -> str:
+    if not is_zone(v):
+        raise ValueError(f'timezone must be an IANA time zone name such as "Europe/Berlin"; {v[:80]!r} is not one')
+    return v
+
+
+class RecurrenceIn(BaseModel):
+    """How a series' windows recur (docs/api.md §15)."""
+
+    # the route builds the engine's Recurrence with Recurrence.parse, the one definition of these rules
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}]})
+
+    every: Literal["day", "week", "month"] = Field(
+        description="Windows start every day, every Monday or on the 1st of every month.")
+    timezone: Annotated[str, Field(examples=["Europe/Berlin"], json_schema_extra={"enum": zone_names()}),
+                        AfterValidator(_zone_name)] = Field(
+        DEFAULT_TIMEZONE, description="IANA time zone name of `at` (daylight-saving aware).")
+    at: Annotated[str, Field(pattern=AT_PATTERN, examples=["04:00"])] = Field(
+        DEFAULT_AT, description="Local start time `HH:MM`. A time the clocks skip moves forward by the gap; a "
+                                "time that happens twice is the first.")
+    keep: Annotated[int, Strict(), Field(ge=1, le=MAX_KEEP)] = Field(
+        DEFAULT_KEEP, description="How many window instances stay unarchived.")
+
+
 class BoardCreate(BaseModel):
     board_id: BoardId
     policy: Policy = Field(description="`best_score`, `cumulative` or `fastest_time`.")
@@ -156,11 +192,20 @@ class BoardCreate(BaseModel):
                           "that log position, as if an admin had asked (a past time: right after creation).")
     finalize_after_s: FinalizeAfterS | None = Field(
         None, description="Seconds after `closes_at` at which the board moves to FINALIZED (default 3600).")
+    recurrence: RecurrenceIn | None = Field(
+        None, description="Makes the board a series of time windows, one instance board per window "
+                          f"(docs/api.md §15); its id's season part is then at most {MAX_SERIES_SEASON} characters.")
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={
+        # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15)
+        "if": {"required": ["recurrence"], "properties": {"recurrence": {"type": "object"}}},
+        "then": {"properties": {"board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"}}},
+        "examples": [
         {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
          "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
-         "finalize_after_s": 3600}]})
+         "finalize_after_s": 3600},
+        {"board_id": "arena-clash:solo:daily:global", "policy": "best_score",
+         "recurrence": {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}}]})
 
 
 class NextSeasonIn(BaseModel):

@@ -6,6 +6,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec
+from engine.windows import Recurrence, series_check
 
 from gateway import render
 from gateway.auth import Permission
@@ -21,6 +22,10 @@ router = guarded_router("boards")
 @access(Permission.ADMIN, "write")
 async def create_board(body: BoardCreate, request: Request):
     g = gw(request)
+    recurrence = None
+    if body.recurrence is not None:  # a series (docs/api.md §15): the one parser names any bad field
+        recurrence = Recurrence.parse(body.recurrence.model_dump())
+        series_check(body.board_id)
     spec = BoardSpec(
         board_id=body.board_id,
         policy=body.policy,
@@ -29,6 +34,7 @@ async def create_board(body: BoardCreate, request: Request):
         review_above=body.review_above,
         closes_at=body.closes_at,
         finalize_after_s=DEFAULT_FINALIZE_AFTER_S if body.finalize_after_s is None else body.finalize_after_s,
+        recurrence=recurrence,
     )
     info = await g.engine.create_board(spec)
     return JSONResponse(render.board(info), status_code=201)

@@ -10,6 +10,8 @@ Also: snapshot states carry their format and a newer one is refused.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ from engine.partition import Partition
 from engine.placement import part_of
 from engine.router import Router
 from engine.shard import ShardCore
+from engine.windows import Recurrence
 
 #: Outcome codes in log records (verdicts, "S" verdict) and in snapshot journals.
 OUTCOME_CODES = {
@@ -55,6 +58,8 @@ RECORD_KINDS = {
                        "achieved_at", "submitted_at")),
     "K": ("scheduled board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                               "finalize_after_s")),
+    "R": ("series board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                           "finalize_after_s", "recurrence")),
     "M": ("scores_meta", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved", "submitted",
                           "verdicts", "meta", "meta_offsets")),
     "E": ("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
@@ -87,7 +92,7 @@ def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
-    assert R.BOARD_KINDS == {"B", "K"}
+    assert R.BOARD_KINDS == {"B", "K", "R"} and R.SERIES == "R"
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
     assert R.DEAD_LETTER == "L" and R.MAX_ERROR_CHARS == 500
 
@@ -105,6 +110,11 @@ def test_record_builders_match_the_kinds_table():
     assert R.spec_of(built[0]) == spec
     scheduled = BoardSpec("b", Policy.CUMULATIVE, 2, 1000, None, closes_at=1_793_527_500_000, finalize_after_s=0)
     assert R.spec_of(R.board_record(scheduled)) == scheduled
+    series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 3, recurrence=Recurrence("day", "Europe/Berlin", 240, 7))
+    rec = R.board_record(series)
+    assert rec[0] == R.SERIES and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
+    assert R.spec_of(rec) == series
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == series
 
     assert R.event_of(built[1]) == ev and R.verdict_of(built[1]) is None
     cols, verdicts = R.columns_of(built[2])
@@ -116,6 +126,8 @@ def test_record_builders_match_the_kinds_table():
 LISTS = {
     "B": ["B", "b", "best_score", 3, 1000, None],
     "K": ["K", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0],
+    "R": ["R", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0,
+          {"every": "week", "timezone": "Europe/Berlin", "at": "04:30", "keep": 12}],
     "T": ["T", "b", "FROZEN"],
     "C": ["C", "b", 1, ["e1", "e2"], ["p1", "p2"], b"\x05" + bytes(7) + b"\x06" + bytes(7), bytes(16), bytes(16),
           b"\x00\x08"],
@@ -149,7 +161,9 @@ def test_record_builders_pack_to_the_lists_they_replaced():
     """The writers' records are named tuples whose frames are the pinned lists."""
     pack = msgpack.Packer(use_bin_type=True).pack
     spec = BoardSpec("b", Policy.CUMULATIVE, 2, 1000, 7, closes_at=1_793_527_500_000, finalize_after_s=0)
-    assert pack(R.board_record(spec)) == pack(LISTS["K"])
+    assert pack(R.board_record(spec)) == pack(LISTS["K"])  # a board without recurrence: the K frame, unchanged
+    series = replace(spec, recurrence=Recurrence("week", "Europe/Berlin", 270, 12))
+    assert pack(R.board_record(series)) == pack(LISTS["R"])
     ev1, ev2 = ScoreEvent("b", "e1", "p1", 5, 0, 0), ScoreEvent("b", "e2", "p2", 6, 0, 0)
     scores = R.scores_record(ScoreColumns.from_events([ev1, ev2]), 1, np.array([0, 8], np.uint8))
     assert type(scores) is R.ScoresRecord and pack(scores) == pack(LISTS["C"])
@@ -175,7 +189,7 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
-    assert got == {"B": None, "K": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
+    assert got == {"B": None, "K": None, "R": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
                    "E": "e1", "L": "e7"}
 
 
@@ -222,6 +236,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
     held = HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW, b'{"k":1}')
     others = [
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3)), ["B", "b", "best_score", 1, 1000, None],
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, recurrence=Recurrence("day"))),
         [R.STATE, "b", "FROZEN"], R.score_record(ev, None),
         R.scores_record(ScoreColumns.from_events([ev._replace(metadata=b"")]), 0, np.zeros(1, np.uint8)),
         R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8)),
@@ -317,3 +332,28 @@ def test_newer_state_formats_are_refused():
 
 class _OneShard:
     n = 1
+
+
+def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_records():
+    """A recurring board's ``R`` record folds into the router and a shard, and
+    their snapshots (which hold specs as board records) give the same spec back."""
+    from engine.board_control import BoardControl, BoardRegistry
+
+    series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 2, recurrence=Recurrence("month", "Australia/Lord_Howe", 90, 3))
+    plain = BoardSpec("g:m:S1:x", Policy.BEST_SCORE, 2)
+    log = [list(msgpack.unpackb(msgpack.packb(R.board_record(s), use_bin_type=True))) for s in (series, plain)]
+    assert [rec[0] for rec in log] == [R.SERIES, R.BOARD2]
+    ctl = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]  # fold only: no I/O
+    for offset, rec in enumerate(log):
+        ctl.fold(offset, rec)
+    state = msgpack.unpackb(msgpack.packb(ctl.to_state(), use_bin_type=True), strict_map_key=False)
+    reloaded = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]
+    reloaded.load_state(state)
+    for spec in (series, plain):
+        assert ctl.registry.ctl(spec.board_id).spec == reloaded.registry.ctl(spec.board_id).spec == spec
+    core = ShardCore(0, 1)
+    core.replay(enumerate(log))
+    again = ShardCore.from_state(msgpack.unpackb(msgpack.packb(core.to_state(), use_bin_type=True),
+                                                 strict_map_key=False))
+    assert core.specs[series.board_id] == again.specs[series.board_id] == series
+    assert again.specs[plain.board_id] == plain

@@ -141,6 +141,45 @@ def test_boards_create_with_a_schedule_and_next_season(env, capsys):
         capsys.readouterr()
 
 
+def test_boards_create_a_recurring_board(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-r:solo:daily:global", "--policy", "best_score",
+                          "--recurrence", "day", "--timezone", "Europe/Berlin", "--at", "04:00", "--keep", "30")
+    assert code == 0, err
+    assert json.loads(out)["board_id"] == "cli-r:solo:daily:global"
+    code, _, err = _run(capsys, "boards", "create", "cli-r:solo:" + "d" * 56 + ":global", "--policy", "best_score",
+                        "--recurrence", "week")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 422 VALIDATION_FAILED" in err and "(field board_id)" in err
+    code, _, err = _run(capsys, "boards", "create", "cli-r:solo:x:global", "--policy", "best_score", "--at", "04:00",
+                        "--keep", "3")
+    assert code == admin_cli.EXIT_USAGE and "--at/--keep" in err and "--recurrence day|week|month" in err
+    for flag, value in (("--recurrence", "hour"), ("--timezone", "Mars/Olympus"), ("--at", "4:00"),
+                        ("--at", "24:00"), ("--keep", "0"), ("--keep", "1001")):
+        with pytest.raises(SystemExit) as ei:
+            main(["boards", "create", "cli-r:solo:y:global", "--policy", "best_score", "--recurrence", "day",
+                  flag, value])
+        assert ei.value.code == 2, (flag, value)
+
+
+@pytest.mark.parametrize("flags, recurrence", [
+    (["--recurrence", "month"], {"every": "month"}),
+    (["--recurrence", "week", "--timezone", "Australia/Lord_Howe", "--at", "23:59", "--keep", "1000"],
+     {"every": "week", "timezone": "Australia/Lord_Howe", "at": "23:59", "keep": 1000}),
+    ([], None),
+])
+def test_boards_create_sends_only_the_recurrence_it_was_given(capsys, flags, recurrence):
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(201, json={"board_id": "g:m:s:x"})
+
+    args = build_parser().parse_args(["boards", "create", "g:m:s:x", "--policy", "cumulative", *flags,
+                                      "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, out=io.StringIO(), transport=httpx.MockTransport(handler)) == 0
+    assert bodies == [{"board_id": "g:m:s:x", "policy": "cumulative",
+                       **({"recurrence": recurrence} if recurrence else {})}]
+
+
 def test_errors_are_one_line_with_an_exit_code(env, capsys, monkeypatch):
     code, _, err = _run(capsys, "boards", "list", "--key", ROLE_KEYS["reader"])
     assert code == 0, err

@@ -126,3 +126,58 @@ async def test_next_season(harness):
         assert r.status_code == 403
     boards = [b["board_id"] for b in (await c.get("/v1/boards", headers=H("reader"))).json()["boards"]]
     assert boards == [BOARD, "arena-clash:solo:S8:global", "arena-clash:solo:S9:global"]
+
+
+# ---------------------------------------------------- recurring boards (§15)
+
+SERIES = "arena-clash:solo:daily:global"
+
+
+async def test_a_recurring_board_carries_its_recurrence_to_the_engine(harness):
+    """The recurrence reaches the board's spec (what the log records), defaults filled in;
+    a board without one has none."""
+    from engine.windows import Recurrence
+
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": SERIES, "policy": "best_score", "recurrence": {
+        "every": "day", "timezone": "Europe/Berlin", "at": "04:00"}}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "recurrence": None},
+                     headers=H("admin"))
+    assert r.status_code == 201, r.text
+    boards = harness.engine.router.boards
+    assert boards[SERIES].spec.recurrence == Recurrence("day", "Europe/Berlin", 240, 30)
+    assert boards[BOARD].spec.recurrence is None
+
+
+@pytest.mark.parametrize("recurrence, field", [
+    ("day", "recurrence"), ([], "recurrence"), ({}, "recurrence.every"), ({"every": "hour"}, "recurrence.every"),
+    ({"every": None}, "recurrence.every"), ({"every": "day", "timezone": "Mars/Olympus"}, "recurrence.timezone"),
+    ({"every": "day", "timezone": "europe/berlin"}, "recurrence.timezone"),
+    ({"every": "day", "timezone": None}, "recurrence.timezone"), ({"every": "day", "timezone": 1}, "recurrence.timezone"),
+    ({"every": "day", "at": "24:00"}, "recurrence.at"), ({"every": "day", "at": "4:00"}, "recurrence.at"),
+    ({"every": "day", "at": "04:00\n"}, "recurrence.at"), ({"every": "day", "at": 240}, "recurrence.at"),
+    ({"every": "day", "keep": 0}, "recurrence.keep"), ({"every": "day", "keep": 1001}, "recurrence.keep"),
+    ({"every": "day", "keep": 30.0}, "recurrence.keep"), ({"every": "day", "keep": True}, "recurrence.keep"),
+    ({"every": "day", "keep": "30"}, "recurrence.keep"), ({"every": "day", "start": "04:00"}, "recurrence.start"),
+])
+async def test_a_bad_recurrence_is_422_naming_its_field_and_creates_nothing(harness, recurrence, field):
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": SERIES, "policy": "best_score", "recurrence": recurrence},
+                     headers=H("admin"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_FAILED" and r.json()["error"]["field"] == field, r.text
+    assert (await c.get("/v1/boards", headers=H("reader"))).json()["boards"] == []
+
+
+async def test_a_series_season_part_leaves_room_for_the_window_date(harness):
+    c = harness.client
+    too_long = "g:m:" + "s" * 56 + ":x"
+    r = await c.post("/v1/boards", json={"board_id": too_long, "policy": "best_score", "recurrence": {"every": "week"}},
+                     headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "board_id", r.text
+    r = await c.post("/v1/boards", json={"board_id": too_long, "policy": "best_score"}, headers=H("admin"))
+    assert r.status_code == 201, r.text  # an ordinary board may use all 64
+    r = await c.post("/v1/boards", json={"board_id": "g:m:" + "s" * 55 + ":x", "policy": "best_score",
+                                         "recurrence": {"every": "month"}}, headers=H("admin"))
+    assert r.status_code == 201, r.text

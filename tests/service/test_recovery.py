@@ -33,6 +33,38 @@ from tests.service.helpers import (
 )
 
 
+def test_a_series_keeps_its_recurrence_through_the_log_and_the_snapshots(tmp_path):
+    """A board created with a recurrence (docs/api.md §15) is logged as an ``R`` record and comes back
+    with it from the snapshots (close and reopen) and from the log alone; other boards stay ``K``."""
+    from engine.model import BoardSpec, Policy
+    from engine.windows import Recurrence
+
+    series = BoardSpec("g:daily:s1", Policy.BEST_SCORE, shards=3, recurrence=Recurrence("week", "America/New_York", 90, 4))
+    plain = BoardSpec("g:plain:s1", Policy.CUMULATIVE, shards=2)
+
+    async def specs(svc):
+        return {b: ctl.spec for b, ctl in svc.router.boards.items()}, [dict(c.specs) for c in svc.cores]
+
+    async def go():
+        svc = await open_service(tmp_path, 2)
+        for spec in (series, plain):
+            await svc.create_board(spec)
+        live = await specs(svc)
+        assert live[0] == {series.board_id: series, plain.board_id: plain}
+        await svc.close()
+        with SegmentedFileLog.open(tmp_path / "log") as log:
+            kinds = {rec[1]: rec[0] for _, rec in log.read_from(0)}
+        assert kinds == {series.board_id: R.SERIES, plain.board_id: R.BOARD2}
+        for reopen in ("snapshots", "log only"):
+            if reopen == "log only":
+                drop_snapshots(tmp_path)
+            svc = await open_service(tmp_path, 2)
+            assert await specs(svc) == live, reopen
+            await svc.close()
+
+    run(go())
+
+
 @pytest.mark.parametrize("n_shards", [2, 3])
 def test_close_and_reopen_is_identical(tmp_path, n_shards):
     async def go():
