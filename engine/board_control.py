@@ -106,7 +106,7 @@ class BoardControl:
             ctl = self.registry.new_ctl(spec)
             ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
             ctl.corrections = corrections
-            self.boards[spec.board_id] = ctl
+            self.registry.add(ctl)
 
     async def sync_versions(self) -> None:
         """Read every board's version from the shard actors (after recovery)

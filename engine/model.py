@@ -109,7 +109,9 @@ class BoardSpec:
     moves to FROZEN once the server's clock reaches it and to FINALIZED
     ``finalize_after_s`` seconds later (:func:`engine.season.due`).
     ``recurrence`` (None for an ordinary board) makes the board a series of
-    time windows (docs/api.md §15, :mod:`engine.windows`).
+    time windows (docs/api.md §15, :mod:`engine.windows`). An *instance* of a
+    series (one window's board) names its ``series`` and its ``window``
+    ``(starts_at, ends_at)`` in epoch ms; its ``closes_at`` is the window's end.
     """
 
     board_id: str
@@ -120,6 +122,8 @@ class BoardSpec:
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
     recurrence: Recurrence | None = None
+    series: str | None = None
+    window: tuple[int, int] | None = None
 
 
 class EventResult(NamedTuple):
@@ -181,6 +185,21 @@ class BoardInfo:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    recurrence: dict | None = None  # a series: Recurrence.to_json()
+    current: str | None = None  # a series: the id of the current window's instance (None: not created yet)
+    series: str | None = None  # an instance: its series
+    window: tuple[int, int] | None = None  # an instance: (starts_at, ends_at), epoch ms
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One instance of a series, as ``GET /v1/boards/{series}/instances`` lists it."""
+
+    board_id: str
+    starts_at: int
+    ends_at: int
+    state: BoardState
+    size: int
 
 
 @dataclass(frozen=True, slots=True)

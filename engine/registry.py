@@ -105,6 +105,20 @@ class BoardRegistry:
         self.log_offset = -1
         # (offset, row) of every dead letter logged (engine.records.DeadLetter): one record each
         self.dead_logged: set[tuple[int, int | None]] = set()
+        # series id -> {window start (epoch ms): instance id} of its instances (docs/api.md §15)
+        self.instances: dict[str, dict[int, str]] = {}
+
+    def add(self, ctl: BoardCtl) -> None:
+        """Keep a new board's control state (and index it under its series, for an instance)."""
+        spec = ctl.spec
+        self.boards[spec.board_id] = ctl
+        if spec.series is not None and spec.window is not None:
+            self.instances.setdefault(spec.series, {})[spec.window[0]] = spec.board_id
+
+    def instances_of(self, series_id: str) -> list[str]:
+        """The instance ids of a series, latest window first."""
+        got = self.instances.get(series_id, {})
+        return [got[start] for start in sorted(got, reverse=True)]
 
     def ctl(self, board_id: str) -> BoardCtl:
         """The board's control state; BoardNotFound when there is none."""
@@ -119,7 +133,7 @@ class BoardRegistry:
         return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
                         sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor)
 
-    def apply(self, offset: int, rec, memo: "ScoreMemo | None" = None) -> None:
+    def apply(self, offset: int, rec, memo=None) -> None:
         """Fold one logged record in: the same call for a record just made
         durable (the sequencer, with the ``memo`` its decision left) and for a
         record replayed from the log (recovery, no memo). No I/O. Records of
@@ -130,18 +144,18 @@ class BoardRegistry:
         if kind in R.BOARD_KINDS:
             spec = R.spec_of(rec)
             if spec.board_id not in self.boards:
-                self.boards[spec.board_id] = self.new_ctl(spec)
+                self.add(self.new_ctl(spec))
+        elif kind == R.GROUP:  # each part as the C / M record it holds
+            memos = [None] * len(rec.parts) if memo is None else memo.parts  # type: ignore[attr-defined]
+            for part, part_memo in zip(R.group_parts(rec), memos):
+                self._apply_scores(part, part_memo)
         elif kind == R.DEAD_LETTER:
             self.dead_logged.add(R.dead_letter_of(rec).key)
         else:
             ctl = self.boards.get(rec.board_id) if isinstance(rec.board_id, str) else None
             if ctl is not None:
                 if kind in R.SCORE_BATCHES:
-                    if memo is None:
-                        cols, verdicts = R.columns_of(rec)
-                        ctl.admission.apply_scores(cols, verdicts)
-                    else:
-                        ctl.admission.apply_scores(memo.cols, memo.verdicts, memo.words, memo.fps)
+                    self._apply_scores(rec, memo)
                 elif kind == R.SCORE:  # one event per record (logs written before columnar batches)
                     ev = R.event_of(rec)
                     ctl.admission.apply_scores(ScoreColumns.from_events([ev], ev.board_id),
@@ -153,6 +167,16 @@ class BoardRegistry:
                 elif kind == R.INVALIDATE:
                     ctl.corrections += 1
         self.log_offset = offset
+
+    def _apply_scores(self, rec, memo) -> None:
+        ctl = self.boards.get(rec.board_id)
+        if ctl is None:
+            return
+        if memo is None:
+            cols, verdicts = R.columns_of(rec)
+            ctl.admission.apply_scores(cols, verdicts)
+        else:
+            ctl.admission.apply_scores(memo.cols, memo.verdicts, memo.words, memo.fps)
 
 
 class ScoreMemo(NamedTuple):
