@@ -146,7 +146,7 @@ def concat_columns(board_id: str, parts: Sequence[ScoreColumns]) -> ScoreColumns
     """The rows of ``parts`` one after another, as one board's columns. Numpy
     concatenation; metadata arenas joined only when some part has one."""
     if len(parts) == 1:
-        return parts[0]._replace(board_id=board_id)
+        return ScoreColumns(board_id, *parts[0][1:])  # (_replace would call the overridden __len__)
     meta = moffs = None
     if any(p.moffs is not None for p in parts):
         meta, moffs = meta_columns([m for p in parts for m in p.metadata()])

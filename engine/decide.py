@@ -27,7 +27,7 @@ import numpy as np
 from engine import records as R
 from engine import season
 from engine.admission import ScoreVerdicts
-from engine.columns import ScoreBatch, concat_columns
+from engine.columns import ScoreBatch, ScoreColumns, concat_columns
 from engine.dedup import DedupTable
 from engine.errors import BoardExists, BoardNotFound, ValidationFailed
 from engine.model import BoardSpec, BoardState, Invalidation, QuarantineDecision
@@ -257,7 +257,8 @@ def _route(ov: Overlay, batch: ScoreBatch, now_ms: int, records: list, created: 
             _, first_rows, which = np.unique(dates, return_index=True, return_inverse=True)
             order = np.argsort(which, kind="stable")
             bounds = np.searchsorted(which[order], np.arange(len(first_rows) + 1))
-            groups = [(int(first_rows[k]), order[bounds[k]:bounds[k + 1]]) for k in range(len(first_rows))]
+            groups = sorted((int(first_rows[k]), order[bounds[k]:bounds[k + 1]]) for k in range(len(first_rows)))
+            # (instances in order of their first event)
         for at, rows in groups:
             w = Window(int(starts[at]), int(ends[at]), int(dates[at]))
             iid = instance_id(ctl.spec.board_id, w)
@@ -276,7 +277,7 @@ def _route(ov: Overlay, batch: ScoreBatch, now_ms: int, records: list, created: 
     for board_id, got in pieces.items():
         if len(got) == 1:
             cols, pos = got[0]
-            boards.append(cols if cols.board_id == board_id else cols._replace(board_id=board_id))
+            boards.append(cols if cols.board_id == board_id else ScoreColumns(board_id, *cols[1:]))
             positions.append(pos)
             continue
         cols = concat_columns(board_id, [c for c, _ in got])

@@ -166,7 +166,8 @@ async def ranked_subset(g, board_id: str, player_ids: list[str], ties: bool = Fa
 async def submit(g, raw: bytes) -> bytes:
     batch = decode_batch(raw, g.settings.max_batch_events)
     res = await g.engine.submit_columns(batch)  # outcomes are counted by the engine (stats()["outcomes"])
-    return render.results(batch.event_ids, res.codes, res.versions)
+    board_ids = res.board_ids if res.board_ids is not None else batch.board_ids()
+    return render.results(batch.event_ids, res.codes, res.versions, board_ids)
 
 
 # ---------------------------------------------------------------- lean ASGI dispatch

@@ -64,14 +64,14 @@ def result(r: EventResult) -> dict:
     return {"event_id": r.event_id, "outcome": _v(r.outcome), "version": r.version}
 
 
-def results(event_ids: list[str], codes: np.ndarray, versions: np.ndarray) -> bytes:
-    """The ``POST /v1/events`` body (docs/api.md §7) from a batch's result
-    columns: one ``{"event_id", "outcome", "version"}`` per event, in order.
-    One orjson call; O(n) with one small dict per event (as fast here as
-    building the bytes by hand, and escaping stays orjson's)."""
+def results(event_ids: list[str], codes: np.ndarray, versions: np.ndarray, board_ids: list[str]) -> bytes:
+    """The ``POST /v1/events`` body (docs/api.md §7, §15) from a batch's result
+    columns: one ``{"event_id", "board_id", "outcome", "version"}`` per
+    (event, board), in order. One orjson call; O(n) with one small dict per
+    event (as fast here as building the bytes by hand, and escaping stays orjson's)."""
     names = OUTCOME_NAMES
-    return orjson.dumps({"results": [{"event_id": e, "outcome": names[c], "version": v}
-                                     for e, c, v in zip(event_ids, codes.tolist(), versions.tolist())]})
+    return orjson.dumps({"results": [{"event_id": e, "board_id": b, "outcome": names[c], "version": v}
+                                     for e, b, c, v in zip(event_ids, board_ids, codes.tolist(), versions.tolist())]})
 
 
 def entry(e: RankedEntry) -> dict:
