@@ -23,7 +23,7 @@ from engine import season
 from engine import wire as W
 from engine.admission import Admission
 from engine.archive import ArchiveHistory, encode, rows_from_wire
-from engine.errors import StorageUnavailable, ValidationFailed
+from engine.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.formats import ROUTER_STATE_FORMAT, state_format
 from engine.gc_tuning import release_memory
 from engine.journal import JournalColumns
@@ -34,6 +34,7 @@ from engine.model import (
     BoardState,
 )
 from engine.registry import BoardCtl, BoardRegistry
+from engine.windows import instance_id, window_of
 
 
 log = logging.getLogger("flowrank.router")
@@ -49,6 +50,8 @@ class Writes(Protocol):
     async def submit_state(self, board_id: str, state: BoardState) -> None: ...
 
     def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future: ...
+
+    def submit_instance(self, series_id: str) -> asyncio.Future: ...
 
 
 class Reads(Protocol):
@@ -78,6 +81,7 @@ class BoardControl:
         # Epoch ms: the only clock scheduled season transitions read (tests pass a fake one).
         self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
         self._sched_wake: asyncio.Event | None = None
+        self._keeping = asyncio.Lock()  # enforce_keep, one at a time
         # Awaited before the shard actors drop an archived board's rows: an engine host
         # (engine.engine_host) waits there until no gateway's read replica still reads them.
         self.drop_barriers: list[Callable[[str], Awaitable]] = []
@@ -134,6 +138,8 @@ class BoardControl:
             raise ValidationFailed("shards must be at least 1.", "shards")
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
         await self.sequencer.submit_board(spec)
+        if spec.recurrence is not None:
+            self.wake_season_timer()  # its next wake-up may now be this series' next window
         if spec.closes_at is not None:
             await self.close_due([spec.board_id])
             self.wake_season_timer()  # its next wake-up may now be sooner
@@ -266,7 +272,62 @@ class BoardControl:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+        if board_ids is None:  # the season timer: series windows too
+            starts = await self.series_due(now)
+            if starts is not None and (wake_at is None or starts < wake_at):
+                wake_at = starts
         return wake_at
+
+    async def series_due(self, now: int) -> int | None:
+        """What the series owe at ``now`` (docs/api.md §15): every series whose
+        current window has no instance gets it, through the sequencer (a logged
+        submission that creates it only if still missing when its turn comes, so
+        a server that was down creates it at start); then :meth:`enforce_keep`.
+        Returns when the next window of any series starts (None: no series)."""
+        waits, wake_at = [], None
+        try:
+            for board_id, ctl in list(self.boards.items()):
+                rec = ctl.spec.recurrence
+                if rec is None or ctl.admission.state is BoardState.ARCHIVED:
+                    continue
+                w = window_of(rec, now)
+                if instance_id(board_id, w) not in self.boards:
+                    waits.append(self.sequencer.submit_instance(board_id))
+                if wake_at is None or w.end_ms < wake_at:
+                    wake_at = w.end_ms
+        finally:
+            done = await asyncio.gather(*waits, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        await self.enforce_keep()
+        return wake_at
+
+    async def enforce_keep(self) -> None:
+        """Whenever more than ``keep`` instances of a series are unarchived,
+        archive the oldest FINALIZED ones (as an admin's ARCHIVED: the state
+        through the sequencer, then the archive) until ``keep`` remain or no
+        FINALIZED one is left to archive."""
+        async with self._keeping:  # one at a time (the timer's and a start's): each sees what the last archived
+            for board_id, ctl in list(self.boards.items()):
+                await self._keep(board_id, ctl)
+
+    async def _keep(self, board_id: str, ctl: BoardCtl) -> None:
+        rec = ctl.spec.recurrence
+        if rec is not None:
+            live = [i for i in self.registry.instances_of(board_id)
+                    if self.boards[i].admission.state is not BoardState.ARCHIVED]
+            excess = len(live) - rec.keep
+            for iid in reversed(live):  # oldest window first
+                if excess <= 0:
+                    break
+                if self.boards[iid].admission.state is BoardState.FINALIZED:
+                    try:
+                        await self.set_state(iid, BoardState.ARCHIVED)
+                    except FlowRankError:  # archived meanwhile (an admin): nothing left to do for it
+                        log.warning("archiving instance %r of series %r for keep=%d failed", iid, board_id,
+                                    rec.keep, exc_info=True)
+                    excess -= 1
 
     def wake_season_timer(self) -> None:
         """Have the season timer look at the schedule now (a board was created,

@@ -208,6 +208,7 @@ class Page:
 
     version: int
     entries: tuple[RankedEntry, ...]
+    board_id: str | None = None  # read on a series: the instance that answered (docs/api.md §15)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from engine.columns import ScoreColumns
 from engine.errors import BoardNotFound
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION, BoardSpec, BoardState
 from engine.placement import actor_of
+from engine.windows import instance_id, window_of
 
 
 @dataclass
@@ -114,6 +115,19 @@ class BoardRegistry:
         self.boards[spec.board_id] = ctl
         if spec.series is not None and spec.window is not None:
             self.instances.setdefault(spec.series, {})[spec.window[0]] = spec.board_id
+
+    def current_instance(self, series_id: str, now_ms: int) -> str | None:
+        """The instance reads on the series answer from at ``now_ms``: the one
+        of the window containing it; until the season timer has created that
+        one (an instant at a window's start), the latest that started before it."""
+        rec = self.boards[series_id].spec.recurrence
+        assert rec is not None
+        iid = instance_id(series_id, window_of(rec, now_ms))
+        if iid in self.boards:
+            return iid
+        got = self.instances.get(series_id, {})
+        started = [start for start in got if start <= now_ms]
+        return got[max(started)] if started else None
 
     def instances_of(self, series_id: str) -> list[str]:
         """The instance ids of a series, latest window first."""

@@ -65,7 +65,8 @@ class Router:
         self.sequencer = seq = Sequencer(transport, log_port, self.registry, fan.cut, clock)
         self.control = ctl = BoardControl(self.registry, seq, fan, archives, wall_clock)
         seq.resync = ctl.sync_versions
-        seq.wall_clock = lambda: ctl.wall_clock()  # one wall clock: the season timer's and decide's (series windows)
+        # one wall clock: the season timer's, decide's and the reads' (series windows)
+        seq.wall_clock = fan.wall_clock = lambda: ctl.wall_clock()
         self._tasks: list[asyncio.Task] = []
 
         # Shared state (the same objects the parts hold).

@@ -308,3 +308,56 @@ def test_creating_a_series_whose_current_instance_exists_is_refused():
             await svc.close()
 
     run(go())
+
+
+def test_the_timer_creates_each_window_s_instance_archives_beyond_keep_and_reads_follow_the_clock(tmp_path):
+    async def go():
+        d0 = ms(2026, 12, 6, 12)
+        clock = FakeClock(d0)
+        svc = await open_svc(clock, tmp_path)
+        series = "g:m:daily:x"
+        day = lambda d: f"g:m:daily.202612{d:02d}:x"  # noqa: E731
+        await svc.create_board(BoardSpec(series, Policy.BEST_SCORE, shards=2, finalize_after_s=0,
+                                         recurrence=Recurrence.parse({"every": "day", "keep": 2})))
+        await svc.submit([ScoreEvent(series, "a", "p1", 7, d0, d0)])
+        info = await svc.board(series)
+        assert (info.current, info.recurrence, info.size, info.version) == (
+            day(6), {"every": "day", "timezone": "UTC", "at": "00:00", "keep": 2}, 1, 1)
+        assert (await svc.board(day(6))).series == series
+        assert (await svc.board(day(6))).window == (ms(2026, 12, 6), ms(2026, 12, 7))
+        clock.now = ms(2026, 12, 7, 0, 1)
+        assert await svc.router.close_due() == ms(2026, 12, 8)  # the next window's start
+        assert svc.router.registry.instances_of(series) == [day(7), day(6)]
+        assert svc.router.boards[day(6)].admission.state is BoardState.FINALIZED
+        assert (await svc.board(series)).current == day(7)
+        assert (await svc.top(series, 0, 10)).entries == ()  # reads follow the clock: the new window is empty
+        await svc.submit([ScoreEvent(series, "b", "p2", 9, clock.now, clock.now)])
+        page = await svc.top(series, 0, 10)
+        assert page.board_id == day(7) and [e.player_id for e in page.entries] == ["p2"]
+        assert (await svc.player(series, "p2")).rank == 1
+        assert await svc.checksum(series) == await svc.checksum(day(7))
+        clock.now = ms(2026, 12, 8, 0, 1)
+        await svc.router.close_due()
+        got = await svc.instances(series)
+        assert [(i.board_id, i.state, i.size) for i in got] == [
+            (day(8), BoardState.OPEN, 0), (day(7), BoardState.FINALIZED, 1), (day(6), BoardState.ARCHIVED, 1)]
+        assert got[0].starts_at == ms(2026, 12, 8) and got[0].ends_at == ms(2026, 12, 9)
+        assert [e.player_id for e in (await svc.top(day(6), 0, 10)).entries] == ["p1"]  # archived, still readable
+        states = [rec[2] for _, rec in svc.event_log.read_from(0) if rec[0] == R.STATE and rec[1] == day(6)]
+        assert states == ["FROZEN", "FINALIZED", "ARCHIVED"]
+        # idempotent after downtime: the server was down for three windows; at start, only the current window's
+        # instance is created, and keep archives the oldest FINALIZED ones
+        await crash(svc)
+        clock.now = ms(2026, 12, 11, 3)
+        svc = await open_svc(clock, tmp_path)
+        try:
+            assert svc.router.registry.instances_of(series) == [day(11), day(8), day(7), day(6)]
+            assert [svc.router.boards[day(d)].admission.state for d in (11, 8, 7, 6)] == [
+                BoardState.OPEN, BoardState.FINALIZED, BoardState.ARCHIVED, BoardState.ARCHIVED]
+            n = len(list(svc.event_log.read_from(0)))
+            await svc.router.close_due()
+            assert len(list(svc.event_log.read_from(0))) == n  # nothing more was owed
+        finally:
+            await svc.close()
+
+    run(go())
