@@ -101,7 +101,7 @@ async def top(g, board_id: str, limit: int, cursor: str | None, staleness: int |
 
     async def fetch() -> bytes:
         page = await engine.top(board_id, offset, limit + 1, at_version=at_version, ties=ties)
-        key = (board_id, page.version, offset, limit, ties)
+        key = (page.board_id or board_id, page.version, offset, limit, ties)  # a series: its current instance
         body = pages.get(key)
         if body is None:
             more = len(page.entries) > limit

@@ -25,6 +25,7 @@ from engine.model import (
     EventResult,
     HeldEvent,
     HistoryEntry,
+    InstanceInfo,
     InvalidationResult,
     PlayerView,
     RankedEntry,
@@ -57,7 +58,26 @@ def board(b: BoardInfo) -> dict:
         "review_above": b.review_above,
         "closes_at": None if b.closes_at is None else format_timestamp(b.closes_at),
         "finalize_after_s": b.finalize_after_s,
+        **series_fields(b),
     }
+
+
+def series_fields(b: BoardInfo) -> dict:
+    """A series' ``recurrence`` and ``current``, an instance's ``series`` and
+    ``window`` (docs/api.md §15); nothing for other boards."""
+    if b.recurrence is not None:
+        return {"recurrence": b.recurrence, "current": b.current}
+    if b.series is not None and b.window is not None:
+        return {"series": b.series, "window": {"starts_at": format_timestamp(b.window[0]),
+                                               "ends_at": format_timestamp(b.window[1])}}
+    return {}
+
+
+def instances(items: list[InstanceInfo]) -> dict:
+    """``GET /v1/boards/{series}/instances`` (docs/api.md §15), latest window first."""
+    return {"instances": [{"board_id": i.board_id, "starts_at": format_timestamp(i.starts_at),
+                           "ends_at": format_timestamp(i.ends_at), "state": _v(i.state), "size": i.size}
+                          for i in items]}
 
 
 def result(r: EventResult) -> dict:

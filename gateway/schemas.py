@@ -108,6 +108,12 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+def _no_default(schema: dict, **extra) -> None:
+    """A property that may be absent but never null: no ``default: null`` in its schema."""
+    schema.pop("default", None)
+    schema.update(extra)
+
+
 # ---- errors -----------------------------------------------------------------
 
 
@@ -229,6 +235,38 @@ class BoardOut(_Out):
     review_above: int | None = None
     closes_at: Timestamp | None = Field(None, description="Scheduled close, or null.")
     finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
+    recurrence: RecurrenceOut | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=_no_default, description="A series only (docs/api.md §15): how its windows recur.")
+    current: str | None = Field(None, description="A series only: the id of the current window's instance (null "
+                                                  "until it exists).")
+    series: str | SkipJsonSchema[None] = Field(None, json_schema_extra=_no_default,
+                                               description="An instance only: its series' board id.")
+    window: SeriesWindowOut | SkipJsonSchema[None] = Field(None, json_schema_extra=_no_default,
+                                                           description="An instance only: its window.")
+
+
+class RecurrenceOut(_Out):
+    every: Literal["day", "week", "month"]
+    timezone: str
+    at: str = Field(pattern=AT_PATTERN)
+    keep: int = Field(ge=1, le=MAX_KEEP)
+
+
+class SeriesWindowOut(_Out):
+    starts_at: Timestamp
+    ends_at: Timestamp = Field(description="Where the next window starts; the instance's `closes_at`.")
+
+
+class InstanceOut(_Out):
+    board_id: str
+    starts_at: Timestamp
+    ends_at: Timestamp
+    state: BoardState
+    size: int = Field(description="Number of ranked (ACTIVE) players.")
+
+
+class InstancesOut(_Out):
+    instances: list[InstanceOut] = Field(description="Latest window first.")
 
 
 class BoardList(_Out):
@@ -241,12 +279,6 @@ class StateIn(BaseModel):
 
 
 # ---- events ---------------------------------------------------------------------
-
-
-def _no_default(schema: dict, **extra) -> None:
-    """A property that may be absent but never null: no ``default: null`` in its schema."""
-    schema.pop("default", None)
-    schema.update(extra)
 
 
 class EventIn(BaseModel):
