@@ -361,3 +361,45 @@ def test_the_timer_creates_each_window_s_instance_archives_beyond_keep_and_reads
             await svc.close()
 
     run(go())
+
+
+def test_a_torn_tail_keeps_all_of_a_fan_out_or_none_of_it(tmp_path):
+    """Cut the log inside a fan-out's G record (what a crash mid-write leaves): on reopening, none of its
+    events is on any board. The same cut inside a plain batch's last record keeps the records before it."""
+    import glob
+    import os
+
+    from engine.log import SegmentedFileLog
+
+    async def go():
+        now = ms(2026, 12, 6, 12)
+        clock = FakeClock(now)
+        boards = ["g:m:S1:a", "g:m:S1:b", "g:m:S1:c"]
+        svc = await open_svc(clock, tmp_path)
+        for i, b in enumerate(boards):
+            await svc.create_board(BoardSpec(b, Policy.CUMULATIVE, shards=i + 1))
+        evs = [ScoreEvent(boards[0], f"e{i}", f"p{i}", 1, now, now) for i in range(30)]
+        await svc.submit_columns(_fanout(evs, [boards] * len(evs)))
+        await crash(svc)
+        (segment,) = glob.glob(str(tmp_path / "log" / "*.log"))
+        with SegmentedFileLog.open(str(tmp_path / "log")) as log:
+            assert [rec[0] for _, rec in log.read_from(0)][-1] == R.GROUP
+        os.truncate(segment, os.path.getsize(segment) - 40)  # the G record's last bytes: a torn write
+        again = await open_svc(clock, tmp_path)
+        try:
+            assert [(await again.board(b)).size for b in boards] == [0, 0, 0]
+            # a plain batch spans one record per board partition: the same cut keeps the records before the last
+            await again.submit([e._replace(board_id=b) for e in evs for b in boards])
+        finally:
+            await crash(again)
+        with SegmentedFileLog.open(str(tmp_path / "log")) as log:
+            assert [rec[0] for _, rec in log.read_from(0)][-6:] == [R.SCORES] * 6
+        os.truncate(segment, os.path.getsize(segment) - 40)
+        last = await open_svc(clock, tmp_path)
+        try:
+            sizes = [(await last.board(b)).size for b in boards]
+            assert 0 < sum(sizes) < 3 * len(evs)  # some boards have the events, another misses some
+        finally:
+            await last.close()
+
+    run(go())
