@@ -19,7 +19,7 @@ import time
 
 import httpx
 
-from tests.e2e.test_serve_kill import H, Served, served_factory  # noqa: F401  (the fixture)
+from tests.e2e.test_serve_kill import H, Served, served_factory  # noqa: F401, F811  (the fixture)
 
 BOARDS = {"e2e:fan:S1:a": 1, "e2e:fan:S1:b": 2, "e2e:fan:S1:c": 3}
 SERIES = "e2e:fan:daily:s"
@@ -65,7 +65,7 @@ class FanIngest:
             self.acked_batches += 1
 
 
-def test_sigkill_during_fan_out_batches_leaves_each_event_on_all_of_its_boards_or_none(served_factory):
+def test_sigkill_during_fan_out_batches_leaves_each_event_on_all_of_its_boards_or_none(served_factory):  # noqa: F811
     s: Served = served_factory("local")
     s.start()
     for board, shards in BOARDS.items():
