@@ -181,3 +181,9 @@ async def test_a_series_season_part_leaves_room_for_the_window_date(harness):
     r = await c.post("/v1/boards", json={"board_id": "g:m:" + "s" * 55 + ":x", "policy": "best_score",
                                          "recurrence": {"every": "month"}}, headers=H("admin"))
     assert r.status_code == 201, r.text
+    url = "/v1/boards/g:m:" + "s" * 55 + ":x/next-season"
+    r = await c.post(url, json={"season": "t" * 56}, headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "season", r.text
+    r = await c.post(url, json={"season": "t" * 55}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    assert harness.engine.router.boards["g:m:" + "t" * 55 + ":x"].spec.recurrence.every == "month"
