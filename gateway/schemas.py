@@ -471,7 +471,7 @@ class ChecksumOut(_Out):
 
 
 class TokenIn(BaseModel):
-    board_ids: list[BoardId] | SkipJsonSchema[None] = Field(
+    board_ids: list[BoardId] | None = Field(
         min_length=1, max_length=1000,
         description="The boards the token may read (1-1,000 ids), or null for every board. Required.")
     ttl_s: Annotated[int, Strict(), Field(ge=1, le=86_400)] = Field(
