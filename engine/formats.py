@@ -27,8 +27,9 @@ from engine.errors import UnsupportedFormat
 #: Log record vocabulary: kinds and field layouts (records.KINDS), outcome codes
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
 #: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
-#: 4: + L (a dead letter: a record, or a row of one, that replay skips).
-LOG_FORMAT = 4
+#: 4: + L (a dead letter: a record, or a row of one, that replay skips). 5: + R, W and G (a series, one
+#: window's instance of it, the score records of a request that fans out to several boards; docs/api.md §15).
+LOG_FORMAT = 5
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).

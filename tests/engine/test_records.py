@@ -81,7 +81,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 4, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
+FORMATS = {"LOG_FORMAT": 5, "ROUTER_STATE_FORMAT": 3, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 3}
 
 
 def test_outcome_codes_are_pinned():
