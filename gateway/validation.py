@@ -301,7 +301,7 @@ def decode_batch(raw: bytes, max_events: int) -> ScoreBatch:
         doc = None
     events = doc.get("events") if type(doc) is dict else None
     if type(events) is list and 0 < len(events) <= max_events:
-        batch = _batch_columns(events)
+        batch = _batch_columns(events, max_events)
         if batch is not None:
             return batch
     got, origin = decode_expanded(raw, max_events)
@@ -309,20 +309,27 @@ def decode_batch(raw: bytes, max_events: int) -> ScoreBatch:
     return batch if origin is None else ScoreBatch(batch.event_ids, batch.boards, batch.positions, np.array(origin, np.int64))
 
 
-def _batch_columns(events: list) -> ScoreBatch | None:
+def _batch_columns(events: list, max_events: int = 10_000) -> ScoreBatch | None:
     """The common, valid shape of a batch → ScoreBatch; None sends the caller to the checked path.
-    The rules of :func:`_fast_event`, one C-level pass per column (``map`` over ``dict.get``)."""
+    The rules of :func:`_fast_event`, one C-level pass per column (``map`` over ``dict.get``).
+    A batch where every event names its boards with ``board_ids`` (docs/api.md §15) is expanded
+    to one row per (event, board) here too, as columns (:func:`_fanout_boards`)."""
     n = len(events)
     if set(map(type, events)) != {dict}:
         return None
     get = dict.get
     if list(map(get, events, repeat("metadata", n))).count(None) != n:
         return None
+    origin = None
     if any(map(dict.__contains__, events, repeat("board_ids", n))):
-        return None  # an event for several boards (docs/api.md §15): the checked path expands it
+        got = _fanout_boards(events, max_events)  # an event for several boards (docs/api.md §15)
+        if got is None:
+            return None
+        bids, origin = got
+    else:
+        bids = list(map(get, events, repeat("board_id", n)))
     eids = list(map(get, events, repeat("event_id", n)))
     pids = list(map(get, events, repeat("player_id", n)))
-    bids = list(map(get, events, repeat("board_id", n)))
     if set(map(type, eids)) | set(map(type, pids)) | set(map(type, bids)) != {str}:
         return None
     for ids in (eids, pids):
@@ -353,9 +360,13 @@ def _batch_columns(events: list) -> ScoreBatch | None:
     for col in (achieved, submitted):
         if int(col.min()) < MIN_MS or int(col.max()) > MAX_MS:
             return None
+    if origin is not None:  # one row per (event, board): the event's columns repeated
+        rows = origin.tolist()
+        eids, pids = [eids[i] for i in rows], [pids[i] for i in rows]
+        values, achieved, submitted = values[origin], achieved[origin], submitted[origin]
     if len(boards) == 1:
         cols = ScoreColumns(bids[0], eids, pids, values, achieved, submitted)
-        return ScoreBatch(eids, [cols], [np.arange(len(eids), dtype=np.int64)])
+        return ScoreBatch(eids, [cols], [np.arange(len(eids), dtype=np.int64)], origin)
     index = {b: i for i, b in enumerate(boards)}
     which = np.fromiter(map(index.__getitem__, bids), np.int64, len(bids))
     order = np.argsort(which, kind="stable")
@@ -367,7 +378,29 @@ def _batch_columns(events: list) -> ScoreBatch | None:
         out.append(ScoreColumns(b, [eids[k] for k in idx], [pids[k] for k in idx], values[rows], achieved[rows],
                                 submitted[rows]))
         positions.append(rows)
-    return ScoreBatch(eids, out, positions)
+    return ScoreBatch(eids, out, positions, origin)
+
+
+def _fanout_boards(events: list, max_events: int) -> tuple[list, np.ndarray] | None:
+    """For a batch where every event has ``board_ids`` (and none ``board_id``):
+    the board of every (event, board) row in request order, and each row's
+    request index; None for any other shape or a bad list (the checked path
+    then names the field), or past ``max_events`` rows (its 413)."""
+    n = len(events)
+    if any(map(dict.__contains__, events, repeat("board_id", n))):
+        return None
+    lists = list(map(dict.get, events, repeat("board_ids", n)))
+    if set(map(type, lists)) != {list}:
+        return None
+    counts = np.fromiter(map(len, lists), np.int64, n)
+    if int(counts.min()) < 1 or int(counts.max()) > MAX_FANOUT_BOARDS or int(counts.sum()) > max_events:
+        return None
+    flat = [b for one in lists for b in one]
+    if set(map(type, flat)) != {str}:
+        return None
+    if not all(map(int.__eq__, map(len, map(set, lists)), counts.tolist())):  # distinct within each event
+        return None
+    return flat, np.repeat(np.arange(n, dtype=np.int64), counts)
 
 
 _NOT_PARSED = object()
