@@ -62,6 +62,12 @@ async def test_results_name_their_boards_and_a_fan_out_is_one_result_per_board_i
     assert top == (await c.get(f"/v1/boards/{instance()}/top", headers=H("reader"))).json()
     me = (await c.get(f"/v1/boards/{SERIES}/players/p1", headers=H("reader"))).json()
     assert me["rank"] == 2
+    for path, role in (("players/p1/around?radius=1", "reader"), ("changes?since_version=0", "reader"),
+                       ("export?format=jsonl", "admin"), ("players/p2/history", "moderator")):
+        via_series = await c.get(f"/v1/boards/{SERIES}/{path}", headers=H(role))
+        direct = await c.get(f"/v1/boards/{instance()}/{path}", headers=H(role))
+        assert via_series.status_code == direct.status_code == 200, (path, via_series.text)
+        assert via_series.content == direct.content, path
     info = (await c.get(f"/v1/boards/{SERIES}", headers=H("reader"))).json()
     assert info["recurrence"] == {"every": "day", "timezone": "UTC", "at": "00:00", "keep": 5}
     assert (info["current"], info["size"]) == (instance(), 2)
