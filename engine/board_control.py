@@ -82,6 +82,7 @@ class BoardControl:
         self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
         self._sched_wake: asyncio.Event | None = None
         self._keeping = asyncio.Lock()  # enforce_keep, one at a time
+        self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
         # Awaited before the shard actors drop an archived board's rows: an engine host
         # (engine.engine_host) waits there until no gateway's read replica still reads them.
         self.drop_barriers: list[Callable[[str], Awaitable]] = []
@@ -247,7 +248,7 @@ class BoardControl:
 
     # --------------------------------------------------------- season schedule
 
-    async def close_due(self, board_ids: Sequence[str] | None = None) -> int | None:
+    async def close_due(self, board_ids: Sequence[str] | None = None, keep_behind: bool = False) -> int | None:
         """Make every scheduled transition due at the wall clock's now (of
         ``board_ids``, default every board), each as a STATE record through
         the sequencer like an admin's request, so it lands at one log
@@ -272,17 +273,19 @@ class BoardControl:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
-        if board_ids is None:  # the season timer: series windows too
-            starts = await self.series_due(now)
+        if board_ids is None:  # every board: series windows too
+            starts = await self.series_due(now, keep_behind)
             if starts is not None and (wake_at is None or starts < wake_at):
                 wake_at = starts
         return wake_at
 
-    async def series_due(self, now: int) -> int | None:
+    async def series_due(self, now: int, keep_behind: bool = False) -> int | None:
         """What the series owe at ``now`` (docs/api.md §15): every series whose
         current window has no instance gets it, through the sequencer (a logged
         submission that creates it only if still missing when its turn comes, so
-        a server that was down creates it at start); then :meth:`enforce_keep`.
+        a server that was down creates it at start); then :meth:`enforce_keep`
+        (``keep_behind``: in a task of its own, so that the season timer never
+        waits for an archive to be written before the next scheduled close).
         Returns when the next window of any series starts (None: no series)."""
         waits, wake_at = [], None
         try:
@@ -300,7 +303,11 @@ class BoardControl:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
-        await self.enforce_keep()
+        if not keep_behind:
+            await self.enforce_keep()
+        elif self.keeping is None or self.keeping.done():
+            self.keeping = asyncio.ensure_future(self.enforce_keep())
+            self.keeping.add_done_callback(_log_failure)
         return wake_at
 
     async def enforce_keep(self) -> None:
@@ -342,7 +349,7 @@ class BoardControl:
         while not self.sequencer.closing:
             self._sched_wake.clear()
             try:
-                wake_at = await self.close_due()
+                wake_at = await self.close_due(keep_behind=True)
             except Exception:
                 if self.sequencer.closing:
                     return
@@ -354,6 +361,12 @@ class BoardControl:
                 await asyncio.wait_for(self._sched_wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("archiving series instances beyond keep failed; the season timer tries again",
+                  exc_info=task.exception())
 
 
 def epoch_ms() -> int:

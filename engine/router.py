@@ -100,9 +100,10 @@ class Router:
 
     async def stop(self) -> None:
         await self.drain()
-        for t in self._tasks:
+        tasks = self._tasks + ([self.control.keeping] if self.control.keeping is not None else [])
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def fold(self, offset: int, rec) -> None:
         """Replay one log record into router state (recovery; no I/O): the

@@ -58,6 +58,8 @@ class Parts:
 
     async def close(self) -> None:
         await self.sequencer.drain()
+        if self.control.keeping is not None:
+            self.tasks.append(self.control.keeping)
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

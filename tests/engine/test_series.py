@@ -403,3 +403,31 @@ def test_a_torn_tail_keeps_all_of_a_fan_out_or_none_of_it(tmp_path):
             await last.close()
 
     run(go())
+
+
+def test_the_running_timer_creates_instances_and_archives_behind_it():
+    """The season timer itself (not a test's call): a new window's instance appears once its start passes,
+    and the archive that keep asks for is written by a task of its own (the timer does not wait for it)."""
+    async def go():
+        clock = FakeClock(ms(2026, 12, 6, 12))
+        svc = await open_svc(clock)
+        series = "g:m:daily:t"
+        try:
+            await svc.create_board(BoardSpec(series, Policy.CUMULATIVE, shards=3, finalize_after_s=0,
+                                             recurrence=Recurrence.parse({"every": "day", "keep": 1})))
+            await svc.submit([ScoreEvent(series, "a", "p", 1, clock.now, clock.now)])
+            clock.now = ms(2026, 12, 7, 0, 0) + 1
+            svc.router.wake_season_timer()
+            boards = svc.router.boards
+            for _ in range(400):
+                day6 = boards.get("g:m:daily.20261206:t")
+                if "g:m:daily.20261207:t" in boards and day6.archive is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert svc.router.registry.instances_of(series) == ["g:m:daily.20261207:t", "g:m:daily.20261206:t"]
+            assert day6.admission.state is BoardState.ARCHIVED and day6.archive is not None
+            assert (await svc.board("g:m:daily.20261206:t")).size == 1  # from its archive
+        finally:
+            await svc.close()
+
+    run(go())
