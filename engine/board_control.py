@@ -23,7 +23,7 @@ from engine import season
 from engine import wire as W
 from engine.admission import Admission
 from engine.archive import ArchiveHistory, encode, rows_from_wire
-from engine.errors import StorageUnavailable, ValidationFailed
+from engine.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.formats import ROUTER_STATE_FORMAT, state_format
 from engine.gc_tuning import release_memory
 from engine.journal import JournalColumns
@@ -34,6 +34,7 @@ from engine.model import (
     BoardState,
 )
 from engine.registry import BoardCtl, BoardRegistry
+from engine.windows import instance_id, window_of
 
 
 log = logging.getLogger("flowrank.router")
@@ -49,6 +50,8 @@ class Writes(Protocol):
     async def submit_state(self, board_id: str, state: BoardState) -> None: ...
 
     def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future: ...
+
+    def submit_instance(self, series_id: str) -> asyncio.Future: ...
 
 
 class Reads(Protocol):
@@ -78,6 +81,8 @@ class BoardControl:
         # Epoch ms: the only clock scheduled season transitions read (tests pass a fake one).
         self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
         self._sched_wake: asyncio.Event | None = None
+        self._keeping = asyncio.Lock()  # enforce_keep, one at a time
+        self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
         # Awaited before the shard actors drop an archived board's rows: an engine host
         # (engine.engine_host) waits there until no gateway's read replica still reads them.
         self.drop_barriers: list[Callable[[str], Awaitable]] = []
@@ -106,7 +111,7 @@ class BoardControl:
             ctl = self.registry.new_ctl(spec)
             ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
             ctl.corrections = corrections
-            self.boards[spec.board_id] = ctl
+            self.registry.add(ctl)
 
     async def sync_versions(self) -> None:
         """Read every board's version from the shard actors (after recovery)
@@ -133,7 +138,12 @@ class BoardControl:
         if spec.shards < 1:
             raise ValidationFailed("shards must be at least 1.", "shards")
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
+        if spec.recurrence is not None and spec.entry is not None:
+            raise ValidationFailed("A recurring board cannot have entry rules yet: give them to an ordinary board "
+                                   "(one per season, with next-season) instead.", "entry")
         await self.sequencer.submit_board(spec)
+        if spec.recurrence is not None:
+            self.wake_season_timer()  # its next wake-up may now be this series' next window
         if spec.closes_at is not None:
             await self.close_due([spec.board_id])
             self.wake_season_timer()  # its next wake-up may now be sooner
@@ -241,7 +251,7 @@ class BoardControl:
 
     # --------------------------------------------------------- season schedule
 
-    async def close_due(self, board_ids: Sequence[str] | None = None) -> int | None:
+    async def close_due(self, board_ids: Sequence[str] | None = None, keep_behind: bool = False) -> int | None:
         """Make every scheduled transition due at the wall clock's now (of
         ``board_ids``, default every board), each as a STATE record through
         the sequencer like an admin's request, so it lands at one log
@@ -266,7 +276,68 @@ class BoardControl:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+        if board_ids is None:  # every board: series windows too
+            starts = await self.series_due(now, keep_behind)
+            if starts is not None and (wake_at is None or starts < wake_at):
+                wake_at = starts
         return wake_at
+
+    async def series_due(self, now: int, keep_behind: bool = False) -> int | None:
+        """What the series owe at ``now`` (docs/api.md §15): every series whose
+        current window has no instance gets it, through the sequencer (a logged
+        submission that creates it only if still missing when its turn comes, so
+        a server that was down creates it at start); then :meth:`enforce_keep`
+        (``keep_behind``: in a task of its own, so that the season timer never
+        waits for an archive to be written before the next scheduled close).
+        Returns when the next window of any series starts (None: no series)."""
+        waits, wake_at = [], None
+        try:
+            for board_id, ctl in list(self.boards.items()):
+                rec = ctl.spec.recurrence
+                if rec is None or ctl.admission.state is BoardState.ARCHIVED:
+                    continue
+                w = window_of(rec, now)
+                if instance_id(board_id, w) not in self.boards:
+                    waits.append(self.sequencer.submit_instance(board_id))
+                if wake_at is None or w.end_ms < wake_at:
+                    wake_at = w.end_ms
+        finally:
+            done = await asyncio.gather(*waits, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if not keep_behind:
+            await self.enforce_keep()
+        elif self.keeping is None or self.keeping.done():
+            self.keeping = asyncio.ensure_future(self.enforce_keep())
+            self.keeping.add_done_callback(_log_failure)
+        return wake_at
+
+    async def enforce_keep(self) -> None:
+        """Whenever more than ``keep`` instances of a series are unarchived,
+        archive the oldest FINALIZED ones (as an admin's ARCHIVED: the state
+        through the sequencer, then the archive) until ``keep`` remain or no
+        FINALIZED one is left to archive."""
+        async with self._keeping:  # one at a time (the timer's and a start's): each sees what the last archived
+            for board_id, ctl in list(self.boards.items()):
+                await self._keep(board_id, ctl)
+
+    async def _keep(self, board_id: str, ctl: BoardCtl) -> None:
+        rec = ctl.spec.recurrence
+        if rec is not None:
+            live = [i for i in self.registry.instances_of(board_id)
+                    if self.boards[i].admission.state is not BoardState.ARCHIVED]
+            excess = len(live) - rec.keep
+            for iid in reversed(live):  # oldest window first
+                if excess <= 0:
+                    break
+                if self.boards[iid].admission.state is BoardState.FINALIZED:
+                    try:
+                        await self.set_state(iid, BoardState.ARCHIVED)
+                    except FlowRankError:  # archived meanwhile (an admin): nothing left to do for it
+                        log.warning("archiving instance %r of series %r for keep=%d failed", iid, board_id,
+                                    rec.keep, exc_info=True)
+                    excess -= 1
 
     def wake_season_timer(self) -> None:
         """Have the season timer look at the schedule now (a board was created,
@@ -281,7 +352,7 @@ class BoardControl:
         while not self.sequencer.closing:
             self._sched_wake.clear()
             try:
-                wake_at = await self.close_due()
+                wake_at = await self.close_due(keep_behind=True)
             except Exception:
                 if self.sequencer.closing:
                     return
@@ -293,6 +364,12 @@ class BoardControl:
                 await asyncio.wait_for(self._sched_wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("archiving series instances beyond keep failed; the season timer tries again",
+                  exc_info=task.exception())
 
 
 def epoch_ms() -> int:

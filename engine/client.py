@@ -30,6 +30,7 @@ from engine.model import (
     EventResult,
     HeldEvent,
     HistoryEntry,
+    InstanceInfo,
     Invalidation,
     InvalidationResult,
     JoinResult,
@@ -52,6 +53,10 @@ class EngineClient(Protocol):
 
     async def board(self, board_id: str) -> BoardInfo:
         """Raises BoardNotFound."""
+
+    async def instances(self, board_id: str) -> list[InstanceInfo]:
+        """A series' instances, latest window first (docs/api.md §15); raises
+        BoardNotFound (also when ``board_id`` is not a series)."""
 
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         """Forward-only season move, anchored at the log position; raises InvalidTransition."""

@@ -28,7 +28,9 @@ from engine.errors import UnsupportedFormat
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
 #: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
 #: 4: + L (a dead letter: a record, or a row of one, that replay skips).
-#: 5: the ``latest`` policy (its name in K records, codes 15-16: APPLIED_LATEST, REJECTED_NOT_LATEST).
+#: 5: the ``latest`` policy (its name in K records, codes 15-16: APPLIED_LATEST, REJECTED_NOT_LATEST);
+#: + R, W and G (a series, one window's instance of it, the score records of a request that fans out to
+#: several boards; docs/api.md §15); + O and J (a board with entry options, a join; codes 17-19, §16).
 LOG_FORMAT = 5
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.

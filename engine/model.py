@@ -141,7 +141,9 @@ class BoardSpec:
     moves to FROZEN once the server's clock reaches it and to FINALIZED
     ``finalize_after_s`` seconds later (:func:`engine.season.due`).
     ``recurrence`` (None for an ordinary board) makes the board a series of
-    time windows (docs/api.md §15, :mod:`engine.windows`).
+    time windows (docs/api.md §15, :mod:`engine.windows`). An *instance* of a
+    series (one window's board) names its ``series`` and its ``window``
+    ``(starts_at, ends_at)`` in epoch ms; its ``closes_at`` is the window's end.
     """
 
     board_id: str
@@ -153,6 +155,8 @@ class BoardSpec:
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
     recurrence: Recurrence | None = None
     entry: EntrySpec | None = None  # competition entry (docs/api.md §16); None: none of its rules
+    series: str | None = None
+    window: tuple[int, int] | None = None
 
 
 class JoinResult(NamedTuple):
@@ -226,6 +230,21 @@ class BoardInfo:
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
     entry: EntrySpec | None = None
+    recurrence: dict | None = None  # a series: Recurrence.to_json()
+    current: str | None = None  # a series: the id of the current window's instance (None: not created yet)
+    series: str | None = None  # an instance: its series
+    window: tuple[int, int] | None = None  # an instance: (starts_at, ends_at), epoch ms
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One instance of a series, as ``GET /v1/boards/{series}/instances`` lists it."""
+
+    board_id: str
+    starts_at: int
+    ends_at: int
+    state: BoardState
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +253,7 @@ class Page:
 
     version: int
     entries: tuple[RankedEntry, ...]
+    board_id: str | None = None  # read on a series: the instance that answered (docs/api.md §15)
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,7 +85,8 @@ class ReadReplica:
         if got is None:
             return False  # unknown now; it may be created later: ask again next time
         rec, state, where = got
-        if BoardState(state) is BoardState.ARCHIVED:
+        if BoardState(state) is BoardState.ARCHIVED or R.parse(rec).kind == R.SERIES:
+            # archived, or a series (its reads answer from the instance of the host's current window)
             self._host_only.add(board_id)
             return False
         if board_id not in self._host_only:

@@ -35,10 +35,15 @@ SERIES = "R"
 #: A board with options (docs/api.md §16): ``R``'s fields (recurrence nil for none), then a map of
 #: options; written only for a board that has one (today: ``entry``), so other boards' records are unchanged.
 OPTIONS_BOARD = "O"
-#: Every board-creation kind (``K`` followed ``B`` in log format 2; ``R`` is ``K`` with a recurrence).
-BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, OPTIONS_BOARD})
+#: One window's board of a series (docs/api.md §15): ``K`` plus its series and window.
+INSTANCE = "W"
+#: Every board-creation kind (``K`` followed ``B`` in log format 2; ``R`` is ``K`` with a recurrence, ``W`` with
+#: a series and window, ``O`` with options).
+BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, INSTANCE, OPTIONS_BOARD})
 #: A player joined a competition (docs/api.md §16): their 0-based position in the order of joining.
 JOIN = "J"
+#: The score records of one submission that fans out to several boards (docs/api.md §15), as one record.
+GROUP = "G"
 SCORES_META, DECIDE_META = "M", "E"
 #: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
 SCORE_BATCHES = (SCORES, SCORES_META)
@@ -82,6 +87,15 @@ KINDS: dict[str, RecordKind] = {
     JOIN: RecordKind("join", ("board_id", "player_id", "position"),
                      "a player joined a competition (docs/api.md §16) at this 0-based position in the order of "
                      "joining; logged once per player and board, changes no board version"),
+    INSTANCE: RecordKind("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                            "closes_at", "finalize_after_s", "series", "starts_at", "ends_at"),
+                         "one window's board of a series (docs/api.md §15): the fields of K (closes_at is the "
+                         "window's end), then the series' board id and the window's start and end (epoch ms)"),
+    GROUP: RecordKind("score group", ("parts",),
+                      "the score records of one submission whose events fan out to several boards (docs/api.md "
+                      "§15), as one frame so that a torn tail keeps all of them or none: a list of C / M records "
+                      "(each as its own list), at most one per board partition. A dead letter names a row of a "
+                      "group by its index counted across the parts in order"),
     STATE: RecordKind("state", ("board_id", "state"),
                       "season state change to a BoardState value; its offset is the freeze position"),
     SCORES: RecordKind("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
@@ -176,6 +190,33 @@ class JoinRecord(NamedTuple):
     board_id: str
     player_id: str
     position: int
+
+
+class InstanceBoardRecord(NamedTuple):
+    """``W``: a series' instance board created: ``K`` plus its series and window."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    series: str
+    starts_at: int
+    ends_at: int
+
+
+class GroupRecord(NamedTuple):
+    """``G``: the score records (``C`` / ``M``) of one fanned-out submission, as one record."""
+
+    kind: str
+    parts: list
+
+    @property
+    def board_id(self) -> None:  # a group concerns several boards (boards_of names them)
+        return None
 
 
 class StateRecord(NamedTuple):
@@ -286,7 +327,8 @@ class DeadLetterRecord(NamedTuple):
 #: exactly ``KINDS[kind].fields``. msgpack packs a tuple as an array, so writing one
 #: of these gives the same bytes as the list it replaced (tests/engine/test_records.py).
 TYPES: dict[str, type] = {
-    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, SERIES: SeriesBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
+    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, SERIES: SeriesBoardRecord, INSTANCE: InstanceBoardRecord,
+    GROUP: GroupRecord, STATE: StateRecord, SCORES: ScoresRecord,
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord,
 }
@@ -294,8 +336,9 @@ for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
 assert set(TYPES) == set(KINDS), "every kind needs a record type"
 
-Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
-          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord | OptionsBoardRecord | JoinRecord)
+Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
+          | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
+          | DeadLetterRecord | OptionsBoardRecord | JoinRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -375,10 +418,12 @@ def decided_event(rec) -> ScoreEvent:
                       rec.metadata if isinstance(rec, DecisionMetaRecord) else b"")
 
 
-def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SeriesBoardRecord | OptionsBoardRecord:
+def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | OptionsBoardRecord:
     """The record that creates ``spec``'s board: ``O`` for a board with an
     option (entry rules), else ``R`` for a series (a spec with a recurrence),
-    else ``K`` (the same bytes as before series and options existed)."""
+    ``W`` for an instance of one (a spec with a series), else ``K`` (the same
+    bytes as before series and options existed). A series or an instance has
+    no options (board creation refuses entry rules on a recurring board)."""
     fields = (spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
               spec.closes_at, spec.finalize_after_s)
     if spec.entry is not None:
@@ -387,6 +432,8 @@ def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SeriesBoardRecord | 
                                   {"entry": spec.entry.to_json()})
     if spec.recurrence is not None:
         return SeriesBoardRecord(SERIES, *fields, spec.recurrence.to_json())
+    if spec.series is not None and spec.window is not None:
+        return InstanceBoardRecord(INSTANCE, *fields, spec.series, spec.window[0], spec.window[1])
     return ScheduledBoardRecord(BOARD2, *fields)
 
 
@@ -396,6 +443,9 @@ def spec_of(rec) -> BoardSpec:
     record with an option this version does not know is refused
     (UnsupportedFormat), never read without it."""
     rec = parse(rec)
+    if isinstance(rec, InstanceBoardRecord):
+        return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
+                         rec.closes_at, rec.finalize_after_s, series=rec.series, window=(rec.starts_at, rec.ends_at))
     if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord, OptionsBoardRecord)):
         raw = rec.recurrence if isinstance(rec, (SeriesBoardRecord, OptionsBoardRecord)) else None
         recurrence = Recurrence.parse(raw) if raw is not None else None
@@ -458,11 +508,43 @@ def columns_of(rec) -> tuple[ScoreColumns, np.ndarray]:
             np.frombuffer(rec.verdicts, np.uint8).copy())
 
 
+def group_record(parts: list) -> GroupRecord:
+    """One ``G`` record holding the score records ``parts`` (each ``C`` / ``M``)."""
+    return GroupRecord(GROUP, [list(p) for p in parts])
+
+
+def group_parts(rec) -> list:
+    """The ``C`` / ``M`` records of a ``G`` record, parsed, in order."""
+    return [parse(p) for p in parse(rec).parts]
+
+
+def score_parts(rec) -> list:
+    """The columnar score records a record holds: itself (``C`` / ``M``), its
+    parts (``G``), else none."""
+    rec = parse(rec)
+    if rec.kind in SCORE_BATCHES:
+        return [rec]
+    if rec.kind == GROUP:
+        return group_parts(rec)
+    return []
+
+
+def boards_of(rec) -> list[str]:
+    """The boards a record concerns (a group's: every part's board)."""
+    rec = parse(rec)
+    if rec.kind == GROUP:
+        return list(dict.fromkeys(p.board_id for p in group_parts(rec)))
+    return [rec.board_id] if isinstance(rec.board_id, str) else []
+
+
 def logged_events(rec) -> Iterator[tuple[ScoreEvent, int]]:
     """Every score event a record holds with its verdict code, in log order
-    (either record kind; none for other records)."""
+    (either record kind, and a group's parts; none for other records)."""
     rec = parse(rec)
-    if isinstance(rec, ScoreRecord):
+    if isinstance(rec, GroupRecord):
+        for part in group_parts(rec):
+            yield from logged_events(part)
+    elif isinstance(rec, ScoreRecord):
         yield event_of(rec), rec.verdict
     elif isinstance(rec, (ScoresRecord, ScoresMetaRecord)):
         cols, verdicts = columns_of(rec)

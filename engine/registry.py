@@ -38,6 +38,7 @@ from engine.errors import BoardNotFound
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION, BoardSpec, BoardState
 from engine.placement import actor_of
 from engine.rank_keys import RankKeyCache
+from engine.windows import instance_id, window_of
 
 
 @dataclass
@@ -108,6 +109,33 @@ class BoardRegistry:
         self.dead_logged: set[tuple[int, int | None]] = set()
         # guesses of players' rank keys: filled by reads and by every acknowledged score change
         self.rank_keys = RankKeyCache(self.cfg.rank_key_cache)
+        # series id -> {window start (epoch ms): instance id} of its instances (docs/api.md §15)
+        self.instances: dict[str, dict[int, str]] = {}
+
+    def add(self, ctl: BoardCtl) -> None:
+        """Keep a new board's control state (and index it under its series, for an instance)."""
+        spec = ctl.spec
+        self.boards[spec.board_id] = ctl
+        if spec.series is not None and spec.window is not None:
+            self.instances.setdefault(spec.series, {})[spec.window[0]] = spec.board_id
+
+    def current_instance(self, series_id: str, now_ms: int) -> str | None:
+        """The instance reads on the series answer from at ``now_ms``: the one
+        of the window containing it; until the season timer has created that
+        one (an instant at a window's start), the latest that started before it."""
+        rec = self.boards[series_id].spec.recurrence
+        assert rec is not None
+        iid = instance_id(series_id, window_of(rec, now_ms))
+        if iid in self.boards:
+            return iid
+        got = self.instances.get(series_id, {})
+        started = [start for start in got if start <= now_ms]
+        return got[max(started)] if started else None
+
+    def instances_of(self, series_id: str) -> list[str]:
+        """The instance ids of a series, latest window first."""
+        got = self.instances.get(series_id, {})
+        return [got[start] for start in sorted(got, reverse=True)]
 
     def ctl(self, board_id: str) -> BoardCtl:
         """The board's control state; BoardNotFound when there is none."""
@@ -122,7 +150,7 @@ class BoardRegistry:
         return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
                         sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor)
 
-    def apply(self, offset: int, rec, memo: "ScoreMemo | None" = None) -> None:
+    def apply(self, offset: int, rec, memo=None) -> None:
         """Fold one logged record in: the same call for a record just made
         durable (the sequencer, with the ``memo`` its decision left) and for a
         record replayed from the log (recovery, no memo). No I/O. Records of
@@ -133,18 +161,18 @@ class BoardRegistry:
         if kind in R.BOARD_KINDS:
             spec = R.spec_of(rec)
             if spec.board_id not in self.boards:
-                self.boards[spec.board_id] = self.new_ctl(spec)
+                self.add(self.new_ctl(spec))
+        elif kind == R.GROUP:  # each part as the C / M record it holds
+            memos = [None] * len(rec.parts) if memo is None else memo.parts  # type: ignore[attr-defined]
+            for part, part_memo in zip(R.group_parts(rec), memos):
+                self._apply_scores(part, part_memo)
         elif kind == R.DEAD_LETTER:
             self.dead_logged.add(R.dead_letter_of(rec).key)
         else:
             ctl = self.boards.get(rec.board_id) if isinstance(rec.board_id, str) else None
             if ctl is not None:
                 if kind in R.SCORE_BATCHES:
-                    if memo is None:
-                        cols, verdicts = R.columns_of(rec)
-                        ctl.admission.apply_scores(cols, verdicts)
-                    else:
-                        ctl.admission.apply_scores(memo.cols, memo.verdicts, memo.words, memo.fps)
+                    self._apply_scores(rec, memo)
                 elif kind == R.SCORE:  # one event per record (logs written before columnar batches)
                     ev = R.event_of(rec)
                     ctl.admission.apply_scores(ScoreColumns.from_events([ev], ev.board_id),
@@ -158,6 +186,16 @@ class BoardRegistry:
                 elif kind == R.JOIN:  # docs/api.md §16: changes no board version
                     ctl.admission.entry.fold_join(rec.player_id, rec.position)
         self.log_offset = offset
+
+    def _apply_scores(self, rec, memo) -> None:
+        ctl = self.boards.get(rec.board_id)
+        if ctl is None:
+            return
+        if memo is None:
+            cols, verdicts = R.columns_of(rec)
+            ctl.admission.apply_scores(cols, verdicts)
+        else:
+            ctl.admission.apply_scores(memo.cols, memo.verdicts, memo.words, memo.fps)
 
 
 class ScoreMemo(NamedTuple):

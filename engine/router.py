@@ -65,6 +65,8 @@ class Router:
         self.sequencer = seq = Sequencer(transport, log_port, self.registry, fan.cut, clock)
         self.control = ctl = BoardControl(self.registry, seq, fan, archives, wall_clock)
         seq.resync = ctl.sync_versions
+        # one wall clock: the season timer's, decide's and the reads' (series windows)
+        seq.wall_clock = fan.wall_clock = lambda: ctl.wall_clock()
         self._tasks: list[asyncio.Task] = []
 
         # Shared state (the same objects the parts hold).
@@ -98,9 +100,10 @@ class Router:
 
     async def stop(self) -> None:
         await self.drain()
-        for t in self._tasks:
+        tasks = self._tasks + ([self.control.keeping] if self.control.keeping is not None else [])
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def fold(self, offset: int, rec) -> None:
         """Replay one log record into router state (recovery; no I/O): the

@@ -143,4 +143,5 @@ def next_season(spec: BoardSpec, season: str, closes_at: int | None,
         series_check(":".join(parts), "season")
     after = spec.finalize_after_s if finalize_after_s is None else finalize_after_s
     check_schedule(closes_at, after)
-    return replace(spec, board_id=":".join(parts), closes_at=closes_at, finalize_after_s=after)
+    # (an instance's next season is an ordinary board: the window belongs to the series)
+    return replace(spec, board_id=":".join(parts), closes_at=closes_at, finalize_after_s=after, series=None, window=None)

@@ -96,6 +96,7 @@ class _Prepared(NamedTuple):
     count: int
     places: list | None  # for scores, per board: [ScorePlace] with record indexes into the cycle's records
     answer: object = None  # what the decision already knows to answer (a join's JoinResult), once durable
+    routed: object = None  # for scores sent to a series: the batch as its events landed (decide.Decision.routed)
 
 
 @dataclass
@@ -122,6 +123,9 @@ class Sequencer:
         self.cfg = registry.cfg
         self.cut = cut  # taken alone, for an instant, to dispatch a cycle (engine.fanout)
         self.clock = clock  # monotonic seconds: latencies, cool-downs
+        # Epoch ms, read once per cycle and handed to decide (series windows); the router shares board
+        # control's wall clock here, so a test's fake clock moves both.
+        self.wall_clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self.listeners: list = []
         self._queue: deque[_Queued] = deque()
         self._queued_events = 0
@@ -233,6 +237,12 @@ class Sequencer:
         at ``now_ms`` that are still owed when its turn comes; done once durable."""
         return self.put(Submission.SCHEDULE, (board_id, now_ms), 1)
 
+    def submit_instance(self, series_id: str) -> asyncio.Future:
+        """Queue (now, never refused for a full queue) the creation of the
+        series' current window's instance, if it is still missing when its turn
+        comes (the season timer); done once durable."""
+        return self.put(Submission.INSTANCE, series_id, 1)
+
     async def enqueue(self, kind: Submission, payload, n: int):
         """Queue a submission of ``n`` events and wait for its answer."""
         return await self.put(kind, payload, n)
@@ -243,7 +253,8 @@ class Sequencer:
         small record, and being late would let more events in before the close."""
         if self.closing and kind != Submission.DEAD_LETTERS:  # dead letters found while draining are still logged
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
-        if self._queued_events + n > self.cfg.max_queued_events and kind not in (Submission.SCHEDULE, Submission.DEAD_LETTERS):
+        if self._queued_events + n > self.cfg.max_queued_events and kind not in (
+                Submission.SCHEDULE, Submission.INSTANCE, Submission.DEAD_LETTERS):
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
         per_board = Counter(payload.per_board()) if kind == Submission.SCORES else Counter()
         for board_id, count in per_board.items():
@@ -291,25 +302,28 @@ class Sequencer:
         memos: list = []
         ids_new: list = []
         subs: list[_Prepared] = []
+        now_ms = self.wall_clock()
         for q in taken:
             try:
-                got = decide(overlay, q.kind, q.payload)
+                got = decide(overlay, q.kind, q.payload, now_ms)
             except FlowRankError as exc:
                 q.future.set_exception(exc)
                 continue
             overlay.note(got)
             start = len(records)
             places = None if got.places is None else [
-                None if mine is None else [ScorePlace(start + p.record, p.rows) for p in mine] for mine in got.places]
+                None if mine is None else [ScorePlace(start + p.record, p.rows, p.part) for p in mine]
+                for mine in got.places]
             records.extend(got.records)
             memos.extend(got.memos)
             ids_new.extend(got.ids_new)
-            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places, got.answer))
+            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places, got.answer,
+                                  got.routed))
         del overlay
         if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
             for sub in subs:
                 if not sub.future.done():
-                    sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {})
+                    sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {}, sub.routed)
                                           if sub.kind == Submission.SCORES else sub.answer)
             return
         started = self.clock()
@@ -361,6 +375,8 @@ class Sequencer:
         if kind in R.SCORE_BATCHES:
             ctl = self.boards.get(rec.board_id)
             return [] if ctl is None else [ctl.part_actor[rec.partition]]
+        if kind == R.GROUP:  # every shard actor hosting one of its parts
+            return sorted({self.boards[part[1]].part_actor[part[2]] for part in rec.parts})
         if kind in R.BOARD_KINDS:
             return list(range(self.t.n))
         if kind in R.DECISIONS:
@@ -411,9 +427,9 @@ class Sequencer:
         now = self.clock()
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
         replies = []
-        for kind, payload, fut, start, count, places, known in cyc.submissions:
+        for kind, payload, fut, start, count, places, known, routed in cyc.submissions:
             if kind == Submission.SCORES:
-                answer = self._finish_scores(payload, places, records, per_record, new_deltas)
+                answer = self._finish_scores(payload, places, records, per_record, new_deltas, routed)
             elif known is not None:  # decided before the append (a join)
                 answer = known
             elif count == 0:  # a schedule that found its transitions already made
@@ -422,7 +438,7 @@ class Sequencer:
                 answer = self._finish_record(records[start], per_record[start], new_deltas)
             replies.append((fut, answer))
         if self.version_hooks:
-            touched = {rec.board_id for rec in records if isinstance(rec.board_id, str) and rec.board_id in self.boards}
+            touched = {b for rec in records for b in R.boards_of(rec) if b in self.boards}
             for hook in self.version_hooks:
                 hook(touched)
         if logging_dead is None:
@@ -480,11 +496,17 @@ class Sequencer:
         _reply(replies)
 
     def _finish_scores(self, batch: ScoreBatch, places: list, records: list, per_record: list,
-                       new_deltas) -> BatchResult:
+                       new_deltas, routed: ScoreBatch | None = None) -> BatchResult:
         """One submission's answer as columns, in its event order: each
         board's version steps once per ranking change in that order (so k
         partitions number versions exactly as one does). Numpy over the
-        shard actors' answer columns; Python work only per changed row (its delta)."""
+        shard actors' answer columns; Python work only per changed row (its
+        delta). ``routed``: the batch as its events landed when some were sent
+        to a series (the answer then names every position's board)."""
+        board_ids = None
+        if routed is not None:
+            batch = routed
+            board_ids = routed.board_ids()
         n = len(batch)
         codes = np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8)
         versions = np.zeros(n, np.int64)
@@ -498,8 +520,11 @@ class Sequencer:
             bcodes = np.empty(m, np.uint8)
             changed = np.zeros(m, np.bool_)
             ch_rows, ch_values, ch_achieved, ch_actor = [], [], [], []
-            for at, rows in mine:
-                actor, result = per_record[at][0]
+            for at, rows, part in mine:
+                if part < 0:
+                    actor, result = per_record[at][0]
+                else:  # a part of a G record: the answer of the one shard actor hosting it
+                    actor, result = next((a, got[part]) for a, got in per_record[at] if got[part] is not None)
                 applied = W.ScoresApplied._make(result)
                 bcodes[rows] = np.frombuffer(applied.codes, np.uint8)
                 rec_rows = np.frombuffer(applied.rows, "<i4")
@@ -529,7 +554,7 @@ class Sequencer:
         for _first, ctl, cols, brows, values, achieved, actors in changes:
             self._note_score_changes(ctl, cols, brows, values, achieved, actors, new_deltas, bool(self.listeners))
             self._guess_rank_keys(ctl, cols, brows, values, achieved)
-        return BatchResult(codes, versions)
+        return BatchResult(codes, versions, board_ids)
 
     @staticmethod
     def _note_score_changes(ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,

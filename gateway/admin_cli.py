@@ -196,6 +196,16 @@ def cmd_boards_show(api: Api, args, out: IO[str]) -> int:
     return EXIT_OK
 
 
+def cmd_boards_instances(api: Api, args, out: IO[str]) -> int:
+    """A series' instances, latest window first (docs/api.md §15)."""
+    items = api.json("GET", f"/v1/boards/{_p(args.board)}/instances", what=f"instances of {args.board}")["instances"]
+    if args.json:
+        _dump(items, out)
+    else:
+        _table(items, ("board_id", "starts_at", "ends_at", "state", "size"), out)
+    return EXIT_OK
+
+
 def cmd_boards_state(api: Api, args, out: IO[str]) -> int:
     _dump(api.json("POST", f"/v1/boards/{_p(args.board)}/state", json={"state": args.state},
                    what=f"move {args.board} to {args.state}"), out)
@@ -615,6 +625,11 @@ def register(sub) -> None:
     c = bsub.add_parser("show", parents=[conn], help="one board (JSON)")
     c.add_argument("board")
     c.set_defaults(admin=cmd_boards_show)
+    c = bsub.add_parser("instances", parents=[conn],
+                        help="a recurring board's instances, one per window, latest first (docs/api.md §15)")
+    c.add_argument("board", help="the series' board id")
+    c.add_argument("--json", action="store_true", help="print the JSON answer")
+    c.set_defaults(admin=cmd_boards_instances)
     c = bsub.add_parser("state", parents=[conn], help="move a board forward: FROZEN, FINALIZED, ARCHIVED (admin)")
     c.add_argument("board")
     c.add_argument("state", type=str.upper, choices=STATES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema
 
 from engine.errors import ValidationFailed
 from engine.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
@@ -28,7 +29,7 @@ from engine.windows import (
     zone_names,
 )
 
-from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, id_problem
+from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, MAX_FANOUT_BOARDS, id_problem
 
 
 def _valid_id(v: str) -> str:
@@ -105,6 +106,12 @@ StaleMs = Annotated[
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+def _no_default(schema: dict, **extra) -> None:
+    """A property that may be absent but never null: no ``default: null`` in its schema."""
+    schema.pop("default", None)
+    schema.update(extra)
 
 
 # ---- errors -----------------------------------------------------------------
@@ -259,6 +266,38 @@ class BoardOut(_Out):
     closes_at: Timestamp | None = Field(None, description="Scheduled close, or null.")
     finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
     entry: EntryRulesOut | None = Field(None, description="The entry rules (§16); left out when the board has none.")
+    recurrence: RecurrenceOut | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=_no_default, description="A series only (docs/api.md §15): how its windows recur.")
+    current: str | None = Field(None, description="A series only: the id of the current window's instance (null "
+                                                  "until it exists).")
+    series: str | SkipJsonSchema[None] = Field(None, json_schema_extra=_no_default,
+                                               description="An instance only: its series' board id.")
+    window: SeriesWindowOut | SkipJsonSchema[None] = Field(None, json_schema_extra=_no_default,
+                                                           description="An instance only: its window.")
+
+
+class RecurrenceOut(_Out):
+    every: Literal["day", "week", "month"]
+    timezone: str
+    at: str = Field(pattern=AT_PATTERN)
+    keep: int = Field(ge=1, le=MAX_KEEP)
+
+
+class SeriesWindowOut(_Out):
+    starts_at: Timestamp
+    ends_at: Timestamp = Field(description="Where the next window starts; the instance's `closes_at`.")
+
+
+class InstanceOut(_Out):
+    board_id: str
+    starts_at: Timestamp
+    ends_at: Timestamp
+    state: BoardState
+    size: int = Field(description="Number of ranked (ACTIVE) players.")
+
+
+class InstancesOut(_Out):
+    instances: list[InstanceOut] = Field(description="Latest window first.")
 
 
 class BoardList(_Out):
@@ -277,10 +316,19 @@ class EventIn(BaseModel):
     """A score event. It may also carry ``"metadata"``: a JSON object of at most 1,024 bytes as compact
     JSON with sorted keys, part of the event's content (docs/api.md §13: integers within 64 bits, finite
     floats below 2^63 in magnitude, no lone surrogates). It is not listed among the properties because
-    JSON Schema cannot state its size limit (a generated client would send objects the server refuses)."""
+    JSON Schema cannot state its size limit (a generated client would send objects the server refuses).
+    It names its board with ``board_id``, or its boards with ``board_ids`` (docs/api.md §15), never both."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["board_id"]}, {"required": ["board_ids"]}]})
 
     event_id: EventId
-    board_id: BoardId
+    board_id: BoardId | SkipJsonSchema[None] = Field(
+        None, description="The board (or series) of the event.", json_schema_extra=_no_default)
+    board_ids: Annotated[list[BoardId], Field(min_length=1, max_length=MAX_FANOUT_BOARDS)] | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=lambda s: _no_default(s, uniqueItems=True),
+        description=f"Instead of `board_id`: 1-{MAX_FANOUT_BOARDS} distinct boards (series allowed) the event is "
+                    "on, each deduplicating it under its one `event_id`; it counts once per board towards the "
+                    "batch limit, and has one result per board.")
     player_id: PlayerId
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
@@ -291,7 +339,8 @@ class EventIn(BaseModel):
 
 class EventBatchIn(BaseModel):
     events: list[EventIn] = Field(min_length=1, max_length=10_000,
-                                  description="1-10,000 events; rejected whole if any is invalid.")
+                                  description="1-10,000 events (an event with `board_ids` counts once per board); "
+                                              "rejected whole if any is invalid.")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"events": [
         {"event_id": "evt-101", "board_id": "arena-clash:solo:S7:global", "player_id": "p-dev",
@@ -300,6 +349,8 @@ class EventBatchIn(BaseModel):
 
 class EventResultOut(_Out):
     event_id: str
+    board_id: str = Field(description="The board the result is on: the event's, or for an event sent to a series "
+                                      "the instance of its window.")
     outcome: Outcome
     version: Version = Field(description="Board version after this event (0 for unknown boards).")
 

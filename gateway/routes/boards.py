@@ -12,7 +12,7 @@ from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access, principal_of
 from gateway.routes.common import BoardIdPath, PlayerIdPath, guarded_router, gw
-from gateway.schemas import BoardCreate, BoardList, BoardOut, JoinOut, NextSeasonIn, StateIn, error_responses
+from gateway.schemas import BoardCreate, BoardList, BoardOut, InstancesOut, JoinOut, NextSeasonIn, StateIn, error_responses
 
 router = guarded_router("boards")
 
@@ -55,6 +55,15 @@ async def list_boards(request: Request):
 @access(Permission.READ)
 async def get_board(board_id: BoardIdPath, request: Request):
     return JSONResponse(render.board(await gw(request).engine.board(board_id)))
+
+
+@router.get("/v1/boards/{board_id}/instances", response_model=InstancesOut, responses=error_responses(404),
+            summary="A series' instances, latest window first")
+@access(Permission.READ)
+async def instances(board_id: BoardIdPath, request: Request):
+    """One entry per window's instance of the series (docs/api.md §15); 404 when
+    ``board_id`` is not a series."""
+    return JSONResponse(render.instances(await gw(request).engine.instances(board_id)))
 
 
 @router.post("/v1/boards/{board_id}/state", response_model=BoardOut, responses=error_responses(404, 409),

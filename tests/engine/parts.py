@@ -58,6 +58,8 @@ class Parts:
 
     async def close(self) -> None:
         await self.sequencer.drain()
+        if self.control.keeping is not None:
+            self.tasks.append(self.control.keeping)
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -73,5 +75,6 @@ def assemble(n_actors: int = 3, config: RouterConfig | None = None) -> Parts:
     parts = Parts(transport, log, registry, fanout, sequencer, None)  # type: ignore[arg-type]
     parts.control = BoardControl(registry, sequencer, fanout, wall_clock=lambda: parts.clock[0])
     sequencer.resync = parts.control.sync_versions
+    sequencer.wall_clock = fanout.wall_clock = lambda: parts.clock[0]
     parts.tasks = sequencer.start() + parts.control.start()
     return parts

@@ -12,6 +12,9 @@ from engine.decide import Overlay, Submission, decide
 from engine.errors import AlreadyDecided, BoardExists, BoardNotFound, InvalidTransition
 from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, ScoreEvent
 from engine.registry import BoardRegistry
+from engine.windows import Recurrence
+from hypothesis import given, settings, strategies as st
+from tests.engine.test_series import DAY, instance, ms, ref_window_date, ref_window_end
 
 B = "g:m:s:dec"
 
@@ -117,3 +120,36 @@ def test_unknown_boards():
     assert isinstance(got[1], BoardNotFound)
     with pytest.raises(ValueError):
         decide(Overlay(reg), "nonsense", None)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ series routing (docs/api.md §15)
+
+
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "Pacific/Apia", "UTC"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(every=st.sampled_from(["day", "week", "month"]), zone=st.sampled_from(ZONES),
+       at=st.integers(0, 1439), now=st.integers(ms(2011, 1, 1), ms(2030, 1, 1)),
+       back=st.lists(st.integers(0, 120 * DAY), min_size=1, max_size=40), shards=st.sampled_from([1, 3]))
+def test_decide_routes_every_event_to_the_reference_window(every, zone, at, now, back, shards):
+    """decide's routing (one windows_of per batch) equals the walk-back reference event by event; instances
+    it creates come first, each once, each frozen exactly when its window has ended; nothing changes."""
+    rec = Recurrence(every, zone, at, 1000)
+    series = "g:m:s:x"
+    reg = BoardRegistry(3)
+    reg.apply(0, R.board_record(BoardSpec(series, Policy.BEST_SCORE, shards=shards, recurrence=rec)))
+    times = [now - b for b in back]
+    batch = ScoreBatch.from_events([ScoreEvent(series, f"e{i}", f"p{i}", 1, t, t) for i, t in enumerate(times)])
+    got = decide(Overlay(reg), Submission.SCORES, batch, now)
+    expect = [instance(series, ref_window_date(every, zone, at, t)) for t in times]
+    assert got.routed is not None and got.routed.board_ids() == expect
+    made = [r for r in got.records if r[0] == R.INSTANCE]
+    assert [r[1] for r in made] == list(dict.fromkeys(expect))  # in order of first event, each once
+    for r in made:
+        moves = [x[2] for x in got.records if x[0] == R.STATE and x[1] == r[1]]
+        due = [m for m, at_ms in (("FROZEN", r.ends_at), ("FINALIZED", r.ends_at + r.finalize_after_s * 1000))
+               if at_ms <= now]
+        assert moves == due, r
+        assert r.closes_at == r.ends_at == ref_window_end(every, zone, at, r.starts_at)
+    assert set(reg.boards) == {series}  # pure: the registry is unchanged

@@ -73,6 +73,9 @@ RECORD_KINDS = {
     "O": ("options board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                             "finalize_after_s", "recurrence", "options")),
     "J": ("join", ("board_id", "player_id", "position")),
+    "W": ("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                             "finalize_after_s", "series", "starts_at", "ends_at")),
+    "G": ("score group", ("parts",)),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -100,8 +103,8 @@ def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
-    assert R.BOARD_KINDS == {"B", "K", "R", "O"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
-    assert R.JOIN == "J"
+    assert R.BOARD_KINDS == {"B", "K", "R", "W", "O"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
+    assert R.JOIN == "J" and R.INSTANCE == "W" and R.GROUP == "G"
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
     assert R.DEAD_LETTER == "L" and R.MAX_ERROR_CHARS == 500
 
@@ -124,6 +127,17 @@ def test_record_builders_match_the_kinds_table():
     assert rec[0] == R.SERIES and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
     assert R.spec_of(rec) == series
     assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == series
+    instance = BoardSpec("g:m:daily.20261207:x", Policy.BEST_SCORE, 3, closes_at=20, finalize_after_s=5,
+                         series="g:m:daily:x", window=(10, 20))
+    rec = R.board_record(instance)
+    assert rec[0] == R.INSTANCE and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == instance
+    group = R.group_record([built[2], R.scores_record(ScoreColumns.from_events([ev._replace(board_id="c")]), 1,
+                                                      np.zeros(1, np.uint8))])
+    back = R.parse(msgpack.unpackb(msgpack.packb(group, use_bin_type=True)))
+    assert back.kind == R.GROUP and back.board_id is None and R.boards_of(back) == ["b", "c"]
+    assert [p.partition for p in R.group_parts(back)] == [0, 1]
+    assert [(e.board_id, v) for e, v in R.logged_events(back)] == [("b", 0), ("c", 0)]
 
     assert R.event_of(built[1]) == ev and R.verdict_of(built[1]) is None
     cols, verdicts = R.columns_of(built[2])
@@ -150,6 +164,10 @@ LISTS = {
     "O": ["O", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0, None,
           {"entry": {"join_required": True, "max_players": 100, "max_attempts": None}}],
     "J": ["J", "b", "p1", 4],
+    "W": ["W", "g:m:d.20261207:x", "best_score", 2, 1000, None, 1_793_527_500_000, 3600, "g:m:d:x",
+          1_793_441_100_000, 1_793_527_500_000],
+    "G": ["G", [["C", "b", 1, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"],
+                ["C", "c", 0, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"]]],
 }
 
 
@@ -216,8 +234,8 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
-    assert got == {"B": None, "K": None, "R": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
-                   "E": "e1", "L": "e7", "O": None, "J": None}
+    assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
+                   "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -264,6 +282,8 @@ def test_only_dead_letter_payloads_start_with_its_head():
     others = [
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3)), ["B", "b", "best_score", 1, 1000, None],
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, recurrence=Recurrence("day"))),
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, closes_at=2, series="s", window=(1, 2))),
+        R.group_record([R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8))]),
         [R.STATE, "b", "FROZEN"], R.score_record(ev, None),
         R.scores_record(ScoreColumns.from_events([ev._replace(metadata=b"")]), 0, np.zeros(1, np.uint8)),
         R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8)),
@@ -370,16 +390,21 @@ def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_reco
 
     series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 2, recurrence=Recurrence("month", "Australia/Lord_Howe", 90, 3))
     plain = BoardSpec("g:m:S1:x", Policy.BEST_SCORE, 2)
-    log = [list(msgpack.unpackb(msgpack.packb(R.board_record(s), use_bin_type=True))) for s in (series, plain)]
-    assert [rec[0] for rec in log] == [R.SERIES, R.BOARD2]
+    instance = BoardSpec("g:m:daily.20261201:x", Policy.BEST_SCORE, 2, closes_at=20, series=series.board_id,
+                         window=(10, 20))
+    log = [list(msgpack.unpackb(msgpack.packb(R.board_record(s), use_bin_type=True)))
+           for s in (series, plain, instance)]
+    assert [rec[0] for rec in log] == [R.SERIES, R.BOARD2, R.INSTANCE]
     ctl = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]  # fold only: no I/O
     for offset, rec in enumerate(log):
         ctl.registry.apply(offset, rec)
     state = msgpack.unpackb(msgpack.packb(ctl.to_state(), use_bin_type=True), strict_map_key=False)
     reloaded = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]
     reloaded.load_state(state)
-    for spec in (series, plain):
+    for spec in (series, plain, instance):
         assert ctl.registry.ctl(spec.board_id).spec == reloaded.registry.ctl(spec.board_id).spec == spec
+    assert ctl.registry.instances_of(series.board_id) == reloaded.registry.instances_of(series.board_id) == [
+        instance.board_id]
     core = ShardCore(0, 1)
     core.replay(enumerate(log))
     again = ShardCore.from_state(msgpack.unpackb(msgpack.packb(core.to_state(), use_bin_type=True),

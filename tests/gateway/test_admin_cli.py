@@ -154,7 +154,22 @@ def test_boards_create_a_recurring_board(env, capsys):
     code, out, err = _run(capsys, "boards", "create", "cli-r:solo:daily:global", "--policy", "best_score",
                           "--recurrence", "day", "--timezone", "Europe/Berlin", "--at", "04:00", "--keep", "30")
     assert code == 0, err
-    assert json.loads(out)["board_id"] == "cli-r:solo:daily:global"
+    got = json.loads(out)
+    assert got["board_id"] == "cli-r:solo:daily:global"
+    assert got["recurrence"] == {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}
+    current = got["current"]
+    assert current.startswith("cli-r:solo:daily.") and current.endswith(":global")
+    code, out, err = _run(capsys, "boards", "instances", "cli-r:solo:daily:global")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["board_id", "starts_at", "ends_at", "state", "size"]
+    assert [r.split()[0] for r in rows] == [current] and rows[0].split()[3:] == ["OPEN", "0"]
+    code, out, err = _run(capsys, "boards", "instances", "cli-r:solo:daily:global", "--json")
+    assert [i["board_id"] for i in json.loads(out)] == [current]
+    code, out, err = _run(capsys, "boards", "show", current)
+    assert json.loads(out)["series"] == "cli-r:solo:daily:global" and json.loads(out)["window"]["starts_at"]
+    code, _, err = _run(capsys, "boards", "instances", "cli-a:solo:none:global")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 BOARD_NOT_FOUND" in err
     code, _, err = _run(capsys, "boards", "create", "cli-r:solo:" + "d" * 56 + ":global", "--policy", "best_score",
                         "--recurrence", "week")
     assert code == admin_cli.EXIT_REFUSED and "HTTP 422 VALIDATION_FAILED" in err and "(field board_id)" in err

@@ -39,8 +39,9 @@ def test_a_series_keeps_its_recurrence_through_the_log_and_the_snapshots(tmp_pat
     from engine.model import BoardSpec, Policy
     from engine.windows import Recurrence
 
-    series = BoardSpec("g:daily:s1", Policy.BEST_SCORE, shards=3, recurrence=Recurrence("week", "America/New_York", 90, 4))
-    plain = BoardSpec("g:plain:s1", Policy.CUMULATIVE, shards=2)
+    series = BoardSpec("g:daily:s1:x", Policy.BEST_SCORE, shards=3,
+                       recurrence=Recurrence("week", "America/New_York", 90, 4))
+    plain = BoardSpec("g:plain:s1:x", Policy.CUMULATIVE, shards=2)
 
     async def specs(svc):
         return {b: ctl.spec for b, ctl in svc.router.boards.items()}, [dict(c.specs) for c in svc.cores]
@@ -50,11 +51,13 @@ def test_a_series_keeps_its_recurrence_through_the_log_and_the_snapshots(tmp_pat
         for spec in (series, plain):
             await svc.create_board(spec)
         live = await specs(svc)
-        assert live[0] == {series.board_id: series, plain.board_id: plain}
+        (current,) = svc.router.registry.instances_of(series.board_id)  # created with the series (§15)
+        assert live[0] == {series.board_id: series, plain.board_id: plain, current: live[0][current]}
+        assert live[0][current].series == series.board_id
         await svc.close()
         with SegmentedFileLog.open(tmp_path / "log") as log:
             kinds = {rec[1]: rec[0] for _, rec in log.read_from(0)}
-        assert kinds == {series.board_id: R.SERIES, plain.board_id: R.BOARD2}
+        assert kinds == {series.board_id: R.SERIES, plain.board_id: R.BOARD2, current: R.INSTANCE}
         for reopen in ("snapshots", "log only"):
             if reopen == "log only":
                 drop_snapshots(tmp_path)
