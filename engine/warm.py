@@ -29,10 +29,12 @@ a process can call :func:`use_cache_dir` before numba reads its configuration.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import platform
 import shutil
@@ -124,8 +126,14 @@ def use_cache_dir(path: str | None) -> str | None:
             for module in KERNEL_MODULES:
                 if module in sys.modules:
                     for d in dispatchers([module]).values():
-                        if d._cache is not None and not d.overloads:
-                            d.enable_caching()  # a new locator, under config.CACHE_DIR
+                        # numba picks a kernel's cache locator when it is defined: pick again
+                        if getattr(d, "_cache", None) is not None and not d.overloads:
+                            try:
+                                d.enable_caching()
+                            except Exception:  # an unwritable place: numba's default for this kernel
+                                logging.getLogger("flowrank.warm").warning(
+                                    "kernel %s: cannot cache in %s; numba's default place instead", d.__name__, path,
+                                    exc_info=True)
     return path
 
 
@@ -238,18 +246,48 @@ def warm_engine(packed: bool = True) -> WarmReport:
     return report(started, ENGINE_KERNEL_MODULES)
 
 
+#: True in whatever a warm round runs (its loop's tasks, the threads they start): the
+#: throwaway engine's log lines ("router recovered ...", "board ... archived") are dropped.
+_WARMING: contextvars.ContextVar[bool] = contextvars.ContextVar("flowrank_warming", default=False)
+
+
+class _NotWarming(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _WARMING.get()
+
+
+_QUIET = _NotWarming()
+
+
+def _quiet_loggers() -> None:
+    """Keep a warm round out of the logs: a filter on every FlowRank logger (and httpx's,
+    whose request lines the gateway's HTTP round would print) drops what the round logs,
+    and only that (a filter sees the context of the call that logs)."""
+    import engine.service  # noqa: F401, PLC0415  (its imports create the engine's loggers)
+
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith("flowrank")] + ["flowrank", "httpx"]
+    for name in names:
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+
 def _run(coro) -> None:
-    """``coro`` to completion on a loop of its own (this thread may have none, or one already running)."""
+    """``coro`` to completion on a loop of its own (this thread may have none, or one
+    already running), in a context marked as warming (:func:`_quiet_loggers`)."""
+    _quiet_loggers()
+    ctx = contextvars.copy_context()
+    ctx.run(_WARMING.set, True)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(coro)
+        ctx.run(asyncio.run, coro)
         return
     err: list[BaseException] = []
 
     def target() -> None:
         try:
-            asyncio.run(coro)
+            ctx.run(asyncio.run, coro)
         except BaseException as exc:  # surfaces in the caller's thread
             err.append(exc)
 

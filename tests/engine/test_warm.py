@@ -98,3 +98,20 @@ def test_complete_mark(tmp_path, complete):
     if complete:
         warm.mark_complete(d)
     assert warm.cache_complete(d) is complete
+
+
+def test_a_warm_round_logs_nothing_and_leaves_other_logging_alone(caplog):
+    """The throwaway engine's lines ("router recovered ...") must not read as the service's."""
+    import asyncio
+    import logging
+
+    router_log = logging.getLogger("flowrank.router")
+
+    async def round_that_logs():
+        router_log.warning("from the warm round")
+        await asyncio.to_thread(router_log.warning, "from a thread of the warm round")
+
+    with caplog.at_level(logging.INFO):
+        warm._run(round_that_logs())
+        router_log.warning("from the service")
+    assert [r.getMessage() for r in caplog.records if r.name == "flowrank.router"] == ["from the service"]
