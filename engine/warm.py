@@ -242,7 +242,7 @@ def warm_engine(packed: bool = True) -> WarmReport:
     of ``--engine local`` do, in process)."""
     started = time.monotonic()
     warm_direct()
-    _run(_warm_engine(packed))
+    run_round(engine_round(packed))
     return report(started, ENGINE_KERNEL_MODULES)
 
 
@@ -272,7 +272,7 @@ def _quiet_loggers() -> None:
             logger.addFilter(_QUIET)
 
 
-def _run(coro) -> None:
+def run_round(coro) -> None:
     """``coro`` to completion on a loop of its own (this thread may have none, or one
     already running), in a context marked as warming (:func:`_quiet_loggers`)."""
     _quiet_loggers()
@@ -300,7 +300,7 @@ def _run(coro) -> None:
         raise err[0]
 
 
-async def _warm_engine(packed: bool = True) -> None:
+async def engine_round(packed: bool = True) -> None:
     async with throwaway_engine(packed) as (engine, reopen):
         await exercise(engine)
         engine = await reopen()  # a snapshot, then recovery from it and from the log after it
@@ -370,8 +370,8 @@ def warm_direct() -> None:
     journal.chain_prev(np.zeros(2, np.int32), np.full(1, -1, np.int64), 0, np.zeros(2, np.int64))
 
 
-#: Board ids of the warm round, one per policy (and one that is archived).
-T0 = 1_793_527_500_000  # 2026-11-01T12:05:00Z, epoch ms
+T0 = 1_793_527_500_000  # achieved_at of the warm round's events: 2026-11-01T12:05:00Z, epoch ms
+#: The warm round's players: ASCII, multi-byte UTF-8, and characters CSV must quote.
 PLAYERS = [f"p-{i}" for i in range(12)] + ["日本語", "p-ünï ✓", "q,\"x\""]
 
 
@@ -384,8 +384,8 @@ def _events(board_id: str, n: int, tag: str, metadata: bool, value=lambda i: (i 
 
 
 async def exercise(engine, again: bool = False) -> None:
-    """Every kind of engine call on fresh boards of every policy, with and without metadata.
-    ``again``: the round after a reopen (new board ids, the recovered ones read too)."""
+    """Every kind of engine call on fresh boards of every policy (and one taken to
+    ARCHIVED), with and without metadata. ``again``: the round after a reopen (other board ids)."""
     from engine import model as M  # noqa: PLC0415
     from engine.columns import ScoreBatch  # noqa: PLC0415
     from engine.errors import FlowRankError  # noqa: PLC0415

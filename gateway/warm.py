@@ -41,9 +41,9 @@ def warm_gateway(local_engine: bool = False) -> W.WarmReport:
 def _gateway_round(local_engine: bool) -> None:
     """What a gateway runs beyond the engine's round: its HTTP code (export rendering,
     the columns its JSON parsing builds) and, with in-process shards, their unpacked calls."""
-    W._run(_http_round())
+    W.run_round(_http_round())
     if local_engine:
-        W._run(W._warm_engine(packed=False))
+        W.run_round(W.engine_round(packed=False))
 
 
 def in_daemon_thread(fn, *args) -> asyncio.Future:

@@ -112,6 +112,6 @@ def test_a_warm_round_logs_nothing_and_leaves_other_logging_alone(caplog):
         await asyncio.to_thread(router_log.warning, "from a thread of the warm round")
 
     with caplog.at_level(logging.INFO):
-        warm._run(round_that_logs())
+        warm.run_round(round_that_logs())
         router_log.warning("from the service")
     assert [r.getMessage() for r in caplog.records if r.name == "flowrank.router"] == ["from the service"]
