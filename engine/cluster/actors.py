@@ -187,7 +187,7 @@ class ShardActor:
         return offset
 
     def stats(self) -> dict:
-        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed}
+        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None}
 
     def checksum(self) -> int:
         return self.core.checksum_of_state()
