@@ -37,6 +37,7 @@ import importlib.util
 import logging
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -216,20 +217,36 @@ def unwarmed(modules: Iterable[str] = KERNEL_MODULES) -> list[str]:
     return sorted(name for name, d in found.items() if d not in reached)
 
 
-#: Written into a cache directory once a warm round left no kernel cold there.
+#: Written into a cache directory once a warm round left no kernel cold there, per CPU
+#: (``<mark>-<cpu>``: numba keys its cached code by CPU, so another CPU starts cold).
 COMPLETE_MARK = "flowrank-warm-complete"
 
 
+def _cpu_name() -> str:
+    """The host CPU as LLVM names it (what numba's cache keys on, with its features)."""
+    try:
+        import llvmlite.binding as ll  # noqa: PLC0415
+
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", ll.get_host_cpu_name()) or "unknown"
+    except Exception:  # pragma: no cover - llvmlite comes with numba
+        return "unknown"
+
+
+def complete_mark(cache_dir: str) -> str:
+    """The file that says ``cache_dir`` holds every kernel compiled for this CPU."""
+    return os.path.join(cache_dir, f"{COMPLETE_MARK}-{_cpu_name()}")
+
+
 def cache_complete(cache_dir: str | None) -> bool:
-    """A warm round already filled ``cache_dir``: processes can load in parallel."""
-    return cache_dir is not None and os.path.exists(os.path.join(cache_dir, COMPLETE_MARK))
+    """A warm round already filled ``cache_dir`` for this CPU: processes can load in parallel."""
+    return cache_dir is not None and os.path.exists(complete_mark(cache_dir))
 
 
 def mark_complete(cache_dir: str | None) -> None:
     if cache_dir is None:
         return
     try:
-        with open(os.path.join(cache_dir, COMPLETE_MARK), "w") as f:
+        with open(complete_mark(cache_dir), "w") as f:
             f.write(cache_key() + "\n")
     except OSError:
         pass  # a read-only cache: the next start waits for one process's warm round again

@@ -115,3 +115,12 @@ def test_a_warm_round_logs_nothing_and_leaves_other_logging_alone(caplog):
         warm.run_round(round_that_logs())
         router_log.warning("from the service")
     assert [r.getMessage() for r in caplog.records if r.name == "flowrank.router"] == ["from the service"]
+
+
+def test_a_mark_of_another_cpu_is_not_complete_here(tmp_path, monkeypatch):
+    """numba keys cached code by CPU: a cache filled on another CPU compiles again here,
+    so its processes must not all compile at once as if they only had to load."""
+    warm.mark_complete(str(tmp_path))
+    assert warm.cache_complete(str(tmp_path))
+    monkeypatch.setattr(warm, "_cpu_name", lambda: "another-cpu")
+    assert not warm.cache_complete(str(tmp_path))

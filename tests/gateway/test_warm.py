@@ -80,7 +80,7 @@ def test_flowrank_warm_fills_the_cache_and_exits_0(tmp_path):
     a fresh one would compile every kernel, tens of seconds)."""
     root = os.environ[warm.ENV_CACHE_ROOT]
     target = warm.cache_dir_for(root)
-    mark = Path(target) / warm.COMPLETE_MARK
+    mark = Path(warm.complete_mark(target))
     mark.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", warm.ENV_CACHE_ROOT)}
     out = subprocess.run([sys.executable, "-m", "gateway", "warm", "--cache-dir", root, "--data-dir", str(tmp_path)],
