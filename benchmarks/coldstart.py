@@ -177,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     print("\n  start          ready s  board ms  write ms    top ms   rank ms  write2 ms")
     for r in results["starts"]:
+        print(_row(r))
+    for r in results["starts"]:
         print(f"  {r['start']}: serving after {r['first_answer_s']:.2f} s, ready after {r['ready_s']:.2f} s; "
               f"serve says warm in {r['serve_says_warm_in_s']} s")
-    for r in results["starts"]:
-        print(_row(r))
     print(f"  cache: {results['cache_bytes'] / 2**20:.1f} MiB in {', '.join(results['cache_folders'])}")
     print("  targets: " + ", ".join(f"{k} <= {TARGETS[k]} {'met' if ok else 'MISSED'}" for k, ok in results["met"].items()))
     print(f"  load avg after: {results['load_after']}")
