@@ -11,6 +11,7 @@ import pytest
 
 from engine import warm
 from engine.cluster import ClusterEngine
+from gateway.warm import warm_gateway
 
 pytestmark = pytest.mark.cluster
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.cluster
 def test_a_restarted_shard_actor_is_warm_before_it_serves(ray_session, tmp_path):
     """And an engine that names no cache (tests, embedders) leaves its actors to warm() only."""
     cache = warm.cache_dir_for(os.environ[warm.ENV_CACHE_ROOT])  # the run's shared cache (tests/conftest.py)
+    warm_gateway(local_engine=True)  # every kernel in it (compiled once in a fresh clone), so marking it is true
     warm.mark_complete(cache)
 
     async def scenario():
