@@ -89,3 +89,17 @@ def test_flowrank_warm_fills_the_cache_and_exits_0(tmp_path):
     assert out.stdout.startswith("flowrank warm: ") and target in out.stdout
     assert mark.exists()
     assert list(tmp_path.iterdir()) == []  # nothing in the data directory: the cache was given
+
+
+async def test_waiting_twice_logs_each_part_once(caplog):
+    """A gateway worker waits for its warm round before it listens, and the background
+    report waits too: one log line per part, not one per waiter."""
+    async def broken():
+        raise RuntimeError("no compiler here")
+
+    warmup = Warmup()
+    warmup.add("the shard actors", broken())
+    with caplog.at_level(logging.ERROR, logger="flowrank.warm"):
+        first, second = await asyncio.wait_for(asyncio.gather(warmup.wait(), warmup.wait()), 5)
+    assert first == second
+    assert caplog.text.count("warming the shard actors failed") == 1
