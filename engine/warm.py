@@ -29,12 +29,15 @@ a process can call :func:`use_cache_dir` before numba reads its configuration.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -124,8 +127,14 @@ def use_cache_dir(path: str | None) -> str | None:
             for module in KERNEL_MODULES:
                 if module in sys.modules:
                     for d in dispatchers([module]).values():
-                        if d._cache is not None and not d.overloads:
-                            d.enable_caching()  # a new locator, under config.CACHE_DIR
+                        # numba picks a kernel's cache locator when it is defined: pick again
+                        if getattr(d, "_cache", None) is not None and not d.overloads:
+                            try:
+                                d.enable_caching()
+                            except Exception:  # an unwritable place: numba's default for this kernel
+                                logging.getLogger("flowrank.warm").warning(
+                                    "kernel %s: cannot cache in %s; numba's default place instead", d.__name__, path,
+                                    exc_info=True)
     return path
 
 
@@ -208,20 +217,36 @@ def unwarmed(modules: Iterable[str] = KERNEL_MODULES) -> list[str]:
     return sorted(name for name, d in found.items() if d not in reached)
 
 
-#: Written into a cache directory once a warm round left no kernel cold there.
+#: Written into a cache directory once a warm round left no kernel cold there, per CPU
+#: (``<mark>-<cpu>``: numba keys its cached code by CPU, so another CPU starts cold).
 COMPLETE_MARK = "flowrank-warm-complete"
 
 
+def _cpu_name() -> str:
+    """The host CPU as LLVM names it (what numba's cache keys on, with its features)."""
+    try:
+        import llvmlite.binding as ll  # noqa: PLC0415
+
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", ll.get_host_cpu_name()) or "unknown"
+    except Exception:  # pragma: no cover - llvmlite comes with numba
+        return "unknown"
+
+
+def complete_mark(cache_dir: str) -> str:
+    """The file that says ``cache_dir`` holds every kernel compiled for this CPU."""
+    return os.path.join(cache_dir, f"{COMPLETE_MARK}-{_cpu_name()}")
+
+
 def cache_complete(cache_dir: str | None) -> bool:
-    """A warm round already filled ``cache_dir``: processes can load in parallel."""
-    return cache_dir is not None and os.path.exists(os.path.join(cache_dir, COMPLETE_MARK))
+    """A warm round already filled ``cache_dir`` for this CPU: processes can load in parallel."""
+    return cache_dir is not None and os.path.exists(complete_mark(cache_dir))
 
 
 def mark_complete(cache_dir: str | None) -> None:
     if cache_dir is None:
         return
     try:
-        with open(os.path.join(cache_dir, COMPLETE_MARK), "w") as f:
+        with open(complete_mark(cache_dir), "w") as f:
             f.write(cache_key() + "\n")
     except OSError:
         pass  # a read-only cache: the next start waits for one process's warm round again
@@ -234,22 +259,52 @@ def warm_engine(packed: bool = True) -> WarmReport:
     of ``--engine local`` do, in process)."""
     started = time.monotonic()
     warm_direct()
-    _run(_warm_engine(packed))
+    run_round(engine_round(packed))
     return report(started, ENGINE_KERNEL_MODULES)
 
 
-def _run(coro) -> None:
-    """``coro`` to completion on a loop of its own (this thread may have none, or one already running)."""
+#: True in whatever a warm round runs (its loop's tasks, the threads they start): the
+#: throwaway engine's log lines ("router recovered ...", "board ... archived") are dropped.
+_WARMING: contextvars.ContextVar[bool] = contextvars.ContextVar("flowrank_warming", default=False)
+
+
+class _NotWarming(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _WARMING.get()
+
+
+_QUIET = _NotWarming()
+
+
+def _quiet_loggers() -> None:
+    """Keep a warm round out of the logs: a filter on every FlowRank logger (and httpx's,
+    whose request lines the gateway's HTTP round would print) drops what the round logs,
+    and only that (a filter sees the context of the call that logs)."""
+    import engine.service  # noqa: F401, PLC0415  (its imports create the engine's loggers)
+
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith("flowrank")] + ["flowrank", "httpx"]
+    for name in names:
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+
+def run_round(coro) -> None:
+    """``coro`` to completion on a loop of its own (this thread may have none, or one
+    already running), in a context marked as warming (:func:`_quiet_loggers`)."""
+    _quiet_loggers()
+    ctx = contextvars.copy_context()
+    ctx.run(_WARMING.set, True)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(coro)
+        ctx.run(asyncio.run, coro)
         return
     err: list[BaseException] = []
 
     def target() -> None:
         try:
-            asyncio.run(coro)
+            ctx.run(asyncio.run, coro)
         except BaseException as exc:  # surfaces in the caller's thread
             err.append(exc)
 
@@ -262,7 +317,7 @@ def _run(coro) -> None:
         raise err[0]
 
 
-async def _warm_engine(packed: bool = True) -> None:
+async def engine_round(packed: bool = True) -> None:
     async with throwaway_engine(packed) as (engine, reopen):
         await exercise(engine)
         engine = await reopen()  # a snapshot, then recovery from it and from the log after it
@@ -332,8 +387,8 @@ def warm_direct() -> None:
     journal.chain_prev(np.zeros(2, np.int32), np.full(1, -1, np.int64), 0, np.zeros(2, np.int64))
 
 
-#: Board ids of the warm round, one per policy (and one that is archived).
-T0 = 1_793_527_500_000  # 2026-11-01T12:05:00Z, epoch ms
+T0 = 1_793_527_500_000  # achieved_at of the warm round's events: 2026-11-01T12:05:00Z, epoch ms
+#: The warm round's players: ASCII, multi-byte UTF-8, and characters CSV must quote.
 PLAYERS = [f"p-{i}" for i in range(12)] + ["日本語", "p-ünï ✓", "q,\"x\""]
 
 
@@ -346,8 +401,8 @@ def _events(board_id: str, n: int, tag: str, metadata: bool, value=lambda i: (i 
 
 
 async def exercise(engine, again: bool = False) -> None:
-    """Every kind of engine call on fresh boards of every policy, with and without metadata.
-    ``again``: the round after a reopen (new board ids, the recovered ones read too)."""
+    """Every kind of engine call on fresh boards of every policy (and one taken to
+    ARCHIVED), with and without metadata. ``again``: the round after a reopen (other board ids)."""
     from engine import model as M  # noqa: PLC0415
     from engine.columns import ScoreBatch  # noqa: PLC0415
     from engine.errors import FlowRankError  # noqa: PLC0415

@@ -5,9 +5,10 @@ through a real app (:func:`gateway.app.create_app`, lean routes and FastAPI's)
 in process, and sends it one round of every route that reaches a kernel:
 boards of every policy, event batches with and without metadata,
 invalidations, tops, ranks, windows, subsets, changes, CSV and JSON Lines
-exports, history, an archived board. Then the engine's own round
-(:func:`engine.warm.warm_engine`: snapshot and recovery). Nothing reaches the
-service's engine or data directory.
+exports, history, an archived board; after the engine's own round
+(:func:`engine.warm.warm_engine`: every engine call, a snapshot and a recovery),
+which comes first because the shard actors wait for it on a cold cache.
+Nothing reaches the service's engine or data directory.
 
 :class:`Warmup` is what ``/readyz`` asks while a process warms: the parts it
 waits for (this process, the shard actors, ...), each a task.
@@ -41,9 +42,9 @@ def warm_gateway(local_engine: bool = False) -> W.WarmReport:
 def _gateway_round(local_engine: bool) -> None:
     """What a gateway runs beyond the engine's round: its HTTP code (export rendering,
     the columns its JSON parsing builds) and, with in-process shards, their unpacked calls."""
-    W._run(_http_round())
+    W.run_round(_http_round())
     if local_engine:
-        W._run(W._warm_engine(packed=False))
+        W.run_round(W.engine_round(packed=False))
 
 
 def in_daemon_thread(fn, *args) -> asyncio.Future:
@@ -155,6 +156,7 @@ class Warmup:
         self.ok = True
         self._finish: asyncio.Future | None = None
         self._engine_round: asyncio.Future | None = None
+        self._waiting: asyncio.Future | None = None
 
     def add(self, name: str, work: Awaitable) -> None:
         self.parts[name] = asyncio.ensure_future(work)
@@ -211,7 +213,13 @@ class Warmup:
                 "Not ready: compiling or loading the engine's kernels (waiting for " + ", ".join(waiting) + ").")
 
     async def wait(self) -> float:
-        """Until every part is done; the seconds from this Warmup's start to its end."""
+        """Until every part is done; the seconds from this Warmup's start to its end.
+        Any number of callers; each part's outcome is logged once."""
+        if self._waiting is None:
+            self._waiting = asyncio.ensure_future(self._collect())
+        return await asyncio.shield(self._waiting)
+
+    async def _collect(self) -> float:
         for name, f in self.parts.items():
             try:
                 result = await f
@@ -231,5 +239,6 @@ class Warmup:
         return self.seconds
 
     def cancel(self) -> None:
-        for f in [*self.parts.values(), *([self._finish] if self._finish else [])]:
-            f.cancel()
+        for f in [*self.parts.values(), self._finish, self._waiting]:
+            if f is not None:
+                f.cancel()

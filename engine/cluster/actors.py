@@ -10,8 +10,9 @@
   before it serves anything; ``max_task_retries=-1`` re-runs interrupted
   calls on the new process, which the core answers idempotently by offset.
   ``cache_dir``: the numba compile cache it uses (:mod:`engine.warm`), set
-  before recovery runs a kernel; ``warm()`` compiles or loads every kernel
-  (the engine awaits it before it is ready).
+  before recovery runs a kernel. Every kernel is loaded in ``__init__`` when
+  the cache is complete (a restarted actor serves nothing cold), else compiled
+  or loaded by ``warm()``, which the engine awaits before it is ready.
 
 The log server runs no kernel (log records, snapshots and dead letters are
 msgpack and files), so it is not warmed.
@@ -138,8 +139,14 @@ class RemoteLogView:
 
 class ShardActor:
     def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str, cache_dir: str | None = None):
-        warm.use_cache_dir(cache_dir)  # before recovery runs the first kernel
+        cache = warm.use_cache_dir(cache_dir)  # before recovery runs the first kernel
         gc_tuning.fix_mmap_threshold()  # before recovery allocates: freed tables leave the process
+        # a filled cache (a restart after a crash, or a start after one warm round): load every kernel
+        # now, before recovery and before any call is served; a cold one waits for warm(), which the
+        # engine sends once one process compiled them (engine.cluster.client)
+        # (only for an engine that asked for warming by naming the cache: flowrank serve)
+        self.warmed = (dataclasses.asdict(warm.warm_engine()) if cache_dir is not None and warm.cache_complete(cache)
+                       else None)
         # By name, not by handle: a restart must not depend on constructor
         # arguments kept in the object store (ray-project/ray#53727).
         log_server = ray.get_actor(log_server_name, namespace=namespace)
@@ -160,8 +167,11 @@ class ShardActor:
 
     def warm(self) -> dict:
         """Compile or load every engine kernel in this process (a throwaway engine:
-        this shard's state is not touched); what it took (engine.warm.WarmReport)."""
-        return dataclasses.asdict(warm.warm_engine())
+        this shard's state is not touched) unless ``__init__`` did; what it took
+        (engine.warm.WarmReport)."""
+        if self.warmed is None:
+            self.warmed = dataclasses.asdict(warm.warm_engine())
+        return self.warmed
 
     def apply(self, through: int, packed_items: bytes) -> bytes:
         return pack(self.core.apply(through, unpack(packed_items)))
@@ -182,7 +192,7 @@ class ShardActor:
         return offset
 
     def stats(self) -> dict:
-        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed}
+        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None}
 
     def checksum(self) -> int:
         return self.core.checksum_of_state()

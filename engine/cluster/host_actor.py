@@ -14,6 +14,7 @@ do not keep it), the router sequences writes itself.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import ray
@@ -45,10 +46,13 @@ class EngineHostActor:
         gc_tuning.fix_mmap_threshold()
         here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine))  # while the engine recovers
         self.engine = await ClusterEngine.open(**engine_kwargs)
-        if not warm.cache_complete(cache_dir):  # a cold cache: compile once here, then the shards load it
-            await here
-        await asyncio.gather(here, self.engine.warm())
-        warm.mark_complete(cache_dir)
+        try:
+            if not warm.cache_complete(cache_dir):  # a cold cache: compile once here, then the shards load it
+                await here
+            await asyncio.gather(here, self.engine.warm())
+            warm.mark_complete(cache_dir)
+        except Exception:  # never a reason not to serve: the kernels then compile on first use, as before
+            logging.getLogger("flowrank.host").exception("warming the engine host or its shard actors failed")
         # the boards' versions for the gateways on this machine, next to the log (engine.version_table)
         self.host = EngineHost(self.engine, version_path=os.path.join(engine_kwargs["data_dir"], "versions"))
         gc_tuning.tune()

@@ -98,3 +98,29 @@ def test_complete_mark(tmp_path, complete):
     if complete:
         warm.mark_complete(d)
     assert warm.cache_complete(d) is complete
+
+
+def test_a_warm_round_logs_nothing_and_leaves_other_logging_alone(caplog):
+    """The throwaway engine's lines ("router recovered ...") must not read as the service's."""
+    import asyncio
+    import logging
+
+    router_log = logging.getLogger("flowrank.router")
+
+    async def round_that_logs():
+        router_log.warning("from the warm round")
+        await asyncio.to_thread(router_log.warning, "from a thread of the warm round")
+
+    with caplog.at_level(logging.INFO):
+        warm.run_round(round_that_logs())
+        router_log.warning("from the service")
+    assert [r.getMessage() for r in caplog.records if r.name == "flowrank.router"] == ["from the service"]
+
+
+def test_a_mark_of_another_cpu_is_not_complete_here(tmp_path, monkeypatch):
+    """numba keys cached code by CPU: a cache filled on another CPU compiles again here,
+    so its processes must not all compile at once as if they only had to load."""
+    warm.mark_complete(str(tmp_path))
+    assert warm.cache_complete(str(tmp_path))
+    monkeypatch.setattr(warm, "_cpu_name", lambda: "another-cpu")
+    assert not warm.cache_complete(str(tmp_path))

@@ -80,7 +80,7 @@ def test_flowrank_warm_fills_the_cache_and_exits_0(tmp_path):
     a fresh one would compile every kernel, tens of seconds)."""
     root = os.environ[warm.ENV_CACHE_ROOT]
     target = warm.cache_dir_for(root)
-    mark = Path(target) / warm.COMPLETE_MARK
+    mark = Path(warm.complete_mark(target))
     mark.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", warm.ENV_CACHE_ROOT)}
     out = subprocess.run([sys.executable, "-m", "gateway", "warm", "--cache-dir", root, "--data-dir", str(tmp_path)],
@@ -89,3 +89,17 @@ def test_flowrank_warm_fills_the_cache_and_exits_0(tmp_path):
     assert out.stdout.startswith("flowrank warm: ") and target in out.stdout
     assert mark.exists()
     assert list(tmp_path.iterdir()) == []  # nothing in the data directory: the cache was given
+
+
+async def test_waiting_twice_logs_each_part_once(caplog):
+    """A gateway worker waits for its warm round before it listens, and the background
+    report waits too: one log line per part, not one per waiter."""
+    async def broken():
+        raise RuntimeError("no compiler here")
+
+    warmup = Warmup()
+    warmup.add("the shard actors", broken())
+    with caplog.at_level(logging.ERROR, logger="flowrank.warm"):
+        first, second = await asyncio.wait_for(asyncio.gather(warmup.wait(), warmup.wait()), 5)
+    assert first == second
+    assert caplog.text.count("warming the shard actors failed") == 1
