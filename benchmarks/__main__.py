@@ -9,6 +9,7 @@
     python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
+    python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import random
 import shlex
@@ -32,6 +34,7 @@ import sys
 import time
 from collections import Counter
 from datetime import datetime, timezone
+from pathlib import Path
 
 from . import FLOWRANK_SLOTS, SCENARIOS, Context, latency_samples, percentile, register, run_distributed
 from .report import Sample
@@ -396,6 +399,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="export rows/s and server RSS, and the CLI submit/export round trip (benchmarks/export_bench.py)")
     sub.add_parser("archive", add_help=False,
                    help="shard memory an ARCHIVED 1M-player board gives back, reads from it (benchmarks/archive_bench.py)")
+    sub.add_parser("coldstart", add_help=False,
+                   help="flowrank serve to ready on a fresh and on a kept compile cache, then the first requests "
+                        "(benchmarks/coldstart.py)")
     return p
 
 
@@ -485,6 +491,10 @@ def run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # every `flowrank serve` a benchmark starts on a temporary data directory loads its kernels from one
+    # compile cache (engine.warm) instead of compiling them into <data-dir>/.numba-cache each time;
+    # `coldstart` passes --cache-dir itself, and an operator's FLOWRANK_CACHE_DIR wins
+    os.environ.setdefault("FLOWRANK_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".numba-cache"))
     load_plugins()
     if not argv or argv[0] in ("-h", "--help"):
         _parser().print_help()
@@ -521,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
         from .archive_bench import main as archive_main
 
         return archive_main(argv[1:])
+    if argv[0] == "coldstart":
+        from .coldstart import main as coldstart_main
+
+        return coldstart_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 

@@ -20,9 +20,20 @@ first call), medians reported with min/max:
   carrying two seeded int64s, in the same repeats: target ≥ 0.8× the plain
   board's ``apply_events_per_s`` (a board without subscores must not pay for
   them; one with them should pay little);
+* ``latest_apply_events_per_s``: the same batches of ``--batch`` events
+  applied to a ``latest`` board (docs/api.md §14: the most recent event is
+  the row), in the same repeat, beside the best_score board (which of the
+  two goes first alternates repeat by repeat); its target is
+  a ratio to ``apply_events_per_s`` (the latest rule must not cost more than
+  a fifth of the apply rate);
 * ``batched_ranks_per_s``: exact ranks per second through ``Board.ranks(ids)``
   (``--rank-batch`` ids a call), and the floor's ``bisect`` + 1 per id;
 * ``top100_per_s``: ``Board.top(0, 100)`` calls per second;
+* ``apply_events_per_s_quarantined`` (issue 25): the same batches into a
+  board with ``review_above`` at the workload's 99th percentile value, so 1 %
+  of events are held for review and its quarantine is never empty (a board
+  with held events used to decide event by event); target ≥ 0.9× the plain
+  board's rate in the same run;
 * ``replay_events_per_s``: a restart rebuilding the board from its log. The
   workload is written through ``engine.service.LocalService`` (the real
   segment log in a temp dir, fsync per batch), the snapshot that ``close``
@@ -122,24 +133,28 @@ class Target:
     bound: float
     higher: bool
     versus: str | None = None
+    versus_label: str = "baseline"  # how the table names ``versus``
 
     def describe(self) -> str:
         sign = ">=" if self.higher else "<="
         if self.versus:
-            return f"{sign} {self.bound:g}x baseline"
+            return f"{sign} {self.bound:g}x {self.versus_label}"
         return f"{sign} {self.bound:,}" if float(self.bound).is_integer() else f"{sign} {self.bound:g}"
 
 
 TARGETS = (
     Target("apply_events_per_s", 4.0, True, "baseline_apply_events_per_s"),
     Target("apply_events_per_s_batch100", 1.5, True, "baseline_apply_events_per_s_batch100"),
-    Target("apply_events_per_s_subscores2", 0.8, True, "apply_events_per_s"),
+    Target("apply_events_per_s_subscores2", 0.8, True, "apply_events_per_s", "plain board"),
     Target("batched_ranks_per_s", 10.0, True, "baseline_batched_ranks_per_s"),
     Target("bytes_per_player", 100, False),
     Target("rss_growth_10x_events", 0.10, False),
     Target("dedup_bytes_per_id", 24, False),
     Target("replay_events_per_s", 1_000_000, True),
     Target("invalidation_p99_ms", 50, False),
+    Target("latest_apply_events_per_s", 0.8, True, "apply_events_per_s", "best_score"),
+    # issue 25: a board whose quarantine holds events decides in the same columnar pass as a plain one
+    Target("apply_events_per_s_quarantined", 0.9, True, "apply_events_per_s", "plain board"),
 )
 
 #: Every number the JSON carries at top level (the smoke test checks them all).
@@ -154,6 +169,8 @@ KEYS = (
     "dedup_bytes_per_id",
     "replay_events_per_s",
     "invalidation_p99_ms",
+    "latest_apply_events_per_s",
+    "apply_events_per_s_quarantined",
 )
 
 
@@ -168,14 +185,16 @@ def columns_of(events: Sequence[tuple], board_id: str, batch: int) -> list[Score
 _JOURNALS: list[tempfile.TemporaryDirectory] = []
 
 
-def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION, subscores: tuple[str, ...] = ()) -> Board:
+def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION,
+              policy: Policy = Policy.BEST_SCORE, **spec) -> Board:
     """A board whose partition journals to files, as a service with a data
     directory does (engine.journal): a fresh directory under the system temp,
-    removed when the process ends."""
+    removed when the process ends. ``spec``: more BoardSpec settings (e.g.
+    ``review_above``)."""
     if not _JOURNALS:
         _JOURNALS.append(tempfile.TemporaryDirectory(prefix="flowrank-core-journal-"))
     where = tempfile.mkdtemp(dir=_JOURNALS[0].name)
-    return Board(BoardSpec(board_id, Policy.BEST_SCORE, subscores=subscores), dedup_retention=dedup_retention,
+    return Board(BoardSpec(board_id, policy, **spec), dedup_retention=dedup_retention,
                  journal=Journal(FileStore(where)))
 
 
@@ -263,7 +282,8 @@ def warm_up(board_id: str, batches: Sequence[ScoreColumns], small: Sequence[Scor
     b.top(0, 100)
     small_board = new_board(board_id)
     ingest(small_board, small[:50])
-    events = sum(len(c) for c in batches[:1]) + 2 * sum(len(c) for c in small[:50])
+    ingest(new_board(board_id, policy=Policy.LATEST), batches[:1])
+    events = 2 * sum(len(c) for c in batches[:1]) + 2 * sum(len(c) for c in small[:50])
     return events, time.perf_counter() - t0
 
 
@@ -554,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     print(header(params, machine).replace("FlowRank benchmarks", "FlowRank engine core benchmark (issue 10)"))
     print(f"  load    : {load_before} (1/5/15 min) before")
     print(f"  gc      : {gc_note}")
-    print("  engine  : engine.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only")
+    print("  engine  : engine.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only;"
+          " latest_apply_events_per_s: the same batches on a latest board")
 
     t0 = time.perf_counter()
     w = _workload(args.seed, args.players, args.events)
@@ -575,10 +596,29 @@ def main(argv: list[str] | None = None) -> int:
           f"({warm_s:.2f}s; numba, if used, compiles here)", flush=True)
 
     n = len(w.events)
+    # the quarantined board holds the events above the 99th percentile of values for review (1 %)
+    review_cut = int(np.percentile(np.fromiter((e[3] for e in w.events), np.int64, n), 99))
+    print(f"  quarantined board: review_above {review_cut:,} (holds {sum(e[3] > review_cut for e in w.events):,} "
+          f"events for review)", flush=True)
     s: dict[str, list[float]] = {}
     board = None
+    latest_rows = 0
+
+    def apply_latest() -> float:
+        """The same batches on a fresh latest board; seconds (and how many events became the row)."""
+        nonlocal latest_rows
+        gc.collect()
+        latest = new_board(w.board_id, policy=Policy.LATEST)
+        lsecs = ingest(latest, big)
+        s.setdefault("latest_apply_events_per_s", []).append(n / lsecs)
+        latest_rows = latest.version
+        latest = None
+        gc.collect()
+        return lsecs
+
     for rep in range(args.repeat):
         board = None
+        lsecs = apply_latest() if rep % 2 else 0.0  # alternate which board goes first, repeat by repeat
         gc.collect()
         board = new_board(w.board_id)
         secs = ingest(board, big)
@@ -588,6 +628,11 @@ def main(argv: list[str] | None = None) -> int:
         s.setdefault("top100_per_s", []).append(top_s)
         if rep < args.repeat - 1:
             board = None
+        if not rep % 2:
+            lsecs = apply_latest()
+        gc.collect()
+        secs_q = ingest(new_board(w.board_id, review_above=review_cut), big)
+        s.setdefault("apply_events_per_s_quarantined", []).append(n / secs_q)
         gc.collect()
         secs100 = ingest(new_board(w.board_id), small)
         s.setdefault("apply_events_per_s_batch100", []).append(n / secs100)
@@ -611,8 +656,9 @@ def main(argv: list[str] | None = None) -> int:
         s.setdefault("baseline_apply_events_per_s_batch100", []).append(n / bsecs100)
         print(f"  repeat {rep + 1}/{args.repeat}: apply {n / secs:,.0f}/s (floor {n / bsecs:,.0f}/s), "
               f"batch {args.small_batch} {n / secs100:,.0f}/s (floor {n / bsecs100:,.0f}/s), "
-              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s; 2 subscores: apply {n / secs_subs:,.0f}/s, "
-              f"ranks {sub_ranks_s:,.0f}/s", flush=True)
+              f"ranks {ranks_s:,.0f}/s, top-100 {top_s:,.0f}/s; latest board apply {n / lsecs:,.0f}/s "
+              f"({latest_rows:,} events became the row), quarantined board {n / secs_q:,.0f}/s; 2 subscores: "
+              f"apply {n / secs_subs:,.0f}/s, ranks {sub_ranks_s:,.0f}/s", flush=True)
 
     assert board is not None
     bpp, bpp_how = player_bytes(board)

@@ -137,12 +137,19 @@ def board_id(shards: int) -> str:
     return f"bench:http:S1:shards{shards}"
 
 
-def preload(url: str, board: str, shards: int, size: int, seed: int) -> None:
+def preload(url: str, board: str, shards: int, size: int, seed: int, review_above: int | None = None) -> None:
+    """Create ``board`` and give it ``size`` players; with ``review_above`` also one
+    held event, so its quarantine is not empty when the measurement starts."""
     rnd = random.Random(seed)
     with httpx.Client(base_url=url, timeout=120) as c:
-        r = c.post("/v1/boards", json={"board_id": board, "policy": "best_score", "shards": shards},
+        r = c.post("/v1/boards", json={"board_id": board, "policy": "best_score", "shards": shards,
+                                       "review_above": review_above},
                    headers={"Authorization": f"Bearer {ADMIN_KEY}"})
         r.raise_for_status()
+        if review_above is not None:
+            c.post("/v1/events", json={"events": [{"event_id": "pre-held", "board_id": board, "player_id": "p0",
+                                                   "value": review_above + 1, "achieved_at": BASE_MS}]},
+                   headers={"Authorization": f"Bearer {WRITE_KEY}"}).raise_for_status()
         for start in range(0, size, 1000):
             events = [{"event_id": f"pre-{i}", "board_id": board, "player_id": f"p{i}",
                        "value": rnd.randrange(1_000_000), "achieved_at": BASE_MS + i}

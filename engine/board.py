@@ -52,6 +52,7 @@ from engine.journal import Journal
 from engine.partition import KIND_DECISION, Partition, Row
 from engine.players import BatchIds
 from engine.ranking import entries_of, merge_window, rank_locally
+from engine.season import next_state
 
 
 class Board:
@@ -103,10 +104,10 @@ class Board:
                                np.full(n, self.version, np.int64))
         ids = BatchIds.of(cols.player_ids, cols.event_ids)  # once, for admission and the partition
         ids_new = self.admission.remembers_every_id
-        verdicts = self.admission.decide_columns(cols, ids)
-        self.admission.commit()
+        decided = self.admission.decide_columns(cols, ids)  # the router's decide, then its fold (engine.registry)
+        self.admission.apply_scores(cols, decided.verdicts, decided.words, decided.fps)
         base = self.partition.changes
-        got = self.partition.apply_columns(cols, verdicts, ids=ids, ids_new=ids_new)
+        got = self.partition.apply_columns(cols, decided.verdicts, ids=ids, ids_new=ids_new)
         versions = base + np.cumsum(got.changed, dtype=np.int64)
         at = np.flatnonzero(got.changed)
         if len(at):
@@ -122,14 +123,17 @@ class Board:
         return self.apply_batch([ev])[0]
 
     def set_state(self, state: BoardState, position: int | None = None) -> BoardInfo:
-        self.admission.set_state(state, position)
+        """Move the season forward (InvalidTransition when the table forbids it);
+        ``position``: the log offset a freeze is anchored to."""
+        self.admission.apply_state(next_state(self.admission.state, state), position)
         return self.info()
 
     def decide(self, event_id: str, decision: str) -> DecisionResult:
         """Apply or reject a held event as an audited correction (docs/api.md §10)."""
         if decision not in ("apply", "reject"):
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
-        held = self.admission.take_decision(event_id, decision)
+        held = self.admission.check_decision(event_id)
+        self.admission.apply_decision(event_id, decision)
         ev = ScoreEvent(self.spec.board_id, held.event_id, held.player_id, held.value, held.achieved_at, held.submitted_at,
                         held.metadata, held.subscores)
         if decision == "reject":
@@ -144,8 +148,8 @@ class Board:
         """Invalidate an applied event; the row is recomputed (docs/api.md §10)."""
         self.admission.check_corrections_allowed()
         if correction_id is None:
-            self._corrections += 1
-            correction_id = f"correction-{self._corrections}"
+            correction_id = R.correction_id(event_id, self._corrections + 1)
+        self._corrections += 1
         row, change, refused = self.partition.invalidate(event_id, correction_id)
         if refused:
             raise TotalOutOfRange.invalidating(event_id, row.player_id)

@@ -1,20 +1,12 @@
-"""Board control: the router's board registry and every change to a board's life.
+"""Board control: every change to a board's life.
 
-:class:`BoardRegistry` is what the router keeps per board (:class:`BoardCtl`:
-spec, admission, version, delta ring, placement of its partitions on shard
-actors) and the log offset that state reflects; the sequencer and the read
-fan-out share it. :class:`BoardControl` creates boards, starts the next
-season, changes a board's state (each through the sequencer, so it lands at
-one log position), runs the season timer that makes scheduled transitions,
-archives an ARCHIVED board (its rows to an archive file, then the shard
-actors drop theirs), and rebuilds the registry on recovery (``fold`` of the
-log tail, ``to_state`` / ``load_state`` of a snapshot, ``sync_versions``
-from the shard actors).
-
-Naming: a board has ``spec.shards`` *partitions* (the public field keeps the
-name ``shards``; it counts partitions); partition ``p`` lives on *shard actor*
-``part_actor[p]`` (:mod:`engine.placement`), a process that hosts partitions
-of many boards.
+:class:`BoardControl` creates boards, starts the next season, changes a
+board's state (each through the sequencer, so it lands at one log position),
+runs the season timer that makes scheduled transitions, archives an ARCHIVED
+board (its rows to an archive file, then the shard actors drop theirs), and
+keeps the registry's snapshot (``to_state`` / ``load_state``) and versions
+(``sync_versions`` from the shard actors). The registry itself and its one
+fold live in :mod:`engine.registry`.
 """
 
 from __future__ import annotations
@@ -22,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple, Sequence
+from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -32,114 +22,56 @@ from engine import records as R
 from engine import season
 from engine import wire as W
 from engine.admission import Admission
-from engine.archive import ArchiveHistory, ArchiveView, encode, rows_from_wire
-from engine.changes import ChangeRing
-from engine.errors import BoardNotFound, StorageUnavailable, ValidationFailed
+from engine.archive import ArchiveHistory, encode, rows_from_wire
+from engine.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.formats import ROUTER_STATE_FORMAT, state_format
 from engine.gc_tuning import release_memory
 from engine.journal import JournalColumns
 from engine.log.archives import ArchiveStore, MemoryArchiveStore
 from engine.model import (
-    DEFAULT_DEDUP_RETENTION,
-    DEFAULT_DELTA_RETENTION,
     BoardInfo,
     BoardSpec,
     BoardState,
 )
-from engine.placement import actor_of
+from engine.registry import BoardCtl, BoardRegistry
 from engine.subscores import check_directions
+from engine.windows import instance_id, window_of
 
-if TYPE_CHECKING:
-    from engine.fanout import ReadFanOut
-    from engine.sequencer import Sequencer
 
 log = logging.getLogger("flowrank.router")
 
 
-@dataclass
-class RouterConfig:
-    """The router's settings (every part of it reads them)."""
+class Writes(Protocol):
+    """What board control needs of the sequencer (:class:`engine.sequencer.Sequencer`)."""
 
-    dedup_retention: int = DEFAULT_DEDUP_RETENTION
-    delta_retention: int = DEFAULT_DELTA_RETENTION
-    max_queued_events: int = 200_000  # back-pressure: beyond this, OVERLOADED
-    max_board_queued_events: int = 100_000  # per board, so one hot board cannot take the whole queue
-    max_cycle_events: int = 20_000  # events appended with one fsync
-    pinned_pages: int = 5  # page 1 materialises this many pages for its cursor
-    max_view_entries: int = 2_000
-    view_ttl_s: float = 120.0
-    max_views: int = 256
-    rank_key_cache: int = 1 << 18  # slots of the rank-key guesses (engine.rank_keys): 6 MiB
-    read_retries: int = 5
-    approx_sample_points: int = 256
-    max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)
-    max_snapshot_rows: int = 4_000_000  # rows all cached snapshot views may hold together
-    export_block_rows: int = 16_384  # rows per spill block: an export holds one per partition
-    export_read_files: bool = True  # open spill files here when possible (False: always ask the shard actors; tests)
-    schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
-    history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
+    closing: bool
+
+    async def submit_board(self, spec: BoardSpec) -> None: ...
+
+    async def submit_state(self, board_id: str, state: BoardState) -> None: ...
+
+    def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future: ...
+
+    def submit_instance(self, series_id: str) -> asyncio.Future: ...
 
 
-class KeySample(NamedTuple):
-    """Every ``step``-th ranked key of a board's partitions on one shard actor,
-    taken when the board had ``changes`` ranking changes there."""
+class Reads(Protocol):
+    """What board control needs of the read fan-out (:class:`engine.fanout.ReadFanOut`)."""
 
-    changes: int
-    step: int
-    keys: list
+    reads: object
 
+    async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict: ...
 
-@dataclass
-class BoardCtl:
-    """What the router keeps per board: admission, versions, deltas, and where
-    its partitions live (``part_actor``: partition -> shard actor; ``actors``:
-    the shard actors hosting any of them)."""
+    async def consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]], ctl: BoardCtl | None = None): ...
 
-    spec: BoardSpec
-    admission: Admission
-    ring: ChangeRing
-    actors: list[int]
-    version: int = 0
-    corrections: int = 0
-    actor_changes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    samples: dict[int, KeySample] = field(default_factory=dict)  # actor -> its last key sample (approximate ranks)
-    parts_on: dict[int, int] = field(default_factory=dict)  # actor -> how many of the board's partitions it hosts
-    part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
-    archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
-    shard_reads: int = 0  # reads asking the shard actors now (an archive waits for them before the drop)
-
-
-class BoardRegistry:
-    """The boards the router knows (``boards``: id -> :class:`BoardCtl`) and
-    the log offset their state reflects (``log_offset``: the last record
-    sequenced or folded in). Shared by the sequencer, the read fan-out and
-    board control."""
-
-    def __init__(self, n_actors: int, config: RouterConfig | None = None):
-        self.n_actors = n_actors  # shard actors behind the transport
-        self.cfg = config or RouterConfig()
-        self.boards: dict[str, BoardCtl] = {}
-        self.log_offset = -1
-
-    def ctl(self, board_id: str) -> BoardCtl:
-        """The board's control state; BoardNotFound when there is none."""
-        ctl = self.boards.get(board_id)
-        if ctl is None:
-            raise BoardNotFound(f"No board {board_id!r}.", "board_id")
-        return ctl
-
-    def new_ctl(self, spec: BoardSpec) -> BoardCtl:
-        """Control state for a new board: each partition placed on its shard actor."""
-        part_actor = [actor_of(spec.board_id, p, self.n_actors) for p in range(spec.shards)]
-        return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
-                        sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor)
+    async def board(self, board_id: str) -> BoardInfo: ...
 
 
 class BoardControl:
     """Board lifecycle: create, next season, state changes (through the
     sequencer), the season timer, archiving, and the registry's recovery."""
 
-    def __init__(self, registry: BoardRegistry, sequencer: "Sequencer", fanout: "ReadFanOut",
+    def __init__(self, registry: BoardRegistry, sequencer: Writes, fanout: Reads,
                  archives: ArchiveStore | None = None, wall_clock: Callable[[], int] | None = None):
         self.registry = registry
         self.boards = registry.boards
@@ -150,6 +82,8 @@ class BoardControl:
         # Epoch ms: the only clock scheduled season transitions read (tests pass a fake one).
         self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
         self._sched_wake: asyncio.Event | None = None
+        self._keeping = asyncio.Lock()  # enforce_keep, one at a time
+        self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
         # Awaited before the shard actors drop an archived board's rows: an engine host
         # (engine.engine_host) waits there until no gateway's read replica still reads them.
         self.drop_barriers: list[Callable[[str], Awaitable]] = []
@@ -160,39 +94,6 @@ class BoardControl:
         return [asyncio.ensure_future(self._season_timer())]
 
     # ------------------------------------------------------------- recovery
-
-    def fold(self, offset: int, rec) -> None:
-        """Replay one log record into the registry (recovery; no I/O). The
-        sequencer folds what it keeps itself (:meth:`engine.sequencer.Sequencer.fold`)."""
-        rec = R.parse(rec)
-        kind = rec.kind
-        if kind in R.BOARD_KINDS:
-            spec = R.spec_of(rec)
-            self.boards.setdefault(spec.board_id, self.registry.new_ctl(spec))
-        elif kind == R.STATE:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None:
-                ctl.admission.state = BoardState(rec.state)
-                if ctl.admission.state is BoardState.FROZEN:
-                    ctl.admission.freeze_position = offset
-        elif kind in R.SCORE_BATCHES or kind == R.SCORE:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None:
-                if kind in R.SCORE_BATCHES:
-                    ctl.admission.replay_columns(*R.columns_of(rec))
-                else:
-                    ctl.admission.replay(R.event_of(rec), R.verdict_of(rec))
-                ctl.admission.dedup.trim()
-        elif kind == R.INVALIDATE:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None:
-                ctl.corrections += 1
-        elif kind in R.DECISIONS:
-            ctl = self.boards.get(rec.board_id)
-            if ctl is not None and rec.event_id in ctl.admission.held:
-                held = ctl.admission.held.pop(rec.event_id)
-                ctl.admission.decided[rec.event_id] = (rec.decision, held)
-        self.registry.log_offset = offset
 
     def to_state(self) -> dict:
         return {
@@ -211,7 +112,7 @@ class BoardControl:
             ctl = self.registry.new_ctl(spec)
             ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
             ctl.corrections = corrections
-            self.boards[spec.board_id] = ctl
+            self.registry.add(ctl)
 
     async def sync_versions(self) -> None:
         """Read every board's version from the shard actors (after recovery)
@@ -239,7 +140,14 @@ class BoardControl:
             raise ValidationFailed("shards must be at least 1.", "shards")
         check_directions(spec.policy, list(spec.subscores))
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
+        if spec.subscores and (spec.recurrence is not None or spec.entry is not None):
+            raise ValidationFailed("A board with subscores cannot be recurring or have entry rules yet.", "subscores")
+        if spec.recurrence is not None and spec.entry is not None:
+            raise ValidationFailed("A recurring board cannot have entry rules yet: give them to an ordinary board "
+                                   "(one per season, with next-season) instead.", "entry")
         await self.sequencer.submit_board(spec)
+        if spec.recurrence is not None:
+            self.wake_season_timer()  # its next wake-up may now be this series' next window
         if spec.closes_at is not None:
             await self.close_due([spec.board_id])
             self.wake_season_timer()  # its next wake-up may now be sooner
@@ -348,7 +256,7 @@ class BoardControl:
 
     # --------------------------------------------------------- season schedule
 
-    async def close_due(self, board_ids: Sequence[str] | None = None) -> int | None:
+    async def close_due(self, board_ids: Sequence[str] | None = None, keep_behind: bool = False) -> int | None:
         """Make every scheduled transition due at the wall clock's now (of
         ``board_ids``, default every board), each as a STATE record through
         the sequencer like an admin's request, so it lands at one log
@@ -373,7 +281,68 @@ class BoardControl:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+        if board_ids is None:  # every board: series windows too
+            starts = await self.series_due(now, keep_behind)
+            if starts is not None and (wake_at is None or starts < wake_at):
+                wake_at = starts
         return wake_at
+
+    async def series_due(self, now: int, keep_behind: bool = False) -> int | None:
+        """What the series owe at ``now`` (docs/api.md §15): every series whose
+        current window has no instance gets it, through the sequencer (a logged
+        submission that creates it only if still missing when its turn comes, so
+        a server that was down creates it at start); then :meth:`enforce_keep`
+        (``keep_behind``: in a task of its own, so that the season timer never
+        waits for an archive to be written before the next scheduled close).
+        Returns when the next window of any series starts (None: no series)."""
+        waits, wake_at = [], None
+        try:
+            for board_id, ctl in list(self.boards.items()):
+                rec = ctl.spec.recurrence
+                if rec is None or ctl.admission.state is BoardState.ARCHIVED:
+                    continue
+                w = window_of(rec, now)
+                if instance_id(board_id, w) not in self.boards:
+                    waits.append(self.sequencer.submit_instance(board_id))
+                if wake_at is None or w.end_ms < wake_at:
+                    wake_at = w.end_ms
+        finally:
+            done = await asyncio.gather(*waits, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if not keep_behind:
+            await self.enforce_keep()
+        elif self.keeping is None or self.keeping.done():
+            self.keeping = asyncio.ensure_future(self.enforce_keep())
+            self.keeping.add_done_callback(_log_failure)
+        return wake_at
+
+    async def enforce_keep(self) -> None:
+        """Whenever more than ``keep`` instances of a series are unarchived,
+        archive the oldest FINALIZED ones (as an admin's ARCHIVED: the state
+        through the sequencer, then the archive) until ``keep`` remain or no
+        FINALIZED one is left to archive."""
+        async with self._keeping:  # one at a time (the timer's and a start's): each sees what the last archived
+            for board_id, ctl in list(self.boards.items()):
+                await self._keep(board_id, ctl)
+
+    async def _keep(self, board_id: str, ctl: BoardCtl) -> None:
+        rec = ctl.spec.recurrence
+        if rec is not None:
+            live = [i for i in self.registry.instances_of(board_id)
+                    if self.boards[i].admission.state is not BoardState.ARCHIVED]
+            excess = len(live) - rec.keep
+            for iid in reversed(live):  # oldest window first
+                if excess <= 0:
+                    break
+                if self.boards[iid].admission.state is BoardState.FINALIZED:
+                    try:
+                        await self.set_state(iid, BoardState.ARCHIVED)
+                    except FlowRankError:  # archived meanwhile (an admin): nothing left to do for it
+                        log.warning("archiving instance %r of series %r for keep=%d failed", iid, board_id,
+                                    rec.keep, exc_info=True)
+                    excess -= 1
 
     def wake_season_timer(self) -> None:
         """Have the season timer look at the schedule now (a board was created,
@@ -388,7 +357,7 @@ class BoardControl:
         while not self.sequencer.closing:
             self._sched_wake.clear()
             try:
-                wake_at = await self.close_due()
+                wake_at = await self.close_due(keep_behind=True)
             except Exception:
                 if self.sequencer.closing:
                     return
@@ -400,6 +369,12 @@ class BoardControl:
                 await asyncio.wait_for(self._sched_wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("archiving series instances beyond keep failed; the season timer tries again",
+                  exc_info=task.exception())
 
 
 def epoch_ms() -> int:

@@ -1,4 +1,4 @@
-"""The port the gateway talks to: :class:`EngineClient`.
+"""The engine's one API: :class:`EngineClient`, declared once.
 
 Two implementations sit behind it: :class:`engine.service.LocalService`
 (every partition in this process; for tests and embedded use) and the Ray
@@ -14,7 +14,8 @@ before the read was issued.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable, Protocol, Sequence
+import inspect
+from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
 from engine.columns import BatchResult, ScoreBatch
 from engine.export import Chunk
@@ -29,8 +30,10 @@ from engine.model import (
     EventResult,
     HeldEvent,
     HistoryEntry,
+    InstanceInfo,
     Invalidation,
     InvalidationResult,
+    JoinResult,
     Page,
     PlayerView,
     QuarantineDecision,
@@ -51,6 +54,10 @@ class EngineClient(Protocol):
     async def board(self, board_id: str) -> BoardInfo:
         """Raises BoardNotFound."""
 
+    async def instances(self, board_id: str) -> list[InstanceInfo]:
+        """A series' instances, latest window first (docs/api.md §15); raises
+        BoardNotFound (also when ``board_id`` is not a series)."""
+
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         """Forward-only season move, anchored at the log position; raises InvalidTransition."""
 
@@ -59,6 +66,11 @@ class EngineClient(Protocol):
         """Create the board ``game:mode:<season>:scope`` with this board's policy,
         shards, review and timing settings (``finalize_after_s`` too unless
         given) and ``closes_at``; raises BoardNotFound, BoardExists, ValidationFailed."""
+
+    async def join(self, board_id: str, player_id: str) -> JoinResult:
+        """Join a competition (docs/api.md §16): the player's 0-based position
+        (``created``: this call joined them); durable before it returns, no
+        board version change. Raises BoardNotFound, BoardNotOpen, BoardFull."""
 
     async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
         """Durably append then apply; one result per event, in order.
@@ -139,3 +151,35 @@ class EngineClient(Protocol):
 
     async def close(self) -> None:
         """Stop accepting, drain in-flight batches, snapshot, release files."""
+
+
+#: What an engine answers elsewhere (async methods of :class:`EngineClient`
+#: but the engine's own lifecycle): a router-backed engine asks its router
+#: (:class:`engine.router.Router` has one method of each name), a gateway's
+#: remote engine asks the engine host. Derived from the Protocol, so a new
+#: operation is declared there, implemented by the router and routed in the
+#: gateway, and nothing else lists it.
+FORWARDED: tuple[str, ...] = tuple(
+    name for name, fn in vars(EngineClient).items()
+    if inspect.iscoroutinefunction(fn) and name not in ("ready", "refresh_stats", "close"))
+
+
+def forward(to: Callable[[Any, str], Callable]) -> Callable[[type], type]:
+    """Class decorator: each :data:`FORWARDED` operation the class does not
+    define itself becomes ``to(self, name)(*args, **kwargs)`` (the one
+    forwarder every runtime uses; ``to`` says where the call goes)."""
+
+    def wrap(cls: type) -> type:
+        for name in FORWARDED:
+            if any(name in vars(k) for k in cls.__mro__[:-1] if k is not EngineClient):
+                continue
+
+            def method(self, *args, _name=name, **kwargs):
+                return to(self, _name)(*args, **kwargs)
+
+            method.__name__ = method.__qualname__ = name
+            method.__doc__ = getattr(EngineClient, name).__doc__
+            setattr(cls, name, method)
+        return cls
+
+    return wrap

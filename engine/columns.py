@@ -114,6 +114,9 @@ class ScoreBatch(NamedTuple):
     event_ids: list[str]
     boards: list[ScoreColumns]
     positions: list[np.ndarray]  # int64, per board: each row's index in the submission
+    #: For a submission whose events fan out to several boards (docs/api.md §15): per position, the index of
+    #: its event in the request (int64). None: every position is its own request event (a plain batch).
+    origin: np.ndarray | None = None
 
     def __len__(self) -> int:  # type: ignore[override]
         return len(self.event_ids)
@@ -132,14 +135,45 @@ class ScoreBatch(NamedTuple):
 
     def per_board(self) -> dict[str, int]:
         """Events per board (queue accounting)."""
-        return {c.board_id: len(c) for c in self.boards}
+        out: dict[str, int] = {}
+        for c in self.boards:
+            out[c.board_id] = out.get(c.board_id, 0) + len(c)
+        return out
+
+    def request_index(self, position: int) -> int:
+        """The index in the request of the event at ``position`` (what an error names)."""
+        return position if self.origin is None else int(self.origin[position])
+
+    def board_ids(self) -> list[str]:
+        """The board each position was submitted to, in submission order (one numpy fill per board)."""
+        out = np.empty(len(self.event_ids), object)
+        for cols, pos in zip(self.boards, self.positions):
+            out[pos] = cols.board_id
+        return out.tolist()
 
 
 class BatchResult(NamedTuple):
-    """Per event of a batch: the outcome code and the board version after it."""
+    """Per event of a batch: the outcome code and the board version after it,
+    and, when some event's result is on another board than the one it was
+    submitted to (a series' instance, docs/api.md §15), the board of every
+    position (``board_ids``; None: each is its submitted board)."""
 
     codes: np.ndarray  # uint8, engine.records.CODE values
     versions: np.ndarray  # int64
+    board_ids: list[str] | None = None
+
+
+def concat_columns(board_id: str, parts: Sequence[ScoreColumns]) -> ScoreColumns:
+    """The rows of ``parts`` one after another, as one board's columns. Numpy
+    concatenation; metadata arenas joined only when some part has one."""
+    if len(parts) == 1:
+        return ScoreColumns(board_id, *parts[0][1:])  # (_replace would call the overridden __len__)
+    meta = moffs = None
+    if any(p.moffs is not None for p in parts):
+        meta, moffs = meta_columns([m for p in parts for m in p.metadata()])
+    return ScoreColumns(board_id, [e for p in parts for e in p.event_ids], [x for p in parts for x in p.player_ids],
+                        np.concatenate([p.values for p in parts]), np.concatenate([p.achieved for p in parts]),
+                        np.concatenate([p.submitted for p in parts]), meta, moffs)
 
 
 def meta_columns(metas: Sequence[bytes]) -> tuple[np.ndarray | None, np.ndarray | None]:

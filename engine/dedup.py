@@ -21,8 +21,8 @@ id, low 96 bits), next to a 32-bit fold of the 64-bit content fingerprint
 That is 24 B per remembered id once the ring is full (plus a constant),
 against ≈ 96 B for the ``dict`` this replaced. Both arrays start empty and
 grow by doubling up to the retention, so a board with ten events holds a
-few hundred bytes, not 5,000,000 slots. Past the retention (ids added but
-not yet trimmed, see :meth:`DedupTable.add`) the ring grows by an eighth.
+few hundred bytes, not 5,000,000 slots. At the retention the oldest id
+makes room for each new one, so the table never grows past it.
 
 What the fingerprints cost in exactness: a new id is taken for a remembered
 one only on a 96-bit collision (≤ retention / 2**96 per check, ≈ 6e-23 at
@@ -37,10 +37,10 @@ byte-identical to the ``xxhash`` package).
 :attr:`DedupTable.evicted` counts the ids the retention has evicted since
 the board began (kept in snapshots). While it is 0 the table holds every id
 the board ever admitted, so a NEW id was never seen and the journal's search
-for redeliveries older than the window can be skipped. A table at its
-retention evicts its oldest ids when a batch is added (not only at the
-trim), so it never grows past the retention. The probe,
-insert and delete kernels are compiled with numba (``cache=True``: compiled
+for redeliveries older than the window can be skipped. Ids are only ever
+added after their record is durable (:meth:`engine.registry.BoardRegistry.apply`),
+so nothing is ever taken back out but by the retention. The probe and
+insert kernels are compiled with numba (``cache=True``: compiled
 once per machine, then loaded from ``__pycache__``).
 """
 
@@ -61,8 +61,9 @@ _xxh64 = xxhash.xxh3_64_intdigest
 _xxh128 = xxhash.xxh3_128_intdigest
 _M32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
-_NO_LIMIT = 1 << 62  # "never evict" for add()
 _MIN_CAPACITY = 64
+_NO_ENT = np.zeros((0, 4), np.uint32)  # an empty table for check_many's unused layers
+_NO_SLOTS = np.zeros(0, np.int32)
 STATE_VERSION = 1
 
 
@@ -247,18 +248,6 @@ def _unlink(ent, slots, p):
 
 
 @numba.njit(cache=True)
-def _move(ent, slots, src, dst):
-    """Move the entry at ring position ``src`` to the free position ``dst``."""
-    i = _slot_of(ent, slots, src)
-    if i < 0:
-        return False
-    slots[i] = dst
-    for k in range(4):
-        ent[dst, k] = ent[src, k]
-    return True
-
-
-@numba.njit(cache=True)
 def _evict_oldest(ent, slots, meta):
     head = meta[0]
     if not _unlink(ent, slots, head):
@@ -270,14 +259,6 @@ def _evict_oldest(ent, slots, meta):
     meta[1] -= 1
     meta[2] += 1
     return True
-
-
-@numba.njit(cache=True)
-def _check_one(ent, slots, w0, w1, w2, c):
-    _, p = _find(ent, slots, w0, w1, w2)
-    if p < 0:
-        return 0
-    return 1 if ent[p, 3] == c else 2
 
 
 @numba.njit(cache=True)
@@ -332,9 +313,12 @@ def _put_many(ent, slots, meta, ids, cs, limit, start):
 
 
 @numba.njit(cache=True)
-def _check_many(ent, slots, ids, cs, out):
+def _check_many(ent, slots, ent2, slots2, ent3, slots3, ids, cs, out):
     """Seen value of each row as if each NEW row were added before the next
-    (later copies of a new id in the batch are judged against the first)."""
+    (later copies of a new id in the batch are judged against the first).
+    An id is looked up in the first table, then the second, then the third
+    (``DedupTable.check_many(also=...)``: ids held elsewhere, e.g. the
+    quarantine or a cycle's earlier batches); empty tables are skipped."""
     k = ids.shape[0]
     batch = np.full(2 * k, -1, np.int32)
     size = batch.size
@@ -345,6 +329,14 @@ def _check_many(ent, slots, ids, cs, out):
         _, p = _find(ent, slots, w0, w1, w2)
         if p >= 0:
             out[t] = 1 if ent[p, 3] == cs[t] else 2
+            continue
+        _, p = _find(ent2, slots2, w0, w1, w2)
+        if p >= 0:
+            out[t] = 1 if ent2[p, 3] == cs[t] else 2
+            continue
+        _, p = _find(ent3, slots3, w0, w1, w2)
+        if p >= 0:
+            out[t] = 1 if ent3[p, 3] == cs[t] else 2
             continue
         j = _home(w0, size)
         while True:
@@ -359,55 +351,6 @@ def _check_many(ent, slots, ids, cs, out):
             j += 1
             if j == size:
                 j = 0
-
-
-@numba.njit(cache=True)
-def _discard(ent, slots, meta, w0, w1, w2):
-    """Forget one id, closing its gap in the ring by moving the shorter side
-    (O(1) for the newest or the oldest id). 1 = forgotten, 0 = unknown,
-    -1 = the table is corrupt."""
-    _, p = _find(ent, slots, w0, w1, w2)
-    if p < 0:
-        return 0
-    cap = ent.shape[0]
-    head = meta[0]
-    n = meta[1]
-    off = p - head
-    if off < 0:
-        off += cap
-    if not _unlink(ent, slots, p):
-        return -1
-    dst = p
-    if off < n - 1 - off:  # shift the older side up by one
-        for _ in range(off):
-            src = dst - 1
-            if src < 0:
-                src += cap
-            if not _move(ent, slots, src, dst):
-                return -1
-            dst = src
-        head += 1
-        if head == cap:
-            head = 0
-        meta[0] = head
-    else:  # shift the newer side down by one
-        for _ in range(n - 1 - off):
-            src = dst + 1
-            if src == cap:
-                src = 0
-            if not _move(ent, slots, src, dst):
-                return -1
-            dst = src
-    meta[1] = n - 1
-    return 1
-
-
-@numba.njit(cache=True)
-def _trim(ent, slots, meta, limit):
-    while meta[1] > limit:
-        if not _evict_oldest(ent, slots, meta):
-            return False
-    return True
 
 
 @numba.njit(cache=True)
@@ -467,11 +410,9 @@ class DedupTable:
     first; behaves as a ``dict`` in insertion order (a known id keeps its
     place when its content is set again).
 
-    ``check``, ``remember``, ``add``, ``__contains__`` and ``discard`` of the
-    newest or oldest id are O(1) expected (one probe run at load ≤ 0.5);
-    ``discard`` of another id is O(distance to the nearer end); ``trim`` is
-    O(evicted); growing the ring is O(n), amortised O(1). Memory: 24 B per
-    remembered id at a full ring, see the module docstring.
+    ``check``, ``remember`` and ``__contains__`` are O(1) expected (one probe
+    run at load ≤ 0.5); growing the ring is O(n), amortised O(1). Memory:
+    24 B per remembered id at a full ring, see the module docstring.
 
     >>> t = DedupTable(2, board_id="b")
     >>> fp = fingerprint("p", 1, 2, 2)
@@ -482,7 +423,7 @@ class DedupTable:
     (False, 2, <Seen.CONFLICT: 2>)
     """
 
-    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta", "_last_id", "_last_words")
+    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta")
 
     def __init__(self, retention: int, board_id: str = ""):
         if retention < 1:
@@ -493,40 +434,27 @@ class DedupTable:
         self._ent = np.zeros((0, 4), np.uint32)
         self._slots = np.zeros(0, np.int32)
         self._meta = np.zeros(3, np.int64)  # ring head, ids held, ids evicted by the retention ever
-        # admit() checks an id, then adds it: hash it once
-        self._last_id: str | None = None
-        self._last_words = (0, 0, 0)
 
     # ------------------------------------------------------------ one id
 
     def _words(self, event_id: str) -> tuple[int, int, int]:
-        if event_id == self._last_id:
-            return self._last_words
         try:
             data = event_id.encode()
         except UnicodeEncodeError:  # a lone surrogate
             data = event_id.encode("utf-8", "surrogatepass")
         d = _xxh128(data, self._seed)
-        words = (d & 0xFFFFFFFF, (d >> 32) & 0xFFFFFFFF, (d >> 64) & 0xFFFFFFFF)
-        self._last_id = event_id
-        self._last_words = words
-        return words
+        return d & 0xFFFFFFFF, (d >> 32) & 0xFFFFFFFF, (d >> 64) & 0xFFFFFFFF
 
     def check(self, event_id: str, fp: int) -> Seen:
         """NEW for an unknown id, DUPLICATE when it was remembered with the
         same content fingerprint ``fp`` (from :func:`fingerprint`), else
-        CONFLICT. O(1) expected; changes nothing."""
-        w0, w1, w2 = self._words(event_id)
-        return _SEEN[_check_one(self._ent, self._slots, w0, w1, w2, (fp ^ (fp >> 32)) & 0xFFFFFFFF)]
+        CONFLICT. ``check_many`` of one id. O(1) expected; changes nothing."""
+        return Seen(int(self.check_many([event_id], [fp])[0]))
 
     def remember(self, event_id: str, fp: int) -> None:
         """Remember the id, then evict the oldest one if more than
-        ``retention`` are held (once: see ``trim``). O(1) amortised."""
+        ``retention`` are held. O(1) amortised."""
         self._put(event_id, fp, self.retention)
-
-    def add(self, event_id: str, fp: int) -> None:
-        """Remember without evicting yet (see ``trim``): lets a caller undo."""
-        self._put(event_id, fp, _NO_LIMIT)
 
     def _put(self, event_id: str, fp: int, limit: int) -> None:
         w0, w1, w2 = self._words(event_id)
@@ -538,22 +466,6 @@ class DedupTable:
             if r == -2:
                 raise AssertionError("dedup table is corrupt")
             self._grow()
-
-    def discard(self, event_id: str) -> None:
-        """Forget the id if it is remembered. O(1) for the newest id (how
-        ``Admission.rollback`` undoes ``add``) and the oldest; otherwise the
-        ring closes the gap from its nearer end, O(min(age, n - age))."""
-        self.discard_words(*self._words(event_id))
-
-    def discard_words(self, w0: int, w1: int, w2: int) -> None:
-        """``discard`` of the id with these identity words (a row of ``words_many``)."""
-        if _discard(self._ent, self._slots, self._meta, w0, w1, w2) < 0:
-            raise AssertionError("dedup table is corrupt")
-
-    def trim(self) -> None:
-        """Evict the oldest ids beyond the retention. O(evicted)."""
-        if not _trim(self._ent, self._slots, self._meta, self.retention):
-            raise AssertionError("dedup table is corrupt")
 
     def __len__(self) -> int:
         return int(self._meta[1])
@@ -590,53 +502,41 @@ class DedupTable:
     def words_many(self, event_ids: Sequence[str], event_bytes: tuple[np.ndarray, np.ndarray] | None = None
                    ) -> np.ndarray:
         """(k, 3) uint32 identity fingerprints of many ids, the same words as
-        ``_words``, to pass to ``check_many`` and ``add_many`` so a batch is
+        ``_words``, to pass to ``check_many`` and ``remember_words`` so a batch is
         hashed once. ``event_bytes``: ``encode_ids(event_ids)``, when the caller has it."""
         return self.words_of(*(encode_ids(event_ids) if event_bytes is None else event_bytes))
 
-    def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> np.ndarray:
+    def check_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None,
+                   also: Sequence["DedupTable"] = ()) -> np.ndarray:
         """``check`` of each id as if every NEW one were added before the
         next: a repeated id in the batch is DUPLICATE (same content as its
-        first copy) or CONFLICT. Returns an int8 array of ``Seen`` values;
-        changes nothing. O(k) expected."""
-        k = len(event_ids)
+        first copy) or CONFLICT. An id this table does not hold is looked up
+        in the tables ``also`` (at most two, in order). Returns an int8 array
+        of ``Seen`` values; changes nothing. O(k) expected."""
+        k = len(event_ids) if words is None else len(words)
         cs = self._fold_many(fps, k)
         out = np.zeros(k, np.int8)
         if k:
-            _check_many(self._ent, self._slots, self.words_many(event_ids) if words is None else words, cs, out)
+            if len(also) > 2:
+                raise ValueError("check_many looks in at most two other tables")
+            rest = [(t._ent, t._slots) for t in also] + [(_NO_ENT, _NO_SLOTS)] * (2 - len(also))
+            _check_many(self._ent, self._slots, *rest[0], *rest[1],
+                        self.words_many(event_ids) if words is None else words, cs, out)
         return out
 
     def remember_many(self, event_ids: Sequence[str], fps) -> None:
         """``remember`` each id in order. O(k) amortised."""
         self._put_words(self.words_many(event_ids), fps, self.retention)
 
-    def add_many(self, event_ids: Sequence[str], fps, words: np.ndarray | None = None) -> None:
-        """``add`` each id in order (no eviction until ``trim``, but that a
-        table at its retention first evicts its oldest ids to make room, see
-        ``_put_words``). O(k) amortised."""
-        self._put_words(self.words_many(event_ids) if words is None else words, fps, _NO_LIMIT)
-
     def remember_words(self, words: np.ndarray, fps) -> None:
         """``remember_many`` of ids given only by their identity words (rows of ``words_many``)."""
         self._put_words(words, fps, self.retention)
-
-    def add_words(self, words: np.ndarray, fps) -> None:
-        """``add_many`` of ids given only by their identity words (rows of ``words_many``)."""
-        self._put_words(words, fps, _NO_LIMIT)
 
     def _put_words(self, words: np.ndarray, fps, limit: int) -> None:
         k = len(words)
         cs = self._fold_many(fps, k)
         if not k:
             return
-        cap = self.capacity
-        if limit == _NO_LIMIT and cap >= self.retention and k <= cap < len(self) + k:
-            # A table at its retention makes room by evicting its oldest ids now, not at the trim
-            # (growing it would add an eighth for good). A rollback does not bring them back: an
-            # id older than the window is the journal's to recognise (engine.journal), as it
-            # would be after the trim.
-            if not _trim(self._ent, self._slots, self._meta, cap - k):
-                raise AssertionError("dedup table is corrupt")
         ids = np.ascontiguousarray(words)
         done = 0
         while True:
@@ -669,10 +569,7 @@ class DedupTable:
 
     def _grow(self) -> None:
         cap, r = self.capacity, self.retention
-        if cap < r:
-            self._reshape(min(max(2 * cap, _MIN_CAPACITY), r))
-        else:  # ids added past the retention, waiting for trim()
-            self._reshape(cap + max(cap >> 3, _MIN_CAPACITY))
+        self._reshape(min(max(2 * cap, _MIN_CAPACITY), max(r, cap + 1)))
 
     def _reshape(self, capacity: int) -> None:
         self._load(self._entries(), capacity)
@@ -729,11 +626,11 @@ class DedupTable:
         """Every invariant, O(capacity): shapes, head and count in range,
         each slot names a live entry and each live entry is linked exactly
         once, found from its home slot with no hole in the probe run, and
-        no id twice. ``len`` may exceed the retention between ``add`` and
-        ``trim``."""
+        no id twice, and never more than the retention."""
         code = _verify(self._ent, self._slots, self._meta)
         assert code == 0, f"dedup table invariant {code} broken"
         assert self._ent.dtype == np.uint32 and self._slots.dtype == np.int32
+        assert len(self) <= self.retention
         assert self._ent.flags.c_contiguous and self._ent.flags.writeable
 
 

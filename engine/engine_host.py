@@ -38,16 +38,13 @@ import uuid
 from collections import deque
 from typing import Any, Callable, NamedTuple, Sequence
 
+from engine.client import FORWARDED
 from engine.errors import FlowRankError, Overloaded
 
 log = logging.getLogger("flowrank.host")
 
-#: The engine methods a gateway may call through the host (docs: engine.client.EngineClient).
-ENGINE_CALLS = frozenset({
-    "create_board", "list_boards", "board", "set_state", "next_season", "submit", "submit_columns",
-    "top", "player", "approximate_player", "around", "ranked_subset", "changes", "quarantine",
-    "decide", "invalidate", "history", "checksum", "ready",
-})
+#: The engine methods a gateway may call through the host: the API's forwarded operations (engine.client).
+ENGINE_CALLS = frozenset(FORWARDED) | {"ready"}
 #: The host's own calls.
 HOST_CALLS = frozenset({"stats", "watch", "forget", "export_open", "export_next", "export_close",
                         "replica_board", "share_view", "default_shards"})

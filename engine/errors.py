@@ -68,6 +68,14 @@ class AlreadyDecided(FlowRankError):
     code, status = "ALREADY_DECIDED", 409
 
 
+class BoardFull(FlowRankError):
+    code, status = "BOARD_FULL", 409
+
+
+class BoardNotOpen(FlowRankError):
+    code, status = "BOARD_NOT_OPEN", 409
+
+
 class TotalOutOfRange(FlowRankError):
     """An invalidation refused: the player's cumulative total without that
     event would leave the 64-bit range (the refusal is audited in the log)."""

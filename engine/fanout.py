@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import time
 import uuid
@@ -39,10 +40,11 @@ import numpy as np
 from engine import checksum as checksum_mod
 from engine import wire as W
 from engine.archive import ArchiveView
-from engine.board_control import BoardCtl, BoardRegistry, KeySample, RouterConfig
+from engine.registry import BoardCtl, BoardRegistry, CutLock, KeySample, RouterConfig
 from engine.export import Block, Chunk, Merge, TiedRanks, key_subscores, raw_subscores
 from engine.errors import (
     BoardArchived,
+    BoardNotFound,
     FlowRankError,
     Overloaded,
     PlayerNotFound,
@@ -53,6 +55,7 @@ from engine.errors import (
 )
 from engine.log.spill import SpillReader
 from engine.model import (
+    InstanceInfo,
     BoardInfo,
     Changes,
     Checksum,
@@ -64,7 +67,6 @@ from engine.model import (
     RowStatus,
 )
 from engine.placement import part_of
-from engine.rank_keys import RankKeyCache
 from engine.ranking import (
     better_primary_probe,
     first_tied_in_prefix,
@@ -79,35 +81,22 @@ from engine.wire import ShardTransport
 log = logging.getLogger("flowrank.router")
 
 
-class CutLock:
-    """A fair readers-writer lock: multi-step reads share it; a batch
-    dispatch takes it alone (for an instant), and new readers queue behind a
-    waiting dispatch so neither side starves."""
+def _with_attempts(read):
+    """A player read that also carries the player's admitted attempts, on a
+    board with ``max_attempts`` (docs/api.md §16): the router's entry table
+    as of the read's answer (it counts every event durable before it)."""
 
-    def __init__(self):
-        self._readers = 0
-        self._writer_waiting = 0
-        self._cond = asyncio.Condition()
+    @functools.wraps(read)
+    async def wrapped(self, board_id: str, player_id: str, *args, **kwargs) -> PlayerView:
+        view = await read(self, board_id, player_id, *args, **kwargs)
+        ctl = self.registry.boards.get(board_id)
+        rules = None if ctl is None else ctl.spec.entry
+        if ctl is None or rules is None or rules.max_attempts is None:
+            return view
+        got = ctl.admission.entry.get(player_id)
+        return replace(view, attempts=0 if got is None else got.attempts)
 
-    async def acquire_read(self):
-        async with self._cond:
-            await self._cond.wait_for(lambda: not self._writer_waiting)
-            self._readers += 1
-
-    async def release_read(self):
-        async with self._cond:
-            self._readers -= 1
-            self._cond.notify_all()
-
-    async def acquire_write(self):
-        async with self._cond:
-            self._writer_waiting += 1
-            await self._cond.wait_for(lambda: self._readers == 0)
-
-    async def release_write(self):
-        async with self._cond:
-            self._writer_waiting -= 1
-            self._cond.notify_all()
+    return wrapped
 
 
 class TurnBatcher:
@@ -157,6 +146,8 @@ class ReadFanOut:
         self.boards = registry.boards
         self.cfg = config or registry.cfg
         self.clock = clock  # monotonic seconds: view ages
+        # Epoch ms: which instance a read on a series answers from (the router shares board control's).
+        self.wall_clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self.reads = TurnBatcher(transport)
         self.cut = CutLock()
         self.views: OrderedDict[tuple[str, int], tuple[float, list]] = OrderedDict()
@@ -164,7 +155,7 @@ class ReadFanOut:
         # (board, player) -> the wire key their row had when last read: a guess
         # that lets an exact rank count on every shard actor in the same round as
         # the owner's read of the row; used only when the row read confirms it.
-        self.rank_keys = RankKeyCache(self.cfg.rank_key_cache)
+        self.rank_keys = registry.rank_keys
 
     async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict:
         """One request per shard actor (``make(actor)``), all submitted in the
@@ -196,10 +187,17 @@ class ReadFanOut:
     async def board(self, board_id: str) -> BoardInfo:
         ctl = self.registry.ctl(board_id)
         s = ctl.spec
+        if s.recurrence is not None:  # a series: its settings, and the version and size of its current instance
+            current = self.registry.current_instance(board_id, self.wall_clock())
+            now = None if current is None else await self.board(current)
+            return BoardInfo(s.board_id, s.policy, ctl.admission.state, 0 if now is None else now.version,
+                             0 if now is None else now.size, s.shards, s.max_plausible_time_ms, s.review_above,
+                             s.closes_at, s.finalize_after_s, recurrence=s.recurrence.to_json(), current=current)
         if ctl.archive is not None:
             info = ctl.archive.info
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
-                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.subscores)
+                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
+                             subscores=s.subscores, entry=s.entry, series=s.series, window=s.window)
 
         async def attempt():
             answers = await self.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
@@ -210,10 +208,41 @@ class ReadFanOut:
         version, size = await self.consistent(attempt, ctl)
         s = ctl.spec
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
-                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s, s.subscores)
+                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
+                         subscores=s.subscores, entry=s.entry, series=s.series, window=s.window)
+
+    async def instances(self, board_id: str) -> list[InstanceInfo]:
+        """A series' instances, latest window first (docs/api.md §15);
+        BoardNotFound when ``board_id`` is no series."""
+        if self.registry.ctl(board_id).spec.recurrence is None:
+            raise BoardNotFound(f"Board {board_id!r} is not a series (it has no recurrence).", "board_id")
+        ids = self.registry.instances_of(board_id)
+        infos = await asyncio.gather(*(self.board(i) for i in ids))
+        return [InstanceInfo(i.board_id, i.window[0], i.window[1], i.state, i.size)  # type: ignore[index]
+                for i in infos]
+
+    def resolve(self, board_id: str) -> str:
+        """The board a read of ``board_id`` answers from: itself, or for a
+        series the instance of the window containing the server's current time
+        (docs/api.md §15). BoardNotFound for a series with no instance yet."""
+        ctl = self.boards.get(board_id)
+        if ctl is None or ctl.spec.recurrence is None:
+            return board_id
+        got = self.registry.current_instance(board_id, self.wall_clock())
+        if got is None:
+            raise BoardNotFound(f"Series {board_id!r} has no instance for the current window yet.", "board_id")
+        return got
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
                   ties: bool = False) -> Page:
+        """:meth:`top_of` the board a read of ``board_id`` answers from (for a
+        series, its current instance, named in the page)."""
+        resolved = self.resolve(board_id)
+        page = await self.top_of(resolved, offset, limit, at_version, ties)
+        return page if resolved == board_id else replace(page, board_id=resolved)
+
+    async def top_of(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
+                     ties: bool = False) -> Page:
         """Ranks offset+1 .. offset+limit. Every page is cut from a prefix of
         the ranking that starts at rank 1, so tied ranks (``ties``) come from
         that prefix too, with no further call to a shard actor."""
@@ -300,6 +329,7 @@ class ReadFanOut:
             raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
         return owner, W.RowWire(*got.row), got.local
 
+    @_with_attempts
     async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
         """Exact rank in one parallel round when the player's rank key is known:
         the owner's row and local count, and on every other shard actor the
@@ -307,6 +337,7 @@ class ReadFanOut:
         cut. The row read confirms the guess; if the key moved since (or was
         never seen) a second round counts with the row's key (with ``ties``,
         the same round also counts strictly better primary values everywhere)."""
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:
             arch, i = self._archived_row(ctl, player_id)
@@ -354,12 +385,14 @@ class ReadFanOut:
 
         return await self.consistent(attempt, ctl)
 
+    @_with_attempts
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
         """Exact count on the shard actor owning the player's partition plus, for every other actor,
         an estimate from a sorted sample of its keys (every ``step``-th key).
         The estimate on an actor is off by less than ``step`` when the sample
         is fresh, plus one per change on that actor since: the stated bound
         is the sum, so the exact rank always lies within it."""
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:  # exact, and no slower
             arch, i = self._archived_row(ctl, player_id)
@@ -393,6 +426,7 @@ class ReadFanOut:
     async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False) -> Page:
         """The window around a player. With ``ties``, a second round in the
         same read cut counts the values strictly better than the window's first."""
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:
             arch, i = self._archived_row(ctl, player_id)
@@ -478,6 +512,7 @@ class ReadFanOut:
         return [s if d == "asc" else -s for s, d in zip(subscores or (), ctl.spec.subscores)]
 
     async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:
             local = ctl.archive.subset(player_ids)
@@ -514,6 +549,7 @@ class ReadFanOut:
         live hub, which keeps its own window). Page 1 costs O(n log k) for n
         ranked rows in k partitions; later pages O(limit).
         """
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         cap = self.cfg.max_snapshot_page
         limit = cap if limit is None else limit
@@ -584,6 +620,7 @@ class ReadFanOut:
         """
         if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
             raise ValidationFailed("page_rows must be a positive integer.", "page_rows")
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         tied = TiedRanks() if ties else None
         if ctl.archive is not None:  # slices of the archive: nothing spilled
@@ -684,9 +721,10 @@ class ReadFanOut:
             total -= len(old)
 
     async def quarantine(self, board_id: str) -> list[HeldEvent]:
-        return list(self.registry.ctl(board_id).admission.held.values())
+        return list(self.registry.ctl(self.resolve(board_id)).admission.held.values())
 
     async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]:
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:
             got = ctl.archive.history(player_id)
@@ -701,6 +739,7 @@ class ReadFanOut:
                 for h in items]
 
     async def checksum(self, board_id: str) -> Checksum:
+        board_id = self.resolve(board_id)
         ctl = self.registry.ctl(board_id)
         if ctl.archive is not None:
             return Checksum(ctl.archive.info.version, ctl.archive.info.checksum)

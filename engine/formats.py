@@ -28,7 +28,10 @@ from engine.errors import UnsupportedFormat
 #: (records.CODE). 1: B T S C I D records, codes 1-14. 2: K (a board with its season
 #: schedule) replaces B for new boards. 3: + M and E (scores and decisions with metadata).
 #: 4: + L (a dead letter: a record, or a row of one, that replay skips).
-#: 5: + U, N and F (a board with subscores, its score frames and decisions; docs/api.md §14).
+#: 5: the ``latest`` policy (its name in K records, codes 15-16: APPLIED_LATEST, REJECTED_NOT_LATEST);
+#: + R, W and G (a series, one window's instance of it, the score records of a request that fans out to
+#: several boards; docs/api.md §15); + O and J (a board with entry options, a join; codes 17-19, §16);
+#: + U, N and F (a board with subscores, its score frames and decisions; docs/api.md §14).
 LOG_FORMAT = 5
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
@@ -43,9 +46,10 @@ SHARD_STATE_FORMAT = 1
 #: 2: the journal moved to disk (engine.journal: a bounded tail, store sizes, runs, player heads).
 #: 3: metadata (docs/api.md §13): the rows' metadata (``"meta"``) and the journal's (tail columns,
 #: store sizes, ``meta_from``); a format-2 state loads with no metadata anywhere.
-#: 4: subscores (docs/api.md §14): the rows' subscores (``"subs"``, with their directions); the
-#: journal's payload of each row starts with the event's subscores; a format-3 state loads
-#: as a partition without subscores.
+#: 4: latest boards: the rows' ``src`` column (int64, the journal row of each row's event; only on
+#: latest boards, which no earlier format holds); journal codes 15-16. Subscores (docs/api.md §14): the
+#: rows' subscores (``"subs"``, with their directions); the journal's payload of each row starts with the
+#: event's subscores; a format-3 state loads as a partition without subscores.
 PARTITION_STATE_FORMAT = 4
 
 

@@ -650,6 +650,45 @@ class Journal:
             return self.base + t
         return int(self.find_stored(buf, np.array([0, len(raw)], np.int64), np.zeros(1, np.int64))[0])
 
+    def _check(self) -> None:
+        """Every invariant, O(rows + owned ids + run sizes) (tests call it after
+        mutations, as ``RankIndex._check``): the tail's offsets are monotone
+        and inside their arenas; every row's ``prev`` is an earlier row of the
+        same player (or -1) and every head is its player's newest row; the
+        owner table holds exactly ``owned`` tail rows, each found again from
+        its id; the store holds ``base`` rows; runs are sorted by hash, point
+        at stored rows that own those ids, keep their fence, and each is at
+        least twice the size of the next (newer) one."""
+        n, base = self.n, self.base
+        assert n >= 0 and base >= 0 and len(self) == base + n
+        for offs, arena in ((self.eoffs, self.earena), (self.moffs, self.marena)):
+            assert offs[0] == 0 and (np.diff(offs[: n + 1]) >= 0).all() and offs[n] <= len(arena)
+        assert self.store.rows.size == base * ROW.itemsize, "the store holds every flushed row"
+        newest: dict[int, int] = {}
+        for r in range(len(self)):
+            pid, _kind, _out, _v, _a, _s, prev = self.record(r)
+            assert prev < r and (prev == -1 or self.record(prev)[0] == pid), f"row {r}: prev {prev}"
+            newest[pid] = r
+        for pid, head in enumerate(self.heads.tolist()):
+            assert head == newest.get(pid, -1), f"player {pid}: head {head}, newest row {newest.get(pid, -1)}"
+        owned = self.owned_tail_rows()
+        assert len(owned) == self.owned and len(set(owned.tolist())) == self.owned
+        for t in owned.tolist():
+            assert 0 <= t < n
+            raw = self.earena[self.eoffs[t]:self.eoffs[t + 1]]
+            h = np.uint64(hash_bytes(raw, 0, len(raw)))
+            assert owner_find(self.slots, self.eoffs, self.earena, raw, 0, len(raw), h) == t
+        for older, newer in zip(self.runs, self.runs[1:]):
+            assert len(older) > 2 * len(newer), "runs merge by size"
+        for run in self.runs:
+            assert len(run.rows) == len(run.hashes) and (np.diff(run.hashes.astype(np.uint64)) >= 0).all()
+            assert (run.fence == run.hashes[::FENCE]).all()
+            assert ((run.rows >= 0) & (run.rows < base)).all()
+            ids = [self.id_bytes(int(r)) for r in run.rows.tolist()]
+            got = hash_ids(*_arena(ids), np.arange(len(ids), dtype=np.int64)) if ids else np.zeros(0, np.uint64)
+            assert (got == run.hashes).all(), "a run's hashes are its rows' ids"
+        assert all(0 <= r < len(self) for r in self.invalid)
+
     def nbytes(self) -> int:
         """Bytes in memory (the tail, the heads, the invalidated rows)."""
         n = self.n
@@ -786,6 +825,13 @@ class Journal:
         descriptor goes with its last array)."""
         self.store.close()
         self.runs = []
+
+
+def _arena(ids: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Byte strings as one arena and offsets (``_check``)."""
+    offs = np.zeros(len(ids) + 1, np.int64)
+    offs[1:] = np.cumsum([len(b) for b in ids])
+    return np.frombuffer(b"".join(ids), np.uint8).copy(), offs
 
 
 def _resized(a: np.ndarray, size: int) -> np.ndarray:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from engine.windows import Recurrence
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -32,6 +35,7 @@ class Policy(str, enum.Enum):
     BEST_SCORE = "best_score"
     CUMULATIVE = "cumulative"
     FASTEST_TIME = "fastest_time"
+    LATEST = "latest"  # the most recent valid event is the row (docs/api.md §6, §14)
 
 
 class BoardState(str, enum.Enum):
@@ -69,6 +73,13 @@ class Outcome(str, enum.Enum):
     # Extension: a cumulative delta that would take the total outside the
     # signed 64-bit range every reader and the wire format can carry.
     REJECTED_TOTAL_OUT_OF_RANGE = "REJECTED_TOTAL_OUT_OF_RANGE"
+    # latest boards (docs/api.md §14): the event is now the row / it is older than the row.
+    APPLIED_LATEST = "APPLIED_LATEST"
+    REJECTED_NOT_LATEST = "REJECTED_NOT_LATEST"
+    # Competition entry (docs/api.md §16), decided by the router's admission:
+    REJECTED_NOT_JOINED = "REJECTED_NOT_JOINED"  # join_required, and the player has not joined
+    REJECTED_BOARD_FULL = "REJECTED_BOARD_FULL"  # a new player's first event when max_players have a row
+    REJECTED_MAX_ATTEMPTS = "REJECTED_MAX_ATTEMPTS"  # the player already has max_attempts admitted events
 
     @property
     def changes_ranking(self) -> bool:
@@ -76,7 +87,8 @@ class Outcome(str, enum.Enum):
 
 
 _RANKING_CHANGES = frozenset(
-    {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME}
+    {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME,
+     Outcome.APPLIED_LATEST}
 )
 
 
@@ -104,12 +116,39 @@ class ScoreEvent(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class EntrySpec:
+    """Who may enter a competition and how often (docs/api.md §16, "Entry").
+
+    ``join_required``: only players who joined may submit; ``max_players``
+    (None: no cap) caps the joins, and without ``join_required`` the players
+    with a row; ``max_attempts`` (None: no cap) caps each player's admitted
+    score events (:mod:`engine.entry`)."""
+
+    join_required: bool = False
+    max_players: int | None = None
+    max_attempts: int | None = None
+
+    @property
+    def limits(self) -> bool:
+        """Score events are judged at all (else the entry table only keeps joins)."""
+        return self.join_required or self.max_players is not None or self.max_attempts is not None
+
+    def to_json(self) -> dict:
+        return {"join_required": self.join_required, "max_players": self.max_players,
+                "max_attempts": self.max_attempts}
+
+
+@dataclass(frozen=True, slots=True)
 class BoardSpec:
     """A board's immutable configuration (docs/api.md §5, §13).
 
     ``closes_at`` (epoch ms or None) schedules the season's close: the board
     moves to FROZEN once the server's clock reaches it and to FINALIZED
     ``finalize_after_s`` seconds later (:func:`engine.season.due`).
+    ``recurrence`` (None for an ordinary board) makes the board a series of
+    time windows (docs/api.md §15, :mod:`engine.windows`). An *instance* of a
+    series (one window's board) names its ``series`` and its ``window``
+    ``(starts_at, ends_at)`` in epoch ms; its ``closes_at`` is the window's end.
     """
 
     board_id: str
@@ -119,9 +158,23 @@ class BoardSpec:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    recurrence: Recurrence | None = None
+    entry: EntrySpec | None = None  # competition entry (docs/api.md §16); None: none of its rules
+    series: str | None = None
+    window: tuple[int, int] | None = None
     #: per subscore, its direction ("desc" | "asc"), compared after the primary
     #: value and before the policy's tie keys (docs/api.md §14); () none
     subscores: tuple[str, ...] = ()
+
+
+class JoinResult(NamedTuple):
+    """A join's answer (docs/api.md §16): the player's 0-based position in
+    the order of joining; ``created``: this call made the join (201), else the
+    player had joined before (200)."""
+
+    player_id: str
+    position: int
+    created: bool
 
 
 class EventResult(NamedTuple):
@@ -171,6 +224,7 @@ class PlayerView:
     rank_error_bound: int | None = None
     tied_rank: int | None = None  # competition rank, only when asked (?ties=competition)
     metadata: bytes | None = None  # compact JSON of the row's metadata, None when it has none
+    attempts: int | None = None  # admitted score events so far, on boards with max_attempts (docs/api.md §16)
     subscores: tuple[int, ...] | None = None  # the row's subscores, None on a board without them (§14)
 
 
@@ -186,7 +240,23 @@ class BoardInfo:
     review_above: int | None = None
     closes_at: int | None = None
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
+    entry: EntrySpec | None = None
+    recurrence: dict | None = None  # a series: Recurrence.to_json()
+    current: str | None = None  # a series: the id of the current window's instance (None: not created yet)
+    series: str | None = None  # an instance: its series
+    window: tuple[int, int] | None = None  # an instance: (starts_at, ends_at), epoch ms
     subscores: tuple[str, ...] = ()  # the board's declared subscore directions (docs/api.md §14)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One instance of a series, as ``GET /v1/boards/{series}/instances`` lists it."""
+
+    board_id: str
+    starts_at: int
+    ends_at: int
+    state: BoardState
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +265,7 @@ class Page:
 
     version: int
     entries: tuple[RankedEntry, ...]
+    board_id: str | None = None  # read on a series: the instance that answered (docs/api.md §15)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ number (all of them when the board has ``shards=1``). It is the only
 mutator of rows: :meth:`Partition.apply_columns` decides each event's
 outcome against the player's row under the board comparator (API §6) and
 changes the row only when the event ranks strictly better (best_score /
-fastest_time) or adds its delta (cumulative). Admission checks that need
+fastest_time), adds its delta (cumulative) or is more recent than the row's
+event (latest: :func:`engine.policy.latest_order`). Admission checks that need
 the whole board (dedup, season state, review) come before, in
 :mod:`engine.admission`; their verdicts arrive with the batch.
 
@@ -13,7 +14,13 @@ State (no Python object per player or per event):
 
 * ``players``: :class:`~engine.players.PlayerTable`, id <-> int32 index;
 * rows, indexed by player: ``val``, ``ach``, ``sub`` (int64), ``rv`` (row
-  version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED);
+  version, int32), ``st`` (0 none, 1 ACTIVE, 2 INVALIDATED); on latest
+  boards only, ``src`` (int64): the journal row of the event that is the
+  row. Two events achieved and submitted at the same moment are ordered by
+  their ids, and the row keeps no id of its own: the kernel compares the new
+  id with that journal row's (in the tail, in memory; older, read from the
+  store before the batch, :meth:`Partition._stored_row_ids`), and an
+  invalidation knows exactly whether it hit the row's event;
 * ``meta``: the rows' metadata (docs/api.md §13), bytes of canonical compact
   JSON only for the players whose row has some, and ``has_meta`` (uint8 per
   player) to find them without a Python step per player: a row keeps the
@@ -72,13 +79,16 @@ from engine.rank_index import NO_DIRS, NO_SUBS, RankIndex
 __all__ = ["Partition", "Row", "Applied", "KIND_SCORE", "KIND_DECISION", "KIND_INVALIDATION"]
 
 ACTIVE = RowStatus.ACTIVE
+ROW_COLUMNS = ("val", "ach", "sub", "rv", "st")  # the per-player row columns every snapshot holds
 INVALIDATED_STATUS = RowStatus.INVALIDATED
 ST_NONE, ST_ACTIVE, ST_INVALID = 0, 1, 2
-_POLICY_CODE = {Policy.BEST_SCORE: 0, Policy.CUMULATIVE: 1, Policy.FASTEST_TIME: 2}
+_POLICY_CODE = {Policy.BEST_SCORE: 0, Policy.CUMULATIVE: 1, Policy.FASTEST_TIME: 2, Policy.LATEST: 3}
+POL_LATEST = 3
 _C = R.CODE
 _CANDIDATES = np.array(sorted(_C[o] for o in (
     Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.REJECTED_NOT_AN_IMPROVEMENT,
-    Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER)), np.uint8)
+    Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.REJECTED_NOT_FASTER,
+    Outcome.APPLIED_LATEST, Outcome.REJECTED_NOT_LATEST)), np.uint8)
 _CANDIDATE_SET = frozenset(_CANDIDATES.tolist())
 _OUT_OF_RANGE = R.CODE[Outcome.REJECTED_TOTAL_OUT_OF_RANGE]  # audit of a refused invalidation
 _NO_META = np.zeros(0, np.uint8)
@@ -133,9 +143,22 @@ class Applied(NamedTuple):
     players: np.ndarray | None = None  # int32: each event's player in the partition's PlayerTable
 
 
+@numba.njit(cache=True, inline="always")
+def bytes_greater(a, a0, a1, b, b0, b1):
+    """``a[a0:a1]`` sorts strictly after ``b[b0:b1]`` (bytewise; for UTF-8
+    ids the same as code-point order)."""
+    la, lb = a1 - a0, b1 - b0
+    m = la if la < lb else lb
+    for k in range(m):
+        x, y = a[a0 + k], b[b0 + k]
+        if x != y:
+            return x > y
+    return la > lb
+
+
 @numba.njit(cache=True)
 def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, ebuf, eoffs, mbuf, moffs,
-                  r_val, r_ach, r_sub, r_rv, r_st, esc, r_sc, dirs,
+                  r_val, r_ach, r_sub, r_rv, r_st, esc, r_sc, dirs, r_src, pre_buf, pre_offs,
                   j_pid, j_kind, j_val, j_ach, j_sub, j_out, j_prev, j_eoffs, j_earena, j_moffs, j_marena,
                   jn, slots, base, heads,
                   prior, prior_pid, prior_val, prior_ach, prior_sub, prior_meta,
@@ -146,7 +169,10 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
     equals event x's). Event x's journal payload (its metadata; on a board
     with subscores, after them) is ``mbuf[moffs[x]:moffs[x + 1]]``; its
     subscores are ``esc[x]``, a row's ``r_sc[p]`` (no columns on a board
-    without subscores), compared in the directions ``dirs``."""
+    without subscores), compared in the directions ``dirs``.
+    latest (pol 3): ``r_src[p]`` is the journal row of the event that is
+    player p's row; when that row is stored (before the tail) and event x
+    ties it on both timestamps, its id is ``pre_buf[pre_offs[x]:pre_offs[x + 1]]``."""
     owned = 0
     changes = 0
     big = np.int64(9223372036854775807)
@@ -212,6 +238,20 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
                 elif pol == 0:
                     better = v > r_val[p] or (v == r_val[p] and _subs_then(esc, x, r_sc, p, dirs, a < r_ach[p]))
                     code, changed = (codes[1], True) if better else (codes[2], False)
+                elif pol == 3:  # the later event: achieved_at, then submitted_at, then the greater id
+                    ra, rs = r_ach[p], r_sub[p]
+                    if a != ra:
+                        newer = a > ra
+                    elif s != rs:
+                        newer = s > rs
+                    else:
+                        r0 = r_src[p]
+                        if r0 >= base:
+                            t = r0 - base
+                            newer = bytes_greater(ebuf, s0, s1, j_earena, j_eoffs[t], j_eoffs[t + 1])
+                        else:
+                            newer = bytes_greater(ebuf, s0, s1, pre_buf, pre_offs[x], pre_offs[x + 1])
+                    code, changed = (codes[1], True) if newer else (codes[2], False)
                 else:
                     better = v < r_val[p] or (v == r_val[p] and _subs_then(esc, x, r_sc, p, dirs, s < r_sub[p]))
                     code, changed = (codes[1], True) if better else (codes[2], False)
@@ -220,6 +260,8 @@ def _apply_kernel(pol, max_time, codes, idx, vals, achs, subs, verdicts, kind, e
                     if dirs is not None:
                         for c in range(len(dirs)):
                             r_sc[p, c] = esc[x, c]
+                    if pol == 3:
+                        r_src[p] = base + jn
         if changed:
             r_rv[p] = 1 if r_st[p] == 0 else r_rv[p] + 1
             r_st[p] = 1
@@ -370,11 +412,14 @@ class Partition:
         self.st = np.zeros(64, np.uint8)
         self.has_meta = np.zeros(64, np.uint8)
         self.meta: dict[int, bytes] = {}
+        self._pol = _POLICY_CODE[policy]
+        # latest boards only (else empty): per player the journal row of the event that is the row
+        self.src = np.full(64 if self._pol == POL_LATEST else 0, -1, np.int64)
+        self._row_columns = ROW_COLUMNS + (("src",) if self._pol == POL_LATEST else ())
         self.index = RankIndex()
         self.journal = Journal() if journal is None else journal
         self.journal.ensure_players(len(self.val))
         self.changes = 0
-        self._pol = _POLICY_CODE[policy]
         self._codes = _codes(policy)
         self._wire_key = key_for(policy)
 
@@ -482,10 +527,11 @@ class Partition:
         out_val = np.zeros(n, np.int64)
         out_ach = np.zeros(n, np.int64)
         prior, pp, pv, pa, ps, pm = self._prior(ebuf, eoffs, verdicts, mbuf, moffs, ids_new)
+        pre_buf, pre_offs = self._stored_row_ids(idx, cols, verdicts)
         jn, owned, changes, _ = _apply_kernel(
             self._pol, self.max_plausible_time_ms, self._codes, idx, _i64(cols.values), _i64(cols.achieved),
             _i64(cols.submitted), verdicts, kind, ebuf, eoffs, mbuf, moffs,
-            self.val, self.ach, self.sub, self.rv, self.st, esc, *self._sd(),
+            self.val, self.ach, self.sub, self.rv, self.st, esc, *self._sd(), self.src, pre_buf, pre_offs,
             j.pid, j.kind, j.val, j.ach, j.sub, j.out, j.prev, j.eoffs, j.earena, j.moffs, j.marena,
             j.n, j.slots, j.base, j.heads,
             prior, pp, pv, pa, ps, pm,
@@ -520,6 +566,34 @@ class Partition:
             for p, x in zip(players[gets].tolist(), last[gets].tolist()):
                 meta[p] = raw[moffs[x]:moffs[x + 1]]
             self.has_meta[players[gets]] = 1
+
+    def _stored_row_ids(self, idx: np.ndarray, cols: ScoreColumns,
+                        verdicts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """latest boards: for each event that ties its player's row on both
+        timestamps while that row's event is stored (before the journal's
+        tail, out of the kernel's reach), the id bytes of the row's event, as
+        an arena and offsets (``n + 1``; an empty slice for the others).
+        Numpy to find them; one stored read per such event (rare: a full
+        timestamp tie with a row older than the tail). Other policies: empty."""
+        n = len(idx)
+        offs = np.zeros(n + 1, np.int64)
+        if self._pol != POL_LATEST or not n:
+            return _NO_META, offs
+        src = self.src[idx]
+        need = ((verdicts == 0) & (self.st[idx] == ST_ACTIVE) & (src >= 0) & (src < self.journal.base)
+                & (self.ach[idx] == _i64(cols.achieved)) & (self.sub[idx] == _i64(cols.submitted)))
+        if not need.any():
+            return _NO_META, offs
+        lens = np.zeros(n, np.int64)
+        raws = {}
+        for x in np.flatnonzero(need).tolist():
+            raws[x] = self.journal.id_bytes(int(src[x]))
+            lens[x] = len(raws[x])
+        offs[1:] = np.cumsum(lens)
+        buf = np.zeros(int(offs[-1]), np.uint8)
+        for x, raw in raws.items():
+            buf[offs[x]:offs[x + 1]] = np.frombuffer(raw, np.uint8)
+        return buf, offs
 
     def _prior(self, ebuf: np.ndarray, eoffs: np.ndarray, verdicts: np.ndarray, mbuf: np.ndarray,
                moffs: np.ndarray, ids_new: bool = False) -> tuple:
@@ -578,7 +652,7 @@ class Partition:
             size = len(self.val)
             while n > size:
                 size += size // 4 + 64  # 1.25x: at most a quarter of the rows allocated ahead
-            for name in ("val", "ach", "sub", "rv", "st", "has_meta"):
+            for name in self._row_columns + ("has_meta",):
                 a = getattr(self, name)
                 b = np.zeros(size, a.dtype)
                 b[: len(a)] = a
@@ -637,18 +711,21 @@ class Partition:
         if audit != INVALIDATED:
             return Invalidation(self._row(p), None, audit == _OUT_OF_RANGE)
         j.invalid.add(r)
-        change = self._after_invalidation(p, v, a, s, subs)
+        change = self._after_invalidation(p, r, v, a, s, subs)
         return Invalidation(self._row(p), change, False)
 
-    def _after_invalidation(self, p: int, v: int, a: int, s: int,
+    def _after_invalidation(self, p: int, r: int, v: int, a: int, s: int,
                             subs: tuple[int, ...] | None = None) -> RowChange | None:
-        """The row once an applied event (content v, a, s) of player p is
+        """The row once an applied event (journal row r, content v, a, s) of player p is
         invalid, reading no more of the player's events than needed: the
         result is always the full recompute's.
 
         * best / fastest: the row is the content of the best valid event; when
           the invalidated event's content differs, that event is still valid
           and still the best: nothing changes (no read at all).
+        * latest: the row is the latest valid event; when the invalidated
+          event is not the row's (``src``, exact even between events of equal
+          content), nothing changes.
         * cumulative: the row is (sum of the valid deltas, their latest
           achieved_at, the newest one's submitted_at). The sum loses ``v``;
           when ``a`` was not the latest achieved_at the latest stays; the
@@ -657,6 +734,8 @@ class Partition:
         recompute, O(the player's events)."""
         if self.st[p] != ST_ACTIVE:
             return self._recompute(p)
+        if self._pol == POL_LATEST:
+            return None if r != int(self.src[p]) else self._recompute(p)
         if self._pol != 1:
             if (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) != (v, a, s):
                 return None
@@ -685,6 +764,10 @@ class Partition:
         if self._pol == 1:
             return self._set_row(p, (sum(c[0] for c in cand), max(c[1] for c in cand), cand[-1][2]),
                                  j.meta_bytes(cand[-1][3]))
+        if self._pol == POL_LATEST:  # the latest valid event (policy.latest_order, on the ids' UTF-8 bytes)
+            last = max(cand, key=lambda c: (c[1], c[2], j.id_bytes(c[3])))
+            self.src[p] = last[3]  # before _set_row: it may find the content unchanged
+            return self._set_row(p, last[:3], j.meta_bytes(last[3]))
         pid = self.players.id_of(p)
         if self.k:
             key, split = self._key, self._split
@@ -963,7 +1046,8 @@ class Partition:
         """Bytes of the per-player state: ids, rows and the rank index."""
         n = len(self.players)
         meta = sum(len(m) + 80 for m in self.meta.values())  # bytes object + dict slot, only rows with metadata
-        return (self.players.nbytes() + n * (8 * 3 + 4 + 1 + 1 + 8 + 8 * self.k) + self.index.nbytes()
+        src = 8 if self._pol == POL_LATEST else 0  # latest: the journal row of each row's event
+        return (self.players.nbytes() + n * (8 * 3 + 4 + 1 + 1 + 8 + src + 8 * self.k) + self.index.nbytes()
                 + meta)  # + journal head; + the subscores' own 8 bytes each
 
     # --------------------------------------------------------------- snapshots
@@ -974,7 +1058,7 @@ class Partition:
         return {
             "format": PARTITION_STATE_FORMAT,
             "players": self.players.to_state(),
-            "rows": {name: getattr(self, name)[:n].tobytes() for name in ("val", "ach", "sub", "rv", "st")},
+            "rows": {name: getattr(self, name)[:n].tobytes() for name in self._row_columns},
             "journal": self.journal.to_state(),
             "changes": self.changes,
             "meta": self._meta_state(),
@@ -1001,7 +1085,7 @@ class Partition:
         p.players = PlayerTable.from_state(state["players"])
         n = len(p.players)
         p._reserve_rows(n)
-        for name in ("val", "ach", "sub", "rv", "st"):
+        for name in p._row_columns:  # src (latest boards) from format 4, the first with latest boards
             a = getattr(p, name)
             a[:n] = np.frombuffer(state["rows"][name], a.dtype)
         if p.k:
@@ -1053,5 +1137,13 @@ class Partition:
         assert set(np.flatnonzero(self.has_meta[:n]).tolist()) == set(self.meta), "has_meta disagrees with meta"
         assert all(self.meta.values()), "an empty metadata entry"
         assert self.changes >= 0
+        if self._pol == POL_LATEST:  # each row is its latest valid event, and src names that event's row
+            for p in np.flatnonzero(self.st[:n] == ST_ACTIVE).tolist():
+                cand = [r for r in j.rows_of(p) if j.record(r)[1] != KIND_INVALIDATION
+                        and j.record(r)[2] in _CANDIDATE_SET and r not in j.invalid]
+                last = max(cand, key=lambda r: (j.record(r)[4], j.record(r)[5], j.id_bytes(r)))
+                assert int(self.src[p]) == last, "src is not the latest valid event"
+                _, _, _, v, a, s, _ = j.record(last)
+                assert (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == (v, a, s), "row != its src event"
 
 

@@ -5,8 +5,10 @@ player's own row, the counts (or windows) for the key the player had when
 last read; the row read then confirms the guess, and a wrong or missing guess
 costs a second round, never a wrong answer (docs/http.md, "The hot path").
 So the table may forget players and even confuse them: it is direct-mapped
-by a 64-bit hash of (board, player), three int64 columns sized once at
-creation. No Python object per player, and its memory does not grow as more
+by a 64-bit hash of (board, player) (XXH3-128 of the player id seeded by the
+board, low 64 bits), three int64 columns sized once at creation. Writes fill
+it too (:meth:`RankKeyCache.put_many`, from every acknowledged change's new
+key), so a player's first rank read after a write takes one round. No Python object per player, and its memory does not grow as more
 players are read (an ``OrderedDict`` LRU took ~430 B per player and filled
 for the whole of the soak run, docs/performance.md).
 
@@ -19,10 +21,19 @@ True
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import xxhash
 
+from engine.players import encode_ids
+from engine.xxh3 import MAX_SHORT, xxh3_128_many
+
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _board_seed(board_id: str) -> int:
+    return xxhash.xxh3_64_intdigest(board_id.encode("utf-8", "surrogatepass"))
 
 
 class RankKeyCache:
@@ -37,8 +48,30 @@ class RankKeyCache:
         self.secondary = np.zeros(size, np.int64)
 
     def _where(self, board_id: str, player_id: str) -> tuple[int, int]:
-        h = xxhash.xxh3_64_intdigest(board_id.encode() + b"\0" + player_id.encode("utf-8", "surrogatepass")) | 1
+        raw = player_id.encode("utf-8", "surrogatepass")
+        h = (xxhash.xxh3_128_intdigest(raw, _board_seed(board_id)) & 0xFFFFFFFFFFFFFFFF) | 1
         return h & self.mask, h
+
+    def put_many(self, board_id: str, player_ids: Sequence[str], primary: np.ndarray, secondary: np.ndarray) -> None:
+        """``put`` of many players' keys ``[primary[i], secondary[i], player_ids[i]]``
+        in a few numpy passes (the ids hashed in one numba pass): where a
+        player or a slot comes more than once, the last one stays. The
+        caller leaves out keys that are not two int64. O(k)."""
+        k = len(player_ids)
+        if not k:
+            return
+        buf, offs = encode_ids(player_ids)
+        seed = _board_seed(board_id)
+        lo, _, long = xxh3_128_many(buf, offs, seed)
+        if long:
+            for x in np.flatnonzero(np.diff(offs) > MAX_SHORT).tolist():
+                lo[x] = xxhash.xxh3_128_intdigest(buf[offs[x]:offs[x + 1]].tobytes(), seed) & 0xFFFFFFFFFFFFFFFF
+        tags = lo | np.uint64(1)
+        slots = (tags & np.uint64(self.mask)).astype(np.int64)
+        last = k - 1 - np.unique(slots[::-1], return_index=True)[1]  # the last put to each slot
+        fits = np.asarray(primary)[last], np.asarray(secondary)[last]
+        self.tags[slots[last]] = tags[last]
+        self.primary[slots[last]], self.secondary[slots[last]] = fits
 
     def get(self, board_id: str, player_id: str) -> list | None:
         """The last key remembered for the player (``[primary, secondary,

@@ -37,7 +37,7 @@ from typing import Awaitable, Callable
 
 from engine import records as R
 from engine import wire as W
-from engine.board_control import BoardRegistry, RouterConfig
+from engine.registry import BoardRegistry, RouterConfig
 from engine.fanout import ReadFanOut
 from engine.model import BoardState, Page, PlayerView
 from engine.version_table import VersionTable
@@ -74,12 +74,19 @@ class ReadReplica:
             fut.add_done_callback(lambda _: self._learning.pop(board_id, None))
         return await asyncio.shield(fut)
 
+    def counts_attempts(self, board_id: str) -> bool:
+        """The board's player views carry ``attempts`` (docs/api.md §16): the
+        host's router counts them, so its player reads are the host's to answer."""
+        ctl = self.fanout.boards.get(board_id)
+        return ctl is not None and ctl.spec.entry is not None and ctl.spec.entry.max_attempts is not None
+
     async def _learn(self, board_id: str) -> bool:
         got = await self.lookup(board_id)
         if got is None:
             return False  # unknown now; it may be created later: ask again next time
         rec, state, where = got
-        if BoardState(state) is BoardState.ARCHIVED:
+        if BoardState(state) is BoardState.ARCHIVED or R.parse(rec).kind == R.SERIES:
+            # archived, or a series (its reads answer from the instance of the host's current window)
             self._host_only.add(board_id)
             return False
         if board_id not in self._host_only:

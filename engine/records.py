@@ -24,12 +24,26 @@ import numpy as np
 from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
 from engine.formats import LOG_FORMAT
-from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
+from engine.entry import ENTRY_CODES, ENTRY_OUTCOMES
+from engine.windows import Recurrence
 
 BOARD, STATE, SCORE, SCORES, INVALIDATE, DECIDE = "B", "T", "S", "C", "I", "D"
 BOARD2 = "K"
-#: Either board-creation kind (``K`` followed ``B`` in log format 2).
-BOARD_KINDS = frozenset({BOARD, BOARD2, "U"})  # "U": BOARD_SUBS, below
+#: A series board (docs/api.md §15): ``K`` plus its recurrence; written only for a board that has one.
+SERIES = "R"
+#: A board with options (docs/api.md §16): ``R``'s fields (recurrence nil for none), then a map of
+#: options; written only for a board that has one (today: ``entry``), so other boards' records are unchanged.
+OPTIONS_BOARD = "O"
+#: One window's board of a series (docs/api.md §15): ``K`` plus its series and window.
+INSTANCE = "W"
+#: Every board-creation kind (``K`` followed ``B`` in log format 2; ``R`` is ``K`` with a recurrence, ``W`` with
+#: a series and window, ``O`` with options, ``U`` with subscores).
+BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, INSTANCE, OPTIONS_BOARD, "U"})  # "U": BOARD_SUBS, below
+#: A player joined a competition (docs/api.md §16): their 0-based position in the order of joining.
+JOIN = "J"
+#: The score records of one submission that fans out to several boards (docs/api.md §15), as one record.
+GROUP = "G"
 SCORES_META, DECIDE_META = "M", "E"
 #: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
 SCORE_BATCHES = (SCORES, SCORES_META, "N")  # "N": SCORES_SUBS, below
@@ -63,6 +77,30 @@ KINDS: dict[str, RecordKind] = {
                                            "closes_at", "finalize_after_s"),
                        "board created, as B plus its season schedule: closes_at None or epoch ms, "
                        "finalize_after_s an int >= 0"),
+    SERIES: RecordKind("series board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                        "closes_at", "finalize_after_s", "recurrence"),
+                       "a recurring board (a series of time windows, docs/api.md §15): the fields of K, then its "
+                       "recurrence as a map {every, timezone, at, keep} (Recurrence.to_json, keys in that order). "
+                       "Written only for a board that has a recurrence, so logs without series are unchanged"),
+    OPTIONS_BOARD: RecordKind("options board", ("board_id", "policy", "shards", "max_plausible_time_ms",
+                                                "review_above", "closes_at", "finalize_after_s", "recurrence",
+                                                "options"),
+                              "a board with options: the fields of R (recurrence nil for none), then a map of "
+                              "options whose keys a reader must all know (else UnsupportedFormat): \"entry\" "
+                              "{join_required, max_players, max_attempts} in that key order (docs/api.md §16). "
+                              "Written only for a board that has an option, so other boards' records are unchanged"),
+    JOIN: RecordKind("join", ("board_id", "player_id", "position"),
+                     "a player joined a competition (docs/api.md §16) at this 0-based position in the order of "
+                     "joining; logged once per player and board, changes no board version"),
+    INSTANCE: RecordKind("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                            "closes_at", "finalize_after_s", "series", "starts_at", "ends_at"),
+                         "one window's board of a series (docs/api.md §15): the fields of K (closes_at is the "
+                         "window's end), then the series' board id and the window's start and end (epoch ms)"),
+    GROUP: RecordKind("score group", ("parts",),
+                      "the score records of one submission whose events fan out to several boards (docs/api.md "
+                      "§15), as one frame so that a torn tail keeps all of them or none: a list of C / M records "
+                      "(each as its own list), at most one per board partition. A dead letter names a row of a "
+                      "group by its index counted across the parts in order"),
     STATE: RecordKind("state", ("board_id", "state"),
                       "season state change to a BoardState value; its offset is the freeze position"),
     SCORES: RecordKind("scores", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved",
@@ -146,6 +184,71 @@ class SubscoresBoardRecord(NamedTuple):
     closes_at: int | None
     finalize_after_s: int
     subscores: list
+
+
+class SeriesBoardRecord(NamedTuple):
+    """``R``: a series board created: ``K`` plus its recurrence."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    recurrence: dict  # Recurrence.to_json()
+
+
+class OptionsBoardRecord(NamedTuple):
+    """``O``: a board created with options (``R``'s fields, then the options map)."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    recurrence: dict | None  # Recurrence.to_json(), or None
+    options: dict  # {"entry": EntrySpec.to_json()}
+
+
+class JoinRecord(NamedTuple):
+    """``J``: a player joined a competition."""
+
+    kind: str
+    board_id: str
+    player_id: str
+    position: int
+
+
+class InstanceBoardRecord(NamedTuple):
+    """``W``: a series' instance board created: ``K`` plus its series and window."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    series: str
+    starts_at: int
+    ends_at: int
+
+
+class GroupRecord(NamedTuple):
+    """``G``: the score records (``C`` / ``M``) of one fanned-out submission, as one record."""
+
+    kind: str
+    parts: list
+
+    @property
+    def board_id(self) -> None:  # a group concerns several boards (boards_of names them)
+        return None
 
 
 class StateRecord(NamedTuple):
@@ -290,18 +393,21 @@ class DeadLetterRecord(NamedTuple):
 #: exactly ``KINDS[kind].fields``. msgpack packs a tuple as an array, so writing one
 #: of these gives the same bytes as the list it replaced (tests/engine/test_records.py).
 TYPES: dict[str, type] = {
-    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, STATE: StateRecord, SCORES: ScoresRecord,
+    BOARD: BoardRecord, BOARD2: ScheduledBoardRecord, SERIES: SeriesBoardRecord, INSTANCE: InstanceBoardRecord,
+    GROUP: GroupRecord, STATE: StateRecord, SCORES: ScoresRecord,
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, BOARD_SUBS: SubscoresBoardRecord,
     SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
+    OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
 assert set(TYPES) == set(KINDS), "every kind needs a record type"
 
-Record = (BoardRecord | ScheduledBoardRecord | StateRecord | ScoresRecord | ScoresMetaRecord | ScoreRecord
-          | InvalidationRecord | DecisionRecord | DecisionMetaRecord | DeadLetterRecord | SubscoresBoardRecord
-          | ScoresSubsRecord | DecisionSubsRecord)
+Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
+          | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
+          | DeadLetterRecord | OptionsBoardRecord | JoinRecord | SubscoresBoardRecord | ScoresSubsRecord
+          | DecisionSubsRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -326,8 +432,11 @@ CODE = {
     Outcome.REJECTED_INVALID_TIMING: 7, Outcome.DUPLICATE_IGNORED: 8, Outcome.REJECTED_EVENT_ID_CONFLICT: 9,
     Outcome.HELD_FOR_CORRECTION: 10, Outcome.HELD_FOR_REVIEW: 11, Outcome.REJECTED_UNKNOWN_SEASON: 12,
     Outcome.DEAD_LETTERED: 13, Outcome.REJECTED_TOTAL_OUT_OF_RANGE: 14,
+    Outcome.APPLIED_LATEST: 15, Outcome.REJECTED_NOT_LATEST: 16,  # log format 5
+    Outcome.REJECTED_NOT_JOINED: 17, Outcome.REJECTED_BOARD_FULL: 18, Outcome.REJECTED_MAX_ATTEMPTS: 19,
 }
 assert set(CODE) == set(Outcome), "every outcome needs a code"
+assert tuple(CODE[o] for o in ENTRY_OUTCOMES) == ENTRY_CODES, "engine.entry repeats the entry codes"
 _BY_CODE = {c: o for o, c in CODE.items()}
 APPLY = 0
 
@@ -355,6 +464,11 @@ def check_kind(offset: int, rec) -> None:
             f"(kinds {''.join(KINDS)}); it was written by a newer FlowRank or is damaged")
 
 
+def correction_id(event_id: str, n: int) -> str:
+    """The id of a board's ``n``-th correction (1-based), which invalidates ``event_id``."""
+    return f"correction:{event_id}:{n}"
+
+
 def decide_record(board_id: str, event_id: str, decision: str, reason, moderator,
                   held) -> DecisionRecord | DecisionMetaRecord | DecisionSubsRecord:
     """The log record of a quarantine decision on ``held`` (a HeldEvent):
@@ -377,27 +491,61 @@ def decided_event(rec) -> ScoreEvent:
                       tuple(rec.subscores) if isinstance(rec, DecisionSubsRecord) else ())
 
 
-def board_record(spec: BoardSpec) -> ScheduledBoardRecord | SubscoresBoardRecord:
-    """``U`` for a board with subscores, else ``K``."""
+def board_record(spec: BoardSpec) -> (ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | OptionsBoardRecord
+                                      | SubscoresBoardRecord):
+    """The record that creates ``spec``'s board: ``U`` for a board with
+    subscores, ``O`` for a board with an option (entry rules), else ``R`` for a
+    series (a spec with a recurrence), ``W`` for an instance of one (a spec
+    with a series), else ``K`` (the same bytes as before any of them existed).
+    Board creation refuses the combinations no record holds yet (subscores
+    with a recurrence or entry rules, entry rules on a recurring board)."""
+    fields = (spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
+              spec.closes_at, spec.finalize_after_s)
     if spec.subscores:
-        return SubscoresBoardRecord(BOARD_SUBS, spec.board_id, spec.policy.value, spec.shards,
-                                    spec.max_plausible_time_ms, spec.review_above, spec.closes_at,
-                                    spec.finalize_after_s, list(spec.subscores))
-    return ScheduledBoardRecord(BOARD2, spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms,
-                                spec.review_above, spec.closes_at, spec.finalize_after_s)
+        return SubscoresBoardRecord(BOARD_SUBS, *fields, list(spec.subscores))
+    if spec.entry is not None:
+        return OptionsBoardRecord(OPTIONS_BOARD, *fields,
+                                  None if spec.recurrence is None else spec.recurrence.to_json(),
+                                  {"entry": spec.entry.to_json()})
+    if spec.recurrence is not None:
+        return SeriesBoardRecord(SERIES, *fields, spec.recurrence.to_json())
+    if spec.series is not None and spec.window is not None:
+        return InstanceBoardRecord(INSTANCE, *fields, spec.series, spec.window[0], spec.window[1])
+    return ScheduledBoardRecord(BOARD2, *fields)
 
 
 def spec_of(rec) -> BoardSpec:
-    """The spec of a ``K`` record, or of an older ``B`` one (no schedule:
-    ``closes_at`` None, the default ``finalize_after_s``)."""
+    """The spec of an ``O``, ``R`` or ``K`` record, or of an older ``B`` one (no
+    schedule: ``closes_at`` None, the default ``finalize_after_s``). An ``O``
+    record with an option this version does not know is refused
+    (UnsupportedFormat), never read without it."""
     rec = parse(rec)
     if isinstance(rec, SubscoresBoardRecord):
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
-                         rec.closes_at, rec.finalize_after_s, tuple(rec.subscores))
-    if isinstance(rec, ScheduledBoardRecord):
+                         rec.closes_at, rec.finalize_after_s, subscores=tuple(rec.subscores))
+    if isinstance(rec, InstanceBoardRecord):
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
-                         rec.closes_at, rec.finalize_after_s)
+                         rec.closes_at, rec.finalize_after_s, series=rec.series, window=(rec.starts_at, rec.ends_at))
+    if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord, OptionsBoardRecord)):
+        raw = rec.recurrence if isinstance(rec, (SeriesBoardRecord, OptionsBoardRecord)) else None
+        recurrence = Recurrence.parse(raw) if raw is not None else None
+        entry = _entry_of(rec.board_id, rec.options) if isinstance(rec, OptionsBoardRecord) else None
+        return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
+                         rec.closes_at, rec.finalize_after_s, recurrence, entry)
     return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above)
+
+
+def _entry_of(board_id: str, options: dict) -> EntrySpec | None:
+    unknown = set(options) - {"entry"}
+    if unknown:
+        raise UnsupportedFormat(f"board {board_id!r} has options {sorted(unknown)} that this FlowRank version does "
+                                "not know; it was written by a newer FlowRank")
+    raw = options.get("entry")
+    return None if raw is None else EntrySpec(bool(raw["join_required"]), raw["max_players"], raw["max_attempts"])
+
+
+def join_record(board_id: str, player_id: str, position: int) -> JoinRecord:
+    return JoinRecord(JOIN, board_id, player_id, position)
 
 
 def score_record(ev: ScoreEvent, verdict: Outcome | None) -> ScoreRecord:
@@ -448,11 +596,43 @@ def columns_of(rec) -> tuple[ScoreColumns, np.ndarray]:
             np.frombuffer(rec.verdicts, np.uint8).copy())
 
 
+def group_record(parts: list) -> GroupRecord:
+    """One ``G`` record holding the score records ``parts`` (each ``C`` / ``M``)."""
+    return GroupRecord(GROUP, [list(p) for p in parts])
+
+
+def group_parts(rec) -> list:
+    """The ``C`` / ``M`` records of a ``G`` record, parsed, in order."""
+    return [parse(p) for p in parse(rec).parts]
+
+
+def score_parts(rec) -> list:
+    """The columnar score records a record holds: itself (``C`` / ``M``), its
+    parts (``G``), else none."""
+    rec = parse(rec)
+    if rec.kind in SCORE_BATCHES:
+        return [rec]
+    if rec.kind == GROUP:
+        return group_parts(rec)
+    return []
+
+
+def boards_of(rec) -> list[str]:
+    """The boards a record concerns (a group's: every part's board)."""
+    rec = parse(rec)
+    if rec.kind == GROUP:
+        return list(dict.fromkeys(p.board_id for p in group_parts(rec)))
+    return [rec.board_id] if isinstance(rec.board_id, str) else []
+
+
 def logged_events(rec) -> Iterator[tuple[ScoreEvent, int]]:
     """Every score event a record holds with its verdict code, in log order
-    (either record kind; none for other records)."""
+    (either record kind, and a group's parts; none for other records)."""
     rec = parse(rec)
-    if isinstance(rec, ScoreRecord):
+    if isinstance(rec, GroupRecord):
+        for part in group_parts(rec):
+            yield from logged_events(part)
+    elif isinstance(rec, ScoreRecord):
         yield event_of(rec), rec.verdict
     elif isinstance(rec, (ScoresRecord, ScoresMetaRecord, ScoresSubsRecord)):
         cols, verdicts = columns_of(rec)

@@ -12,6 +12,7 @@ reads a clock or a setting that could make two replays of the same log differ.
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from engine import records as R
 from engine.formats import SHARD_STATE_FORMAT, state_format
@@ -21,12 +22,24 @@ from engine.shard import ShardCore
 log = logging.getLogger("flowrank.recovery")
 
 
+class Recovered(NamedTuple):
+    """A recovered shard and how many log records its replay applied."""
+
+    core: ShardCore
+    replayed: int
+
+
 def recover_shard(index: int, n_actors: int, event_log, store, journals: JournalPlace = JournalPlace(),
-                  dead: "DeadLetterIndex | None" = None) -> ShardCore:
-    """A ShardCore for shard ``index`` of ``n_actors`` at the log's end.
-    A snapshot whose journal files are gone is set aside: the whole log is
-    replayed instead (which writes the journals again). ``dead``: the log's
-    dead letters, shared by the shards of one recovery (default: scanned here)."""
+                  dead: "DeadLetterIndex | None" = None) -> Recovered:
+    """A ShardCore for shard ``index`` of ``n_actors`` at the log's end: the
+    one recovery path of every shard, in this process (the local service) or
+    in a Ray shard actor (over the log server's view of the log and the
+    snapshots, :mod:`engine.cluster.actors`). A snapshot whose journal files
+    are gone is set aside: the whole log is replayed instead (which writes the
+    journals again). ``event_log``: ``read_from(offset)`` yields ``(offset,
+    record)``; ``store``: ``load_latest(name)`` gives ``(offset, state)`` or
+    None; ``dead``: the log's dead letters (``since(offset)``), shared by the
+    shards of one recovery (default: scanned here)."""
     name = f"shard-{index}"
     snap = store.load_latest(name)
     core = None
@@ -47,7 +60,7 @@ def recover_shard(index: int, n_actors: int, event_log, store, journals: Journal
              index, start - 1, applied, len(skip))
     if log.isEnabledFor(logging.DEBUG):  # O(rows) of hashing: as long as the replay itself on a big board
         log.debug("shard %d checksum after recovery %032x", index, core.checksum_of_state() & ((1 << 128) - 1))
-    return core
+    return Recovered(core, applied)
 
 
 class DeadLetterIndex:

@@ -27,11 +27,13 @@ Pure asyncio: the transport is a :class:`Channel`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections import Counter
 from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
 
+from engine.client import forward
 from engine.engine_host import Call, Feed, dumps, loads
 from engine.errors import FlowRankError, Overloaded
 from engine.model import Delta
@@ -52,6 +54,7 @@ class Channel(Protocol):
     async def feed(self, gateway: str, after: int, timeout_s: float) -> bytes: ...
 
 
+@forward(lambda self, name: functools.partial(self._call, name))
 class RemoteEngine:
     """``replica_transport``: the shard transport of the engine's shard actors
     (the same actors, in the same order): hot reads then go straight to them
@@ -122,27 +125,8 @@ class RemoteEngine:
                 fut.set_exception(value)
 
     # ------------------------------------------------------------ the engine's methods
-
-    def create_board(self, spec):
-        return self._call("create_board", spec)
-
-    def list_boards(self):
-        return self._call("list_boards")
-
-    def board(self, board_id: str):
-        return self._call("board", board_id)
-
-    def set_state(self, board_id: str, state):
-        return self._call("set_state", board_id, state)
-
-    def next_season(self, board_id: str, season: str, closes_at: int | None, finalize_after_s: int | None = None):
-        return self._call("next_season", board_id, season, closes_at, finalize_after_s)
-
-    def submit(self, events: Sequence):
-        return self._call("submit", list(events))
-
-    def submit_columns(self, batch):
-        return self._call("submit_columns", batch)
+    # Every engine.client.FORWARDED operation not defined here goes to the host as a Call (@forward);
+    # reads a replica in this process can answer are tried there first.
 
     async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None, ties: bool = False):
         if self.replica is not None and await self.replica.serves(board_id):
@@ -152,12 +136,10 @@ class RemoteEngine:
         return await self._call("top", board_id, offset, limit, at_version, ties)
 
     async def player(self, board_id: str, player_id: str, ties: bool = False):
-        if self.replica is not None and await self.replica.serves(board_id):
+        if self.replica is not None and await self.replica.serves(board_id) and \
+                not self.replica.counts_attempts(board_id):
             return await self.replica.player(board_id, player_id, ties)
         return await self._call("player", board_id, player_id, ties)
-
-    def approximate_player(self, board_id: str, player_id: str):
-        return self._call("approximate_player", board_id, player_id)
 
     async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False):
         if self.replica is not None and await self.replica.serves(board_id):
@@ -168,25 +150,6 @@ class RemoteEngine:
         if self.replica is not None and await self.replica.serves(board_id):
             return await self.replica.ranked_subset(board_id, list(player_ids), ties)
         return await self._call("ranked_subset", board_id, list(player_ids), ties)
-
-    def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
-                cursor: tuple[int, int] | None = None, deltas_only: bool = False, ties: bool = False):
-        return self._call("changes", board_id, since_version, limit, cursor, deltas_only, ties)
-
-    def quarantine(self, board_id: str):
-        return self._call("quarantine", board_id)
-
-    def decide(self, decision):
-        return self._call("decide", decision)
-
-    def invalidate(self, invalidation):
-        return self._call("invalidate", invalidation)
-
-    def history(self, board_id: str, player_id: str):
-        return self._call("history", board_id, player_id)
-
-    def checksum(self, board_id: str):
-        return self._call("checksum", board_id)
 
     async def ready(self) -> bool:
         try:

@@ -1,8 +1,10 @@
 """The router: one object that fronts every shard actor, made of three parts.
 
 * :mod:`engine.sequencer` (:class:`~engine.sequencer.Sequencer`): ingest
-  sequencing. Board-wide admission in log order, the durable append (before
-  any acknowledgement), one apply call per shard actor per cycle carrying the
+  sequencing. Each submission decided in log order (:mod:`engine.decide`,
+  pure), the durable append (before any acknowledgement), each record folded
+  into the registry (:meth:`engine.registry.BoardRegistry.apply`, the same
+  fold recovery runs), one apply call per shard actor per cycle carrying the
   cycle's log offsets, outcomes and versions assembled in log order, dead
   letters.
 * :mod:`engine.fanout` (:class:`~engine.fanout.ReadFanOut`): every board read.
@@ -10,8 +12,11 @@
   consistent cuts, and merge with the comparator (:mod:`engine.ranking`);
   pinned views; archived boards from their archive.
 * :mod:`engine.board_control` (:class:`~engine.board_control.BoardControl`):
-  the board registry they share, board creation, seasons and state changes,
-  the season timer, archiving, and the registry's recovery and snapshots.
+  board creation, seasons and state changes, the season timer, archiving, and
+  the registry's snapshots.
+
+All three share one :mod:`engine.registry` (boards, their admission state,
+the cut lock), which none of them owns.
 
 They talk to the shard actors (in-process partitions or Ray actors, behind a
 :class:`~engine.wire.ShardTransport`) in the named records of
@@ -32,8 +37,10 @@ import time
 from typing import Callable
 
 from engine import records as R
-from engine.board_control import BoardControl, BoardCtl, BoardRegistry, RouterConfig, epoch_ms
-from engine.fanout import CutLock, ReadFanOut, TurnBatcher
+from engine.board_control import BoardControl, epoch_ms
+from engine.client import FORWARDED
+from engine.fanout import ReadFanOut, TurnBatcher
+from engine.registry import BoardCtl, BoardRegistry, CutLock, RouterConfig
 from engine.log.archives import ArchiveStore
 from engine.sequencer import LogPort, Sequencer, results_of
 from engine.wire import ShardTransport
@@ -58,6 +65,8 @@ class Router:
         self.sequencer = seq = Sequencer(transport, log_port, self.registry, fan.cut, clock)
         self.control = ctl = BoardControl(self.registry, seq, fan, archives, wall_clock)
         seq.resync = ctl.sync_versions
+        # one wall clock: the season timer's, decide's and the reads' (series windows)
+        seq.wall_clock = fan.wall_clock = lambda: ctl.wall_clock()
         self._tasks: list[asyncio.Task] = []
 
         # Shared state (the same objects the parts hold).
@@ -67,21 +76,15 @@ class Router:
         self.listeners, self.hooks, self.version_hooks = seq.listeners, seq.hooks, seq.version_hooks
         self.metrics, self.histograms = seq.metrics, seq.histograms
 
-        # Writes and the sequencer's state.
-        self.submit, self.submit_columns, self.decide, self.invalidate = (
-            seq.submit, seq.submit_columns, seq.decide, seq.invalidate)
+        # The engine's API (engine.client.FORWARDED): each operation is the method of that name of the
+        # part that owns it; the export stream too.
+        for name in (*FORWARDED, "export"):
+            setattr(self, name, next(getattr(p, name) for p in (seq, ctl, fan) if hasattr(p, name)))
+        # The sequencer's state; board control's schedule and recovery.
         self.sequencing, self.accepting_writes, self.queue_depth = seq.sequencing, seq.accepting_writes, seq.queue_depth
-        # Board control: lifecycle, schedule, recovery.
-        self.create_board, self.next_season, self.set_state = ctl.create_board, ctl.next_season, ctl.set_state
         self.close_due, self.wake_season_timer = ctl.close_due, ctl.wake_season_timer
         self.to_state, self.load_state, self.sync_versions = ctl.to_state, ctl.load_state, ctl.sync_versions
         self.finish_archiving = ctl.finish_archiving
-        # Reads.
-        self.list_boards, self.board, self.top, self.player = fan.list_boards, fan.board, fan.top, fan.player
-        self.approximate_player, self.around, self.ranked_subset = (
-            fan.approximate_player, fan.around, fan.ranked_subset)
-        self.changes, self.export, self.quarantine = fan.changes, fan.export, fan.quarantine
-        self.history, self.checksum = fan.history, fan.checksum
 
     @property
     def log_offset(self) -> int:
@@ -97,15 +100,15 @@ class Router:
 
     async def stop(self) -> None:
         await self.drain()
-        for t in self._tasks:
+        tasks = self._tasks + ([self.control.keeping] if self.control.keeping is not None else [])
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def fold(self, offset: int, rec) -> None:
-        """Replay one log record into router state (recovery; no I/O)."""
-        rec = R.parse(rec, offset)
-        self.control.fold(offset, rec)
-        self.sequencer.fold(rec)
+        """Replay one log record into router state (recovery; no I/O): the
+        registry's one fold, the same the sequencer applies each durable record with."""
+        self.registry.apply(offset, R.parse(rec, offset))
 
     def subscribe(self, listener) -> Callable[[], None]:
         """Call ``listener(board_id, deltas)`` after every cycle that changed a board; returns the unsubscribe."""

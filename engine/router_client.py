@@ -1,9 +1,10 @@
-"""``RouterClient``: the EngineClient methods every router-backed engine shares.
+"""``RouterClient``: what every router-backed engine shares.
 
 :class:`engine.service.LocalService` (shards in this process) and
 :class:`engine.cluster.ClusterEngine` (shards in Ray actors) differ only in
 how they build the router's transport and log, and how they snapshot; the
-public methods forward to :class:`engine.router.Router` here, once.
+engine's operations go to :class:`engine.router.Router` through the one
+forwarder (:func:`engine.client.forward`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from typing import Sequence
 
 from engine.columns import ScoreBatch
 from engine.histogram import Histogram
-from engine.model import BoardSpec, BoardState, Invalidation, QuarantineDecision, ScoreEvent
+from engine.client import forward
+from engine.recovery import recover_router
+from engine.model import ScoreEvent
 from engine.router import Router
 
 log = logging.getLogger("flowrank.service")
 
 
+@forward(lambda self, name: getattr(self.router, name))
 class RouterClient:
     router: Router
     snapshot_every_events: int = 1_000_000
@@ -34,17 +38,7 @@ class RouterClient:
         self.snapshot_pause_histogram = Histogram()
         self._snapshot_task = asyncio.ensure_future(self._snapshot_loop())
 
-    # --------------------------------------------------------------- writes
-
-    async def create_board(self, spec: BoardSpec):
-        return await self.router.create_board(spec)
-
-    async def set_state(self, board_id: str, state: BoardState):
-        return await self.router.set_state(board_id, state)
-
-    async def next_season(self, board_id: str, season: str, closes_at: int | None,
-                          finalize_after_s: int | None = None):
-        return await self.router.next_season(board_id, season, closes_at, finalize_after_s)
+    # ---------------------------------------- the engine's API: forwarded to the router (engine.client.forward)
 
     async def submit(self, events: Sequence[ScoreEvent]):
         results = await self.router.submit(events)
@@ -56,50 +50,8 @@ class RouterClient:
         self._events_since_snapshot += len(batch)
         return result
 
-    async def decide(self, decision: QuarantineDecision):
-        return await self.router.decide(decision)
-
-    async def invalidate(self, invalidation: Invalidation):
-        return await self.router.invalidate(invalidation)
-
-    # ---------------------------------------------------------------- reads
-
-    async def list_boards(self):
-        return await self.router.list_boards()
-
-    async def board(self, board_id: str):
-        return await self.router.board(board_id)
-
-    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None, ties: bool = False):
-        return await self.router.top(board_id, offset, limit, at_version, ties)
-
-    async def player(self, board_id: str, player_id: str, ties: bool = False):
-        return await self.router.player(board_id, player_id, ties)
-
-    async def approximate_player(self, board_id: str, player_id: str):
-        return await self.router.approximate_player(board_id, player_id)
-
-    async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False):
-        return await self.router.around(board_id, player_id, radius, ties)
-
-    async def ranked_subset(self, board_id: str, player_ids, ties: bool = False):
-        return await self.router.ranked_subset(board_id, player_ids, ties)
-
-    async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
-                      cursor: tuple[int, int] | None = None, deltas_only: bool = False, ties: bool = False):
-        return await self.router.changes(board_id, since_version, limit, cursor, deltas_only, ties)
-
     def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False):
         return self.router.export(board_id, page_rows, ties)
-
-    async def quarantine(self, board_id: str):
-        return await self.router.quarantine(board_id)
-
-    async def history(self, board_id: str, player_id: str):
-        return await self.router.history(board_id, player_id)
-
-    async def checksum(self, board_id: str):
-        return await self.router.checksum(board_id)
 
     def subscribe(self, listener):
         return self.router.subscribe(listener)
@@ -126,6 +78,33 @@ class RouterClient:
     async def refresh_stats(self) -> None:
         """Bring :meth:`stats` up to date before a scrape. Here everything is read live; the Ray
         engine overrides it to ask its shard actors (``shard_rows``, ``dead_letters``)."""
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def _start(self, event_log, store) -> None:
+        """The one start sequence of every router-backed engine, once its shards
+        have recovered: the router's snapshot and log tail folded in
+        (:func:`engine.recovery.recover_router`), its versions read from the
+        shards, its tasks started, archives a crash left unbuilt built, the
+        scheduled moves that fell due while it was down made (before any write),
+        then periodic snapshots."""
+        router = self.router
+        await asyncio.to_thread(recover_router, router, event_log, store)
+        await router.sync_versions()
+        router.start()
+        await router.finish_archiving()
+        await router.close_due()
+        self._init_snapshots()
+
+    async def _stop(self) -> None:
+        """The one stop sequence: no more periodic snapshots, every queued write
+        answered, then a last snapshot (a failure only costs replay time)."""
+        self._stop_snapshots()
+        await self.router.stop()
+        try:
+            await self.snapshot()
+        except Exception:
+            log.exception("final snapshot failed; recovery will replay the log instead")
 
     # ------------------------------------------------------------ snapshots
 

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from engine.errors import InvalidTransition, ValidationFailed
 from engine.model import MAX_FINALIZE_AFTER_S, BoardSpec, BoardState
+from engine.windows import series_check
 from engine.timefmt import MAX_MS, MIN_MS
 
 TRANSITIONS: dict[BoardState, frozenset[BoardState]] = {
@@ -121,9 +122,10 @@ def next_season(spec: BoardSpec, season: str, closes_at: int | None,
                 finalize_after_s: int | None = None) -> BoardSpec:
     """The spec of the board that follows ``spec`` in ``season``: the id
     with its third part replaced, the same policy, shards, review and timing
-    settings (``finalize_after_s`` too unless given), and ``closes_at`` as
-    given. Raises ValidationFailed for a season that is not a valid id part
-    (field ``season``) or a board id that is not ``game:mode:season:scope``.
+    settings (``finalize_after_s`` too unless given, and a series'
+    recurrence), and ``closes_at`` as given. Raises ValidationFailed for a
+    season that is not a valid id part, or longer than a series' season may
+    be (field ``season``), or a board id that is not ``game:mode:season:scope``.
 
     >>> from engine.model import Policy
     >>> next_season(BoardSpec("g:solo:S7:eu", Policy.CUMULATIVE, 3), "S8", None).board_id
@@ -137,6 +139,9 @@ def next_season(spec: BoardSpec, season: str, closes_at: int | None,
         raise ValidationFailed(f"Board {spec.board_id!r} is not game:mode:season:scope; it has no next season.",
                                "board_id")
     parts[2] = season
+    if spec.recurrence is not None:  # a series' next season is a series: room for its instances' dates
+        series_check(":".join(parts), "season")
     after = spec.finalize_after_s if finalize_after_s is None else finalize_after_s
     check_schedule(closes_at, after)
-    return replace(spec, board_id=":".join(parts), closes_at=closes_at, finalize_after_s=after)
+    # (an instance's next season is an ordinary board: the window belongs to the series)
+    return replace(spec, board_id=":".join(parts), closes_at=closes_at, finalize_after_s=after, series=None, window=None)

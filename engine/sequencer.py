@@ -3,19 +3,22 @@
 Submissions (score batches, board creation, state changes and scheduled
 season moves, quarantine decisions, invalidations, dead letters) queue in
 arrival order, which is log order. A *cycle* takes up to
-``max_cycle_events`` of them, runs admission for each in that order
-(:mod:`engine.admission`: dedup, holds, season state), turns them into log
-records (:mod:`engine.records`; a score batch becomes one columnar record per
-board partition), appends them with one durable write, then sends every shard
-actor one apply call carrying the cycle's log offsets (each record goes to the
+``max_cycle_events`` of them and decides each in that order against the
+registry plus what the cycle decided before it (:mod:`engine.decide`, pure:
+dedup, holds, season state), which turns them into log records
+(:mod:`engine.records`; a score batch becomes one columnar record per board
+partition). It appends them with one durable write, folds each record into the
+registry (:meth:`engine.registry.BoardRegistry.apply`, the fold recovery runs
+over the log too), then sends every shard actor one apply call carrying the
+cycle's log offsets (each record goes to the
 actors hosting the partitions it concerns). The completer assembles outcomes
 and board versions in log order from the actors' apply results
 (:mod:`engine.wire`), pushes deltas to listeners and answers the callers.
 
 A record a shard actor could not apply comes back as a dead letter; the
 sequencer logs one dead-letter record for it and answers the cycle once that
-is durable (docs/recovery.md). A failed append rolls admission back and
-answers StorageUnavailable: nothing was applied.
+is durable (docs/recovery.md). A failed append answers StorageUnavailable:
+nothing was applied, and nothing was changed before it, so nothing is undone.
 """
 
 from __future__ import annotations
@@ -25,18 +28,15 @@ import logging
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
-from enum import Enum
 from typing import Awaitable, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from engine import records as R
-from engine import season
 from engine import wire as W
-from engine.board_control import BoardCtl, BoardRegistry
+from engine.decide import Overlay, ScorePlace, Submission, decide
 from engine.columns import BatchResult, ScoreBatch, ScoreColumns
 from engine.errors import (
-    BoardExists,
     EventNotFound,
     FlowRankError,
     Overloaded,
@@ -44,7 +44,6 @@ from engine.errors import (
     TotalOutOfRange,
     ValidationFailed,
 )
-from engine.fanout import CutLock
 from engine.histogram import Histogram
 from engine.model import (
     BoardState,
@@ -53,14 +52,18 @@ from engine.model import (
     EventResult,
     Invalidation,
     InvalidationResult,
+    INT64_MIN,
+    JoinResult,
     Outcome,
+    Policy,
     QuarantineDecision,
     RowChange,
     RowStatus,
     ScoreEvent,
 )
-from engine.placement import part_of, parts_of
-from engine.season import next_state
+from engine.placement import part_of
+from engine.registry import BoardCtl, BoardRegistry, CutLock
+from engine.log.framing import pack_payload as pack
 from engine.subscores import check_batch as check_subscores
 from engine.wire import ShardTransport
 
@@ -68,22 +71,10 @@ log = logging.getLogger("flowrank.router")
 _STATUS = {s.value: s for s in RowStatus}
 
 
-class Submission(str, Enum):
-    """What a queued submission is: named after the log record kind
-    (:data:`engine.records.KINDS`) it is logged as."""
-
-    SCORES = "scores"  # a ScoreBatch: one C / M record per board partition with events
-    BOARD = "board"  # a BoardSpec: one K record
-    STATE = "state"  # (board_id, BoardState) from an admin: one T record
-    SCHEDULE = "schedule"  # (board_id, now_ms) from the season timer: a T record per transition due (maybe none)
-    DECISION = "decision"  # a QuarantineDecision: one D / E record
-    INVALIDATION = "invalidation"  # an Invalidation: one I record
-    DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
-
-
 class LogPort(Protocol):
-    async def append(self, records: list) -> int:
-        """Durably append; returns the offset of the first record."""
+    async def append(self, payloads: list[bytes]) -> int:
+        """Durably append records packed once (:func:`engine.log.framing.pack_payload`);
+        returns the offset of the first record."""
 
 
 class _Queued(NamedTuple):
@@ -97,14 +88,16 @@ class _Queued(NamedTuple):
 
 
 class _Prepared(NamedTuple):
-    """A submission admitted in a cycle: its records are ``records[start:start + count]``."""
+    """A submission decided in a cycle: its records are ``records[start:start + count]``."""
 
     kind: Submission
     payload: object
     future: asyncio.Future
     start: int
     count: int
-    undo: object  # undoes its admission if the append fails; for scores, its places (_prepare_scores)
+    places: list | None  # for scores, per board: [ScorePlace] with record indexes into the cycle's records
+    answer: object = None  # what the decision already knows to answer (a join's JoinResult), once durable
+    routed: object = None  # for scores sent to a series: the batch as its events landed (decide.Decision.routed)
 
 
 @dataclass
@@ -126,12 +119,14 @@ class Sequencer:
                  clock: Callable[[], float] = time.monotonic):
         self.t = transport
         self.log = log_port
-        self._ids_new: set[int] = set()  # see _cycle
         self.registry = registry
         self.boards = registry.boards
         self.cfg = registry.cfg
         self.cut = cut  # taken alone, for an instant, to dispatch a cycle (engine.fanout)
         self.clock = clock  # monotonic seconds: latencies, cool-downs
+        # Epoch ms, read once per cycle and handed to decide (series windows); the router shares board
+        # control's wall clock here, so a test's fake clock moves both.
+        self.wall_clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self.listeners: list = []
         self._queue: deque[_Queued] = deque()
         self._queued_events = 0
@@ -141,8 +136,9 @@ class Sequencer:
         self.closing = False
         self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
         self.storage_failed_at: float | None = None  # last failed append, cleared by a durable one
-        # (offset, row) of every dead letter logged or being logged (engine.records.DeadLetter): one record each
-        self._dead_logged: set[tuple[int, int | None]] = set()
+        # (offset, row) of the dead letters queued to be logged and not yet durable (the logged ones are
+        # the registry's dead_logged): one record each
+        self._dead_pending: set[tuple[int, int | None]] = set()
         self._dead_replies: set[asyncio.Task] = set()  # cycles answered once their dead letters are durable
         # Test seam (tests/service): hooks["after_append"](first_offset, records) runs once a
         # batch is durable and before any shard actor sees it. Empty in production.
@@ -179,12 +175,6 @@ class Sequencer:
             if not self._queue and not self._dead_replies:  # a last cycle's dead letters are logged too
                 return
             await asyncio.sleep(0.005)
-
-    def fold(self, rec: R.Record) -> None:
-        """What the sequencer keeps of a replayed log record: the dead letters
-        already logged (recovery; the registry folds the rest)."""
-        if rec.kind == R.DEAD_LETTER:
-            self._dead_logged.add(R.dead_letter_of(rec).key)
 
     def sequencing(self) -> asyncio.Lock:
         """Hold to see router and shard actors between two cycles (snapshots)."""
@@ -235,6 +225,12 @@ class Sequencer:
         """Log a new board (BoardExists if the id is taken when its turn comes)."""
         await self.enqueue(Submission.BOARD, spec, 1)
 
+    async def join(self, board_id: str, player_id: str) -> JoinResult:
+        """Join a competition (docs/api.md §16): the player's position, durable
+        before the answer. Raises BoardNotFound, BoardNotOpen, BoardFull."""
+        self.registry.ctl(board_id)
+        return await self.enqueue(Submission.JOIN, (board_id, player_id), 1)
+
     async def submit_state(self, board_id: str, state: BoardState) -> None:
         """Log an admin's state change (the move must be allowed when its turn comes)."""
         await self.enqueue(Submission.STATE, (board_id, state), 1)
@@ -243,6 +239,12 @@ class Sequencer:
         """Queue (now, never refused for a full queue) the scheduled moves due
         at ``now_ms`` that are still owed when its turn comes; done once durable."""
         return self.put(Submission.SCHEDULE, (board_id, now_ms), 1)
+
+    def submit_instance(self, series_id: str) -> asyncio.Future:
+        """Queue (now, never refused for a full queue) the creation of the
+        series' current window's instance, if it is still missing when its turn
+        comes (the season timer); done once durable."""
+        return self.put(Submission.INSTANCE, series_id, 1)
 
     async def enqueue(self, kind: Submission, payload, n: int):
         """Queue a submission of ``n`` events and wait for its answer."""
@@ -254,7 +256,8 @@ class Sequencer:
         small record, and being late would let more events in before the close."""
         if self.closing and kind != Submission.DEAD_LETTERS:  # dead letters found while draining are still logged
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
-        if self._queued_events + n > self.cfg.max_queued_events and kind not in (Submission.SCHEDULE, Submission.DEAD_LETTERS):
+        if self._queued_events + n > self.cfg.max_queued_events and kind not in (
+                Submission.SCHEDULE, Submission.INSTANCE, Submission.DEAD_LETTERS):
             raise Overloaded("The ingest queue is full; retry shortly.", retry_after=1)
         per_board = Counter(payload.per_board()) if kind == Submission.SCORES else Counter()
         for board_id, count in per_board.items():
@@ -292,37 +295,51 @@ class Sequencer:
                     self._queued_events -= size
 
     async def _cycle(self, taken: list[_Queued]) -> None:
-        # score records (indexes into this cycle's records) of boards whose dedup table had never evicted
-        # an id when their events were decided: no event of them was seen before (Partition.apply_columns)
-        self._ids_new = set()
+        """Decide each submission in queue order against the registry and this
+        cycle's overlay (:mod:`engine.decide`: pure), append every record with
+        one durable write, fold each record into the registry
+        (:meth:`engine.registry.BoardRegistry.apply`, the fold recovery runs
+        too), then send each shard actor its share."""
+        overlay = Overlay(self.registry)
         records: list = []
+        memos: list = []
+        ids_new: list = []
         subs: list[_Prepared] = []
-        touched: set[str] = set()
+        now_ms = self.wall_clock()
         for q in taken:
-            start = len(records)
             try:
-                undo = self._prepare(q.kind, q.payload, records, touched)
+                got = decide(overlay, q.kind, q.payload, now_ms)
             except FlowRankError as exc:
                 q.future.set_exception(exc)
                 continue
-            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(records) - start, undo))
+            overlay.note(got)
+            start = len(records)
+            places = None if got.places is None else [
+                None if mine is None else [ScorePlace(start + p.record, p.rows, p.part) for p in mine]
+                for mine in got.places]
+            records.extend(got.records)
+            memos.extend(got.memos)
+            ids_new.extend(got.ids_new)
+            subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places, got.answer,
+                                  got.routed))
+        del overlay
         if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
             for sub in subs:
                 if not sub.future.done():
-                    sub.future.set_result(self._finish_scores(sub.payload, sub.undo, [], [], {})
-                                          if sub.kind == Submission.SCORES else None)
+                    sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {}, sub.routed)
+                                          if sub.kind == Submission.SCORES else sub.answer)
             return
         started = self.clock()
+        payloads = [pack(rec) for rec in records]  # each record packed once: the log frames these bytes, the
+        # shard actors receive them
         try:
-            first = await self.log.append(records)
+            first = await self.log.append(payloads)
         except Exception as exc:
             self.metrics["storage_errors"] += 1
             self.storage_failed_at = self.clock()
-            for board_id in touched:
-                self.boards[board_id].admission.rollback() if board_id in self.boards else None
-            for sub in reversed(subs):
-                if sub.kind != Submission.SCORES and sub.undo is not None:
-                    sub.undo()
+            for sub in subs:
+                if sub.kind == Submission.DEAD_LETTERS:  # reported again with the next answers, then retried
+                    self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
             err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
                 f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
             for sub in subs:
@@ -335,19 +352,16 @@ class Sequencer:
             self.hooks["after_append"](first, records)
         self.metrics["fsync_seconds"].append(durable_at - started)
         self.histograms["fsync_seconds"].observe(durable_at - started)
-        for board_id in touched:
-            if board_id in self.boards:
-                self.boards[board_id].admission.commit()
-        self.registry.log_offset = first + len(records) - 1
-        for kind, _payload, _fut, start, count, _undo in subs:
-            if kind in (Submission.STATE, Submission.SCHEDULE):  # the freeze position is the record's offset, as replay sets it
-                for i in range(start, start + count):
-                    if records[i].state == BoardState.FROZEN.value:
-                        self.boards[records[i].board_id].admission.freeze_position = first + i
+        apply = self.registry.apply
+        for i, (rec, memo) in enumerate(zip(records, memos)):
+            apply(first + i, rec, memo)
+        for sub in subs:
+            if sub.kind == Submission.DEAD_LETTERS:
+                self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
         per_actor: dict[int, list] = defaultdict(list)
         targets = [self._targets(rec) for rec in records]
-        for i, (rec, where) in enumerate(zip(records, targets), first):
-            item = W.ApplyItem(i, rec, i - first in self._ids_new)
+        for i, where in enumerate(targets):
+            item = W.ApplyItem(first + i, payloads[i], ids_new[i])
             for a in where:
                 per_actor[a].append(item)
         through = first + len(records) - 1
@@ -358,126 +372,14 @@ class Sequencer:
             await self.cut.release_write()
         await self._inflight.put(_Cycle(subs, records, first, futures, targets, started, durable_at))
 
-    def _prepare(self, kind: Submission, payload, records: list, touched: set):
-        """Admission for one submission: appends its records, returns an undo."""
-        if kind == Submission.SCORES:
-            return self._prepare_scores(payload, records, touched)
-        if kind == Submission.BOARD:
-            spec = payload
-            if spec.board_id in self.boards:
-                raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
-            self.boards[spec.board_id] = self.registry.new_ctl(spec)
-            records.append(R.board_record(spec))
-            return lambda: self.boards.pop(spec.board_id, None)
-        if kind == Submission.STATE:
-            board_id, state = payload
-            ctl = self.registry.ctl(board_id)
-            before = (ctl.admission.state, ctl.admission.freeze_position)
-            ctl.admission.state = next_state(ctl.admission.state, state)
-            records.append(R.StateRecord(R.STATE, board_id, state.value))
-
-            def undo():
-                ctl.admission.state, ctl.admission.freeze_position = before
-            return undo
-        if kind == Submission.SCHEDULE:  # what the schedule owes at the instant close_due read the clock
-            board_id, now = payload
-            ctl = self.registry.ctl(board_id)
-            before = (ctl.admission.state, ctl.admission.freeze_position)
-            spec = ctl.spec
-            for target in season.due(ctl.admission.state, spec.closes_at, spec.finalize_after_s, now).transitions:
-                ctl.admission.state = next_state(ctl.admission.state, target)
-                records.append(R.StateRecord(R.STATE, board_id, target.value))
-                log.info("board %s: scheduled move to %s (closes_at %s)", board_id, target.value, spec.closes_at)
-
-            def undo():
-                ctl.admission.state, ctl.admission.freeze_position = before
-            return undo
-        if kind == Submission.DECISION:
-            d = payload
-            ctl = self.registry.ctl(d.board_id)
-            pos = list(ctl.admission.held).index(d.event_id) if d.event_id in ctl.admission.held else None
-            held = ctl.admission.take_decision(d.event_id, d.decision)
-            records.append(R.decide_record(d.board_id, d.event_id, d.decision, d.reason, d.moderator, held))
-
-            def undo():  # back in its log-order place, as a replay would list it
-                ctl.admission.decided.pop(d.event_id, None)
-                items = list(ctl.admission.held.items())
-                items.insert(pos, (d.event_id, held))
-                ctl.admission.held = dict(items)
-            return undo
-        if kind == Submission.DEAD_LETTERS:  # dead-letter records (see _log_dead_letters)
-            records.extend(payload)
-            return lambda: self._dead_logged.difference_update(R.dead_letter_of(r).key for r in payload)
-        if kind == Submission.INVALIDATION:
-            inv = payload
-            ctl = self.registry.ctl(inv.board_id)
-            ctl.admission.check_corrections_allowed()
-            ctl.corrections += 1
-            cid = f"correction:{inv.event_id}:{ctl.corrections}"
-            records.append(R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator))
-
-            def undo():
-                ctl.corrections -= 1
-            return undo
-        raise ValueError(kind)
-
-    def _prepare_scores(self, batch: ScoreBatch, records: list, touched: set) -> list:
-        """Admission for a score submission: each board's events are decided
-        in order, then each partition's share becomes one columnar record.
-        Returns per board of the batch its records: ``[(record index, rows)]``
-        (``rows``: the board's row numbers in that record, in record order),
-        or None for an unknown board (answered REJECTED_UNKNOWN_SEASON,
-        nothing logged)."""
-        places: list = []
-        for cols in batch.boards:
-            ctl = self.boards.get(cols.board_id)
-            if ctl is None:
-                places.append(None)
-                continue
-            touched.add(cols.board_id)
-            fresh, first_record = ctl.admission.remembers_every_id, len(records)
-            verdicts = ctl.admission.decide_columns(cols)
-            n_parts = ctl.spec.shards
-            mine = []
-            if n_parts == 1:
-                records.append(R.scores_record(cols, 0, verdicts))
-                mine.append((len(records) - 1, np.arange(len(cols))))
-            else:
-                parts = parts_of(cols.player_ids, n_parts)
-                order = np.argsort(parts, kind="stable")
-                bounds = np.searchsorted(parts[order], np.arange(n_parts + 1))
-                for part in range(n_parts):
-                    rows = order[bounds[part]:bounds[part + 1]]
-                    if not len(rows):
-                        continue
-                    records.append(R.scores_record(cols.take(rows), part, verdicts[rows]))
-                    mine.append((len(records) - 1, rows))
-                self._held_in_log_order(ctl, cols, verdicts, order)
-            if fresh:
-                self._ids_new.update(range(first_record, len(records)))
-            places.append(mine)
-        return places
-
-    @staticmethod
-    def _held_in_log_order(ctl: BoardCtl, cols: ScoreColumns, verdicts: np.ndarray, logged_order: np.ndarray) -> None:
-        """The quarantine lists held events in log order, as a replay of the
-        log rebuilds it: re-order this batch's holds (the newest entries)
-        from arrival order to their order in the partitions' records."""
-        held_codes = (R.CODE[Outcome.HELD_FOR_CORRECTION], R.CODE[Outcome.HELD_FOR_REVIEW])
-        held_rows = logged_order[np.isin(verdicts[logged_order], held_codes)].tolist()
-        if len(held_rows) < 2:
-            return
-        held = ctl.admission.held
-        moved = {cols.event_ids[k]: held.pop(cols.event_ids[k]) for k in sorted(held_rows)}
-        for k in held_rows:
-            held[cols.event_ids[k]] = moved[cols.event_ids[k]]
-
     def _targets(self, rec: R.Record) -> list[int]:
         """The shard actors a record goes to: those hosting the partitions it concerns."""
         kind = rec.kind
         if kind in R.SCORE_BATCHES:
             ctl = self.boards.get(rec.board_id)
             return [] if ctl is None else [ctl.part_actor[rec.partition]]
+        if kind == R.GROUP:  # every shard actor hosting one of its parts
+            return sorted({self.boards[part[1]].part_actor[part[2]] for part in rec.parts})
         if kind in R.BOARD_KINDS:
             return list(range(self.t.n))
         if kind in R.DECISIONS:
@@ -528,16 +430,18 @@ class Sequencer:
         now = self.clock()
         new_deltas: dict[str, list[Delta]] = defaultdict(list)
         replies = []
-        for kind, payload, fut, start, count, places in cyc.submissions:
+        for kind, payload, fut, start, count, places, known, routed in cyc.submissions:
             if kind == Submission.SCORES:
-                answer = self._finish_scores(payload, places, records, per_record, new_deltas)
+                answer = self._finish_scores(payload, places, records, per_record, new_deltas, routed)
+            elif known is not None:  # decided before the append (a join)
+                answer = known
             elif count == 0:  # a schedule that found its transitions already made
                 answer = None
             else:
                 answer = self._finish_record(records[start], per_record[start], new_deltas)
             replies.append((fut, answer))
         if self.version_hooks:
-            touched = {rec.board_id for rec in records if isinstance(rec.board_id, str) and rec.board_id in self.boards}
+            touched = {b for rec in records for b in R.boards_of(rec) if b in self.boards}
             for hook in self.version_hooks:
                 hook(touched)
         if logging_dead is None:
@@ -569,15 +473,15 @@ class Sequencer:
             got = W.ShardDeadLetter(*item)
             d = R.DeadLetter(got.board_id if isinstance(got.board_id, str) else None, got.offset, got.row,
                              got.event_id if isinstance(got.event_id, str) else None, got.error)
-            if d.key not in self._dead_logged:
+            if d.key not in self.registry.dead_logged and d.key not in self._dead_pending:
                 new.setdefault(d.key, d)
         if not new:
             return None
-        self._dead_logged.update(new)
+        self._dead_pending.update(new)
         try:
             return self.put(Submission.DEAD_LETTERS, [R.dead_letter_record(d) for d in new.values()], len(new))
         except Exception:
-            self._dead_logged.difference_update(new)
+            self._dead_pending.difference_update(new)
             raise
 
     async def _reply_when_logged(self, logging_dead: asyncio.Future, replies: list) -> None:
@@ -595,11 +499,17 @@ class Sequencer:
         _reply(replies)
 
     def _finish_scores(self, batch: ScoreBatch, places: list, records: list, per_record: list,
-                       new_deltas) -> BatchResult:
+                       new_deltas, routed: ScoreBatch | None = None) -> BatchResult:
         """One submission's answer as columns, in its event order: each
         board's version steps once per ranking change in that order (so k
         partitions number versions exactly as one does). Numpy over the
-        shard actors' answer columns; Python work only per changed row (its delta)."""
+        shard actors' answer columns; Python work only per changed row (its
+        delta). ``routed``: the batch as its events landed when some were sent
+        to a series (the answer then names every position's board)."""
+        board_ids = None
+        if routed is not None:
+            batch = routed
+            board_ids = routed.board_ids()
         n = len(batch)
         codes = np.full(n, R.CODE[Outcome.REJECTED_UNKNOWN_SEASON], np.uint8)
         versions = np.zeros(n, np.int64)
@@ -613,8 +523,11 @@ class Sequencer:
             bcodes = np.empty(m, np.uint8)
             changed = np.zeros(m, np.bool_)
             ch_rows, ch_values, ch_achieved, ch_actor = [], [], [], []
-            for at, rows in mine:
-                actor, result = per_record[at][0]
+            for at, rows, part in mine:
+                if part < 0:
+                    actor, result = per_record[at][0]
+                else:  # a part of a G record: the answer of the one shard actor hosting it
+                    actor, result = next((a, got[part]) for a, got in per_record[at] if got[part] is not None)
                 applied = W.ScoresApplied._make(result)
                 bcodes[rows] = np.frombuffer(applied.codes, np.uint8)
                 rec_rows = np.frombuffer(applied.rows, "<i4")
@@ -643,7 +556,8 @@ class Sequencer:
         changes.sort(key=lambda c: c[0])  # boards in the order of their first change, as listeners saw them
         for _first, ctl, cols, brows, values, achieved, actors in changes:
             self._note_score_changes(ctl, cols, brows, values, achieved, actors, new_deltas, bool(self.listeners))
-        return BatchResult(codes, versions)
+            self._guess_rank_keys(ctl, cols, brows, values, achieved)
+        return BatchResult(codes, versions, board_ids)
 
     @staticmethod
     def _note_score_changes(ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,
@@ -670,6 +584,27 @@ class Sequencer:
             new_deltas[ctl.spec.board_id].extend(
                 Delta(v, (RowChange(p, value, at, active, meta, s),)) for v, p, value, at, meta, s in zip(
                     range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k, ss))
+
+    def _guess_rank_keys(self, ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,
+                         achieved: np.ndarray) -> None:
+        """Every changed row's new rank key becomes its player's guess
+        (:mod:`engine.rank_keys`), so the first exact-rank or around read
+        after a write needs one round, not two. Columnar: one numpy pass and
+        one hashing pass per board of the batch. A key that does not fit two
+        int64 (a descending board's INT64_MIN) is left out: a missing or
+        stale guess costs a second round, never a wrong answer. A board with
+        subscores keeps no guesses (its keys have more parts than the table holds)."""
+        if ctl.spec.subscores:
+            return
+        if ctl.spec.policy is Policy.FASTEST_TIME:  # (time, submitted_at): the event's, now the row's
+            primary, secondary, ok = values, cols.submitted[brows], None
+        else:  # (-value, achieved_at of the row)
+            ok = values != INT64_MIN
+            primary, secondary = -values, achieved
+        pids = cols.player_ids
+        if ok is not None and not ok.all():
+            brows, primary, secondary = brows[ok], primary[ok], secondary[ok]
+        self.registry.rank_keys.put_many(ctl.spec.board_id, [pids[r] for r in brows.tolist()], primary, secondary)
 
     def _finish_record(self, rec: R.Record, got: list, new_deltas) -> object:
         kind = rec.kind

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import FlowRankError, Overloaded
+import msgpack
+
+from engine.errors import Overloaded
 from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
 from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.journal import TAIL_ROWS, JournalPlace
-from engine.recovery import DeadLetterIndex, recover_router, recover_shard
+from engine.recovery import DeadLetterIndex, recover_shard
 from engine.router import Router, RouterConfig
 from engine.router_client import RouterClient
 from engine.shard import ShardCore
@@ -48,22 +50,36 @@ class ServiceConfig:
     fault_hook: Callable[[str, str], None] | None = None  # test seam: engine.log FaultHook for log + snapshots
     journal_tail_rows: int = TAIL_ROWS  # journal rows per partition kept in memory (the rest under data_dir/journal)
     wall_clock: Callable[[], int] | None = None  # epoch ms for scheduled season closes (None: time.time); a test seam
+    # shard calls and answers cross msgpack, as they do across Ray (engine.warm: the shard kernels then see
+    # exactly the argument types a shard actor sees)
+    packed_wire: bool = False
 
 
 class InProcessShards:
     """Shard transport (:class:`engine.wire.ShardTransport`) whose shard actors
     are objects in this process: a call runs at submission, so submission
-    order is execution order."""
+    order is execution order. ``packed``: calls and answers go through msgpack
+    as they do to a shard actor over Ray (:mod:`engine.cluster.actors`)."""
 
-    def __init__(self, cores: list[ShardCore]):
+    def __init__(self, cores: list[ShardCore], packed: bool = False):
         self.cores = cores
         self.n = len(cores)
+        self.packed = packed
 
     def apply(self, actor: int, through: int, items: list):
+        if self.packed:
+            return _done(lambda: _wire(self.cores[actor].apply(through, _wire(items))))
         return _done(lambda: self.cores[actor].apply(through, items))
 
     def read(self, actor: int, requests: list):
+        if self.packed:
+            return _done(lambda: _wire(self.cores[actor].read(_wire(requests))))
         return _done(lambda: self.cores[actor].read(requests))
+
+
+def _wire(obj):
+    """``obj`` as the other side of a Ray call gets it (engine.cluster.actors.pack / unpack)."""
+    return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False, strict_map_key=False)
 
 
 def _done(fn):
@@ -81,8 +97,8 @@ class DirectLog:
     def __init__(self, event_log):
         self.event_log = event_log
 
-    async def append(self, records: list) -> int:
-        offsets = await asyncio.to_thread(self.event_log.append_batch, records)
+    async def append(self, payloads: list[bytes]) -> int:
+        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads)
         return offsets[0]
 
 
@@ -127,27 +143,22 @@ class LocalService(RouterClient):
                                               fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
             store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
         dead = DeadLetterIndex(event_log)  # one scan of the log for the dead letters every shard's replay skips
-        cores = [await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
+        cores = [(await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
                      None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows),
-                     dead)
+                     dead)).core
                  for i in range(cfg.n_shards)]
         for i, core in enumerate(cores):  # export spill files (stale ones from a crash go now); else a temp dir
             if data_dir is not None:
                 core.use_spill_dir(str(Path(data_dir) / "spill" / f"shard-{i}"))
-        transport = InProcessShards(cores)
+        transport = InProcessShards(cores, packed=cfg.packed_wire)
         archives = MemoryArchiveStore() if data_dir is None else FileArchiveStore(
             Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
             max_queued_events=cfg.max_queued_events), archives=archives, wall_clock=cfg.wall_clock)
-        await asyncio.to_thread(recover_router, router, event_log, store)
-        await router.sync_versions()
-        router.start()
-        await router.finish_archiving()
-        await router.close_due()  # a close that fell due while the service was down happens now, before any write
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
+        await svc._start(event_log, store)
         svc.recovery_seconds = time.monotonic() - started
-        svc._init_snapshots()
         return svc
 
     def stats(self) -> dict:
@@ -182,12 +193,7 @@ class LocalService(RouterClient):
 
     async def close(self) -> None:
         """Drain in-flight batches, snapshot, close the log, release the lock."""
-        self._stop_snapshots()
-        await self.router.stop()
-        try:
-            await self.snapshot()
-        except FlowRankError:
-            pass
+        await self._stop()
         close = getattr(self.event_log, "close", None)
         if close:
             close()

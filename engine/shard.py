@@ -36,6 +36,7 @@ from engine.columns import ScoreColumns
 from engine.formats import SHARD_STATE_FORMAT, state_format
 from engine.model import BoardSpec, Outcome
 from engine.journal import Journal, JournalPlace
+from engine.log.framing import unpack_payload
 from engine.log.journal_files import FilePlace
 from engine.log.spill import read_frame, remove_dir, remove_spills, reset_dir, spill_path, write_spill
 from engine.partition import KIND_DECISION, Applied, Partition, Row
@@ -160,6 +161,8 @@ class ShardCore:
         out = []
         for item in items:
             offset, rec, ids_new = W.ApplyItem(*item)
+            if isinstance(rec, bytes):  # as the log framed it: the sequencer packed it once
+                rec = unpack_payload(rec)
             if offset <= self.applied_offset:
                 out.append(self._results.get(offset, W.EventApplied(DEAD, None)))
             else:
@@ -203,6 +206,8 @@ class ShardCore:
         kind = rec.kind
         if kind in R.BOARD_KINDS or kind == R.DEAD_LETTER:
             return True
+        if kind == R.GROUP:
+            return any(self._hosts(part[1], part[2]) for part in rec.parts)
         spec = self.specs.get(rec.board_id)
         if spec is None:
             return False
@@ -215,6 +220,9 @@ class ShardCore:
         if kind == R.STATE:
             return rec.state == ARCHIVED and spec.board_id in self.parts
         return False
+
+    def _hosts(self, board_id: str, partition: int) -> bool:
+        return partition in self.parts.get(board_id, ())
 
     def _apply_record(self, offset: int, rec, ids_new: bool = False):
         rec = R.parse(rec)
@@ -296,12 +304,25 @@ class ShardCore:
         outcome, change = partition.apply(ev)
         return W.EventApplied(R.CODE[outcome], change_wire(change))
 
+    def _apply_group(self, offset: int, rec: R.GroupRecord, ids_new: bool = False) -> list:
+        """A ``G`` record: each part hosted here applied as its own columnar
+        record (its rows numbered across the parts for dead letters); per part
+        its :class:`engine.wire.ScoresApplied`, None for the parts hosted elsewhere."""
+        out: list = []
+        base = 0
+        for part in R.group_parts(rec):
+            hosted = self._hosts(part.board_id, part.partition)
+            out.append(self._apply_scores(offset, part, ids_new, base) if hosted else None)
+            base += len(part.event_ids)
+        return out
+
     def _apply_scores(self, offset: int, rec: R.ScoresRecord | R.ScoresMetaRecord | R.ScoresSubsRecord,
-                      ids_new: bool = False) -> W.ScoresApplied:
+                      ids_new: bool = False, base: int = 0) -> W.ScoresApplied:
         """A columnar score record, one batch (:class:`engine.wire.ScoresApplied`:
         codes, changed rows, values, achieved as uint8, int32, int64, int64 bytes). Rows dead-lettered
         before are journalled as DEAD_LETTERED; a batch that fails is applied
-        row by row so only the poison rows are dead-lettered."""
+        row by row so only the poison rows are dead-lettered. ``base``: the
+        number of the record's first row at ``offset`` (a part of a ``G`` record)."""
         spec = self.specs.get(rec.board_id)
         cols, verdicts = R.columns_of(rec)
         if spec is None:
@@ -309,24 +330,26 @@ class ShardCore:
         partition = self.parts.get(spec.board_id, {}).get(rec.partition)
         if partition is None or spec.board_id in self.archived:  # an ARCHIVED board: events are only held
             return W.ScoresApplied(verdicts.astype(np.uint8).tobytes(), b"", b"", b"")
+        n = len(cols)
         for o, row in self._dead_rows:
-            if o == offset:
-                verdicts[row] = DEAD
+            if o == offset and base <= row < base + n:
+                verdicts[row - base] = DEAD
         for d in self._skip.get(offset, ()):  # dead-lettered before (the log says): skipped, not tried
-            if d.row is not None and (offset, d.row) not in self._dead_rows:
+            if d.row is not None and base <= d.row < base + n and (offset, d.row) not in self._dead_rows:
                 log.warning("skipping log offset %d row %d (%s %s): dead-lettered before: %s", offset, d.row,
-                            cols.board_id, cols.event_ids[d.row], d.error)
-                self._add_dead([offset, cols.board_id, cols.event_ids[d.row], d.error, d.row], logged=True)
-                verdicts[d.row] = DEAD
+                            cols.board_id, cols.event_ids[d.row - base], d.error)
+                self._add_dead([offset, cols.board_id, cols.event_ids[d.row - base], d.error, d.row], logged=True)
+                verdicts[d.row - base] = DEAD
         try:
             got = partition.apply_columns(cols, verdicts, ids_new=ids_new)
         except Exception:
-            got = self._apply_rows(offset, partition, cols, verdicts)
+            got = self._apply_rows(offset, partition, cols, verdicts, base)
         rows = np.flatnonzero(got.changed)
         return W.ScoresApplied(got.codes.tobytes(), rows.astype("<i4").tobytes(),
                                got.values[rows].astype("<i8").tobytes(), got.achieved[rows].astype("<i8").tobytes())
 
-    def _apply_rows(self, offset: int, partition: Partition, cols: ScoreColumns, verdicts: np.ndarray) -> Applied:
+    def _apply_rows(self, offset: int, partition: Partition, cols: ScoreColumns, verdicts: np.ndarray,
+                    base: int = 0) -> Applied:
         n = len(cols)
         out = Applied(np.zeros(n, np.uint8), np.zeros(n, np.bool_), np.zeros(n, np.int64), np.zeros(n, np.int64),
                       np.zeros(n, np.int32))
@@ -338,7 +361,7 @@ class ShardCore:
                 error = R.error_text(exc)
                 log.error("dead-lettering log offset %d row %d (%s %s): %s", offset, row, cols.board_id,
                           cols.event_ids[row], error)
-                self._add_dead([offset, cols.board_id, cols.event_ids[row], error, row], logged=False)
+                self._add_dead([offset, cols.board_id, cols.event_ids[row], error, base + row], logged=False)
                 got = partition.apply_columns(cols.take(one), np.array([DEAD], np.uint8))
             for a, b in zip(out, got):
                 a[row] = b[0]
@@ -348,6 +371,8 @@ class ShardCore:
         kind = rec.kind
         if kind in R.SCORE_BATCHES:
             return self._apply_scores(offset, rec, ids_new)
+        if kind == R.GROUP:
+            return self._apply_group(offset, rec, ids_new)
         if kind == R.DEAD_LETTER:  # the router logged a dead letter: from now on the log knows it
             self.skip([R.dead_letter_of(rec)])
             return None

@@ -32,7 +32,10 @@ class ApplyItem(NamedTuple):
     sequencer's word that no event of a score record was seen before (its
     board's dedup table had never evicted an id), so the partition may skip
     the journal's search for older redeliveries (``Partition.apply_columns``).
-    A plain ``[offset, record]`` pair reads as ``ids_new=False``."""
+    A plain ``[offset, record]`` pair reads as ``ids_new=False``. ``record``:
+    the bytes the sequencer packed the record into once, which are also what
+    the log framed and wrote (:func:`engine.log.framing.pack_payload`), or the
+    record itself."""
 
     offset: int
     record: object

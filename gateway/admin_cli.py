@@ -39,6 +39,7 @@ import httpx
 from engine.errors import ValidationFailed
 from engine.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS
 from engine.timefmt import parse_timestamp
+from engine.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
 
 from gateway.validation import event_from_json
 
@@ -60,7 +61,7 @@ EXIT_CODES = {
 
 MAX_BATCH = 500
 STATES = ("OPEN", "FROZEN", "FINALIZED", "ARCHIVED")
-POLICIES = ("best_score", "cumulative", "fastest_time")
+POLICIES = ("best_score", "cumulative", "fastest_time", "latest")
 
 
 class CliError(Exception):
@@ -159,6 +160,15 @@ def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
     for key in ("shards", "max_plausible_time_ms", "review_above", "closes_at", "finalize_after_s", "subscores"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
+    window = {key: getattr(args, key) for key in ("timezone", "at", "keep") if getattr(args, key) is not None}
+    if args.recurrence is not None:  # a series of time windows (docs/api.md §15); the server fills the defaults
+        body["recurrence"] = {"every": args.recurrence, **window}
+    elif window:
+        raise CliError(f"--{'/--'.join(window)} describe the windows of a recurring board: add --recurrence "
+                       f"{'|'.join(EVERY)}", EXIT_USAGE)
+    if args.join_required or args.max_players is not None or args.max_attempts is not None:  # docs/api.md §16
+        body["entry"] = {"join_required": args.join_required, "max_players": args.max_players,
+                         "max_attempts": args.max_attempts}
     _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
     return EXIT_OK
 
@@ -184,6 +194,16 @@ def cmd_boards_list(api: Api, args, out: IO[str]) -> int:
 
 def cmd_boards_show(api: Api, args, out: IO[str]) -> int:
     _dump(api.json("GET", f"/v1/boards/{_p(args.board)}", what=f"board {args.board}"), out)
+    return EXIT_OK
+
+
+def cmd_boards_instances(api: Api, args, out: IO[str]) -> int:
+    """A series' instances, latest window first (docs/api.md §15)."""
+    items = api.json("GET", f"/v1/boards/{_p(args.board)}/instances", what=f"instances of {args.board}")["instances"]
+    if args.json:
+        _dump(items, out)
+    else:
+        _table(items, ("board_id", "starts_at", "ends_at", "state", "size"), out)
     return EXIT_OK
 
 
@@ -524,6 +544,25 @@ def _timestamp(text: str) -> int | str:
     return raw
 
 
+def _timezone(text: str) -> str:
+    if not is_zone(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IANA time zone name (such as Europe/Berlin)")
+    return text
+
+
+def _at(text: str) -> str:
+    if re.fullmatch(AT_PATTERN, text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a local time HH:MM (00:00 to 23:59)")
+    return text
+
+
+def _keep(text: str) -> int:
+    v = positive_int(text)
+    if v > MAX_KEEP:
+        raise argparse.ArgumentTypeError(f"at most {MAX_KEEP} instances")
+    return v
+
+
 def _batch(text: str) -> int:
     v = positive_int(text)
     if v > MAX_BATCH:
@@ -572,6 +611,20 @@ def register(sub) -> None:
     c.add_argument("--subscores", type=_directions, default=None,
                    help="subscores' directions, compared after the value: e.g. desc,asc (at most 3; "
                         "best_score and fastest_time boards)")
+    w = c.add_argument_group("recurring board (a series of time windows, one board per window)")
+    w.add_argument("--recurrence", choices=EVERY, default=None,
+                   help="windows start every day, every Monday or on the 1st of every month")
+    w.add_argument("--timezone", type=_timezone, default=None, help="IANA time zone of --at (server default UTC)")
+    w.add_argument("--at", type=_at, default=None, help="local start time HH:MM (server default 00:00)")
+    w.add_argument("--keep", type=_keep, default=None,
+                   help=f"instances kept unarchived, 1-{MAX_KEEP} (server default 30)")
+    e = c.add_argument_group("competition entry (docs/api.md §16)")
+    e.add_argument("--join-required", action="store_true",
+                   help="only players who joined may submit (POST .../players/ID/join)")
+    e.add_argument("--max-players", type=positive_int, default=None,
+                   help="at most this many players join (or, without --join-required, get a row)")
+    e.add_argument("--max-attempts", type=positive_int, default=None,
+                   help="a player's admitted score events beyond this many are rejected")
     c.set_defaults(admin=cmd_boards_create)
     c = bsub.add_parser("next-season", parents=[conn],
                         help="create game:mode:SEASON:scope with the board's settings (admin)")
@@ -587,6 +640,11 @@ def register(sub) -> None:
     c = bsub.add_parser("show", parents=[conn], help="one board (JSON)")
     c.add_argument("board")
     c.set_defaults(admin=cmd_boards_show)
+    c = bsub.add_parser("instances", parents=[conn],
+                        help="a recurring board's instances, one per window, latest first (docs/api.md §15)")
+    c.add_argument("board", help="the series' board id")
+    c.add_argument("--json", action="store_true", help="print the JSON answer")
+    c.set_defaults(admin=cmd_boards_instances)
     c = bsub.add_parser("state", parents=[conn], help="move a board forward: FROZEN, FINALIZED, ARCHIVED (admin)")
     c.add_argument("board")
     c.add_argument("state", type=str.upper, choices=STATES)

@@ -28,6 +28,7 @@ from gateway.schemas import EventBatchIn
 from gateway.settings import Settings
 from gateway.tokens import TokenSigner, load_secret
 from gateway.viewcache import ViewCache
+from gateway.warm import Warmup
 
 DESCRIPTION = """FlowRank's public HTTP API (see docs/api.md and docs/http.md).
 
@@ -54,6 +55,7 @@ class Gateway:
     metrics: Metrics
     default_shards: int
     pages: hot.PageBytes = None  # type: ignore[assignment]  # encoded top pages by (board, version, window)
+    warmup: Warmup | None = None  # flowrank serve: kernels warming; /readyz is 503 until done (gateway.warm)
 
     def __post_init__(self):
         if self.pages is None:
@@ -106,9 +108,11 @@ def create_app(
     clock=None,
     wall_clock=None,
     token_secret: bytes | None = None,
+    warmup: Warmup | None = None,
 ) -> FastAPI:
     """Build the app. ``keys``/``friends``/``clock`` override what ``settings`` would build (tests);
-    ``wall_clock`` (epoch seconds) dates tokens, ``token_secret`` replaces the data directory's.
+    ``wall_clock`` (epoch seconds) dates tokens, ``token_secret`` replaces the data directory's;
+    ``warmup``: what must finish before ``/readyz`` answers 200 (gateway.warm; None: nothing).
 
     The app does not close ``engine_client``: whoever built it does (the CLI
     does so after the server drained).
@@ -150,6 +154,7 @@ def create_app(
         cache=ViewCache(settings.view_cache_entries, settings.view_cache_max_age_ms, clock=clock),
         metrics=Metrics(_stats, lambda: hub.subscriber_count),
         default_shards=int(default_shards),
+        warmup=warmup,
     )
 
     @asynccontextmanager

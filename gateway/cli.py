@@ -1,4 +1,5 @@
-"""``flowrank`` command line: ``serve`` (docs/api.md §1), ``demo`` (engine.demo), and
+"""``flowrank`` command line: ``serve`` (docs/api.md §1), ``warm`` (fill the compile
+cache ahead of time: :mod:`engine.warm`), ``demo`` (engine.demo), and
 the operator's commands over the HTTP API (``boards``, ``submit``, ``top``,
 ``player``, ``export``: :mod:`gateway.admin_cli`).
 
@@ -114,7 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "races clients that reuse a connection after about 5 s idle)")
     s.add_argument("--log-format", choices=logformat.FORMATS, default="text",
                    help="json: one JSON object per log line on stderr (ts, level, logger, message, exception)")
+    s.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="numba compile cache (default: $FLOWRANK_CACHE_DIR, else <data-dir>/.numba-cache); "
+                        "every kernel is loaded or compiled before /readyz answers 200")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
+    w = sub.add_parser("warm", help="compile every kernel into the compile cache (an image build), then exit")
+    w.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="the cache to fill (default: $FLOWRANK_CACHE_DIR, else <data-dir>/.numba-cache)")
+    w.add_argument("--data-dir", default=d.data_dir, help="whose default cache to fill (default ./flowrank-data)")
     sub.add_parser("demo", help="run the engine demo (engine.demo)")
     admin_cli.register(sub)
     return p
@@ -136,6 +144,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         engine_host=args.engine_host,
         ray_dashboard=args.ray_dashboard,
         cors_origins=tuple(args.cors_origins or ()),
+        cache_dir=args.cache_dir,
         engine=args.engine,
         n_shard_actors=args.shard_actors,
         snapshot_every_events=args.snapshot_every_events,
@@ -159,6 +168,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
     from gateway.auth import load_keystore  # noqa: PLC0415
     from gateway.runtime import build_engine  # noqa: PLC0415
     from gateway.tokens import load_secret  # noqa: PLC0415
+    from gateway.warm import Warmup  # noqa: PLC0415
 
     if log_format == "json" and settings.engine == "ray":
         import ray  # noqa: F401, PLC0415  # its import puts a handler on the "ray" logger; ray.init keeps
@@ -170,14 +180,18 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         token_secret = load_secret(settings.data_dir)  # docs/api.md §12: <data-dir>/token_secret
         # before the engine: fail fast; a gateway of an engine host shares its port with its sibling workers
         sock = startup_errors.bind(settings.host, settings.port, reuse_port=settings.engine_host is not None)
+        # this process's kernels compile (or load) while Ray starts and the engine recovers (issue 29)
+        warmup = Warmup()
+        warmup.add_this_process(local_engine=settings.engine == "local" and settings.engine_host is None)
         try:
             engine = await build_engine(settings)
         except BaseException:
             sock.close()
             raise
     gc_tuning.tune()  # recovered state is long-lived: stop re-scanning it (engine/gc_tuning.py)
+    warmup.add_engine(engine)  # the shard actors warm too, then serve logs how long it all took
     try:
-        app = create_app(settings, engine, keys=keys, token_secret=token_secret)
+        app = create_app(settings, engine, keys=keys, token_secret=token_secret, warmup=warmup)
         hub = app.state.gateway.hub
 
         class Server(uvicorn.Server):
@@ -211,9 +225,14 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
               flush=True)
         if keys_path is not None:
             print(f"flowrank: keys in {os.path.abspath(keys_path)}", flush=True)
+        if settings.engine_host is not None:
+            # a worker of `serve --workers N` shares the port: it listens (takes connections) only once
+            # warm, so no request lands on a cold sibling while the others answer /readyz 200
+            await warmup.wait()
         await server.serve(sockets=[sock])
     finally:
         sock.close()
+        warmup.cancel()
         await engine.close()
     return 0
 
@@ -229,6 +248,34 @@ def _run(main_coro) -> int:
     return uvloop.run(main_coro)
 
 
+def use_compile_cache(cache_dir: str | None, data_dir: str | None) -> str | None:
+    """Point numba at the compile cache (engine.warm) in this process and, through the
+    environment, in every process it starts (gateway workers, an embedded Ray's workers)."""
+    from engine import warm  # noqa: PLC0415
+
+    root = warm.resolve_cache_root(cache_dir, data_dir)
+    if root is not None:
+        os.environ[warm.ENV_CACHE_ROOT] = root
+    return warm.use_cache_dir(warm.cache_dir_for(root))
+
+
+def warm_command(cache_dir: str | None, data_dir: str | None) -> int:
+    """``flowrank warm``: compile every kernel into the compile cache, then exit 0."""
+    from engine import warm  # noqa: PLC0415
+
+    path = use_compile_cache(cache_dir, data_dir)
+    from gateway.warm import warm_gateway  # noqa: PLC0415
+
+    report = warm_gateway(local_engine=True)
+    left = [k for k in warm.unwarmed() if k not in warm.TEST_ONLY]
+    if left:
+        print(f"flowrank warm: error: kernels left cold: {', '.join(left)}", file=sys.stderr)
+        return startup_errors.EXIT_UNEXPECTED
+    warm.mark_complete(path)
+    print(f"flowrank warm: {report.line()}", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "admin", None) is not None:
@@ -240,8 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("flowrank demo: engine.demo is not available in this build", file=sys.stderr)
             return 2
         return int(demo.main() or 0)
+    if args.command == "warm":
+        return warm_command(args.cache_dir, args.data_dir)
     settings = settings_from_args(args)
     logformat.configure(args.log_format)
+    use_compile_cache(settings.cache_dir, settings.data_dir)  # before any kernel module is imported
     if args.workers > 1 and settings.engine != "ray":
         return startup_errors.report(startup_errors.StartupError(
             startup_errors.EXIT_USAGE, "--workers needs the Ray engine (--engine ray): with --engine local the "

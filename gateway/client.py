@@ -22,8 +22,8 @@ from engine import errors as E
 
 _BY_CODE = {cls.code: cls for cls in (
     E.Unauthenticated, E.Forbidden, E.BoardNotFound, E.PlayerNotFound, E.PlayerNotRanked, E.EventNotFound,
-    E.BoardExists, E.InvalidTransition, E.AlreadyDecided, E.ViewExpired, E.BatchTooLarge, E.ValidationFailed,
-    E.RateLimited, E.Overloaded)}
+    E.BoardExists, E.InvalidTransition, E.AlreadyDecided, E.BoardFull, E.BoardNotOpen, E.ViewExpired, E.BatchTooLarge,
+    E.ValidationFailed, E.RateLimited, E.Overloaded)}
 
 
 class ApiError(E.FlowRankError):
@@ -102,6 +102,10 @@ class FlowRankClient:
 
     def set_state(self, board_id: str, state: str) -> dict:
         return self._call("POST", f"/v1/boards/{_p(board_id)}/state", json={"state": state})
+
+    def join(self, board_id: str, player_id: str) -> dict:
+        """POST .../players/{player_id}/join: ``{"player_id", "position"}`` (docs/api.md §16)."""
+        return self._call("POST", f"/v1/boards/{_p(board_id)}/players/{_p(player_id)}/join")
 
     # ---- events
     def submit(self, events: list[dict]) -> list[dict]:

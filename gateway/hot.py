@@ -101,7 +101,7 @@ async def top(g, board_id: str, limit: int, cursor: str | None, staleness: int |
 
     async def fetch() -> bytes:
         page = await engine.top(board_id, offset, limit + 1, at_version=at_version, ties=ties)
-        key = (board_id, page.version, offset, limit, ties)
+        key = (page.board_id or board_id, page.version, offset, limit, ties)  # a series: its current instance
         body = pages.get(key)
         if body is None:
             more = len(page.entries) > limit
@@ -166,7 +166,8 @@ async def ranked_subset(g, board_id: str, player_ids: list[str], ties: bool = Fa
 async def submit(g, raw: bytes) -> bytes:
     batch = decode_batch(raw, g.settings.max_batch_events)
     res = await g.engine.submit_columns(batch)  # outcomes are counted by the engine (stats()["outcomes"])
-    return render.results(batch.event_ids, res.codes, res.versions)
+    board_ids = res.board_ids if res.board_ids is not None else batch.board_ids()
+    return render.results(batch.event_ids, res.codes, res.versions, board_ids)
 
 
 # ---------------------------------------------------------------- lean ASGI dispatch

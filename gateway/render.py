@@ -25,7 +25,9 @@ from engine.model import (
     EventResult,
     HeldEvent,
     HistoryEntry,
+    InstanceInfo,
     InvalidationResult,
+    JoinResult,
     PlayerView,
     RankedEntry,
     RowChange,
@@ -58,21 +60,41 @@ def board(b: BoardInfo) -> dict:
         "closes_at": None if b.closes_at is None else format_timestamp(b.closes_at),
         "finalize_after_s": b.finalize_after_s,
         "subscores": list(b.subscores),
+        **({"entry": b.entry.to_json()} if b.entry is not None else {}),
+        **series_fields(b),
     }
+
+
+def series_fields(b: BoardInfo) -> dict:
+    """A series' ``recurrence`` and ``current``, an instance's ``series`` and
+    ``window`` (docs/api.md §15); nothing for other boards."""
+    if b.recurrence is not None:
+        return {"recurrence": b.recurrence, "current": b.current}
+    if b.series is not None and b.window is not None:
+        return {"series": b.series, "window": {"starts_at": format_timestamp(b.window[0]),
+                                               "ends_at": format_timestamp(b.window[1])}}
+    return {}
+
+
+def instances(items: list[InstanceInfo]) -> dict:
+    """``GET /v1/boards/{series}/instances`` (docs/api.md §15), latest window first."""
+    return {"instances": [{"board_id": i.board_id, "starts_at": format_timestamp(i.starts_at),
+                           "ends_at": format_timestamp(i.ends_at), "state": _v(i.state), "size": i.size}
+                          for i in items]}
 
 
 def result(r: EventResult) -> dict:
     return {"event_id": r.event_id, "outcome": _v(r.outcome), "version": r.version}
 
 
-def results(event_ids: list[str], codes: np.ndarray, versions: np.ndarray) -> bytes:
-    """The ``POST /v1/events`` body (docs/api.md §7) from a batch's result
-    columns: one ``{"event_id", "outcome", "version"}`` per event, in order.
-    One orjson call; O(n) with one small dict per event (as fast here as
-    building the bytes by hand, and escaping stays orjson's)."""
+def results(event_ids: list[str], codes: np.ndarray, versions: np.ndarray, board_ids: list[str]) -> bytes:
+    """The ``POST /v1/events`` body (docs/api.md §7, §15) from a batch's result
+    columns: one ``{"event_id", "board_id", "outcome", "version"}`` per
+    (event, board), in order. One orjson call; O(n) with one small dict per
+    event (as fast here as building the bytes by hand, and escaping stays orjson's)."""
     names = OUTCOME_NAMES
-    return orjson.dumps({"results": [{"event_id": e, "outcome": names[c], "version": v}
-                                     for e, c, v in zip(event_ids, codes.tolist(), versions.tolist())]})
+    return orjson.dumps({"results": [{"event_id": e, "board_id": b, "outcome": names[c], "version": v}
+                                     for e, b, c, v in zip(event_ids, board_ids, codes.tolist(), versions.tolist())]})
 
 
 def entry(e: RankedEntry) -> dict:
@@ -133,7 +155,12 @@ def player(p: PlayerView) -> dict:
         **({"tied_rank": p.tied_rank} if p.tied_rank is not None else {}),
         **({"metadata": Fragment(p.metadata)} if p.metadata else {}),
         **({"subscores": list(p.subscores)} if p.subscores is not None else {}),
+        **({"attempts": p.attempts} if p.attempts is not None else {}),
     }
+
+
+def join(j: JoinResult) -> dict:
+    return {"player_id": j.player_id, "position": j.position}
 
 
 def changes(c: Changes) -> dict:

@@ -61,6 +61,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
                 ray_dashboard=settings.ray_dashboard,
+                cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.warm)
             )
     finally:
         for sig, handler in saved.items():

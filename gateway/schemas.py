@@ -12,13 +12,24 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema
 
 from engine.errors import ValidationFailed
 from engine.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
 from engine.season import ID_PART
 from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
+from engine.windows import (
+    AT_PATTERN,
+    DEFAULT_AT,
+    DEFAULT_KEEP,
+    DEFAULT_TIMEZONE,
+    MAX_KEEP,
+    MAX_SERIES_SEASON,
+    is_zone,
+    zone_names,
+)
 
-from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, id_problem
+from gateway.validation import BOARD_ID_PATTERN, ID_PATTERN, MAX_FANOUT_BOARDS, id_problem
 
 
 def _valid_id(v: str) -> str:
@@ -97,6 +108,12 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+def _no_default(schema: dict, **extra) -> None:
+    """A property that may be absent but never null: no ``default: null`` in its schema."""
+    schema.pop("default", None)
+    schema.update(extra)
+
+
 # ---- errors -----------------------------------------------------------------
 
 
@@ -117,7 +134,7 @@ _ERROR_TEXT = {
          "`?access_token=`.",
     403: "`FORBIDDEN`: the key's role may not call this route (a token: not a reader's GET, or not its board).",
     404: "`BOARD_NOT_FOUND`, `PLAYER_NOT_FOUND`, `PLAYER_NOT_RANKED`, `EVENT_NOT_FOUND` or an unknown route.",
-    409: "`BOARD_EXISTS`, `INVALID_TRANSITION` or `ALREADY_DECIDED`.",
+    409: "`BOARD_EXISTS`, `INVALID_TRANSITION`, `ALREADY_DECIDED`, `BOARD_FULL` or `BOARD_NOT_OPEN`.",
     410: "`VIEW_EXPIRED`: the pinned page version is gone; fetch page 1 again.",
     413: "`BATCH_TOO_LARGE`: more than 10,000 events or a body over 8 MiB.",
     422: "`VALIDATION_FAILED`: schema, types, ranges or ids; `field` names the first bad input.",
@@ -143,9 +160,64 @@ def error_responses(*statuses: int) -> dict:
 # ---- boards -------------------------------------------------------------------
 
 
+def _zone_name(v: str) -> str:
+    if not is_zone(v):
+        raise ValueError(f'timezone must be an IANA time zone name such as "Europe/Berlin"; {v[:80]!r} is not one')
+    return v
+
+
+class RecurrenceIn(BaseModel):
+    """How a series' windows recur (docs/api.md §15)."""
+
+    # the route builds the engine's Recurrence with Recurrence.parse, the one definition of these rules
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}]})
+
+    every: Literal["day", "week", "month"] = Field(
+        description="Windows start every day, every Monday or on the 1st of every month.")
+    timezone: Annotated[str, Field(examples=["Europe/Berlin"], json_schema_extra={"enum": zone_names()}),
+                        AfterValidator(_zone_name)] = Field(
+        DEFAULT_TIMEZONE, description="IANA time zone name of `at` (daylight-saving aware).")
+    at: Annotated[str, Field(pattern=AT_PATTERN, examples=["04:00"])] = Field(
+        DEFAULT_AT, description="Local start time `HH:MM`. A time the clocks skip moves forward by the gap; a "
+                                "time that happens twice is the first.")
+    keep: Annotated[int, Strict(), Field(ge=1, le=MAX_KEEP)] = Field(
+        DEFAULT_KEEP, description="How many window instances stay unarchived.")
+
+
+class EntryIn(BaseModel):
+    """Who may enter a competition and how often (docs/api.md §16, "Entry")."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"join_required": True, "max_players": 100, "max_attempts": 3}]})
+
+    join_required: Annotated[bool, Strict()] = Field(
+        False, description="Only players who joined may submit: others' events are `REJECTED_NOT_JOINED`.")
+    max_players: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="At most this many players join (`BOARD_FULL`); without `join_required`, at most this "
+                          "many players get a row (a new player's first event on a full board is "
+                          "`REJECTED_BOARD_FULL`). Null: no cap.")
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="A player's admitted score events beyond this many are `REJECTED_MAX_ATTEMPTS`. "
+                          "Null: no cap.")
+
+
+class EntryRulesOut(_Out):
+    join_required: bool
+    max_players: int | None
+    max_attempts: int | None
+
+
+class JoinOut(_Out):
+    player_id: str
+    position: int = Field(description="0-based order of joining.")
+
+
 class BoardCreate(BaseModel):
     board_id: BoardId
-    policy: Policy = Field(description="`best_score`, `cumulative` or `fastest_time`.")
+    policy: Policy = Field(description="`best_score`, `cumulative`, `fastest_time` or `latest` (a player's most "
+                                       "recent event is their row; ranked as `best_score`).")
     shards: Annotated[int, Strict(), Field(ge=1, le=1024)] | None = Field(
         None, description="Partition count; default: the server's `--shards`.")
     max_plausible_time_ms: Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)] | None = Field(
@@ -160,16 +232,26 @@ class BoardCreate(BaseModel):
         None, max_length=3, description="0-3 subscores, each `desc` (higher first) or `asc` (lower first), "
         "compared after the primary value and before the policy's tie keys (§14); `best_score` and "
         "`fastest_time` only (`[]` is the same as none). Every event on the board then carries that many.")
+    recurrence: RecurrenceIn | None = Field(
+        None, description="Makes the board a series of time windows, one instance board per window "
+                          f"(docs/api.md §15); its id's season part is then at most {MAX_SERIES_SEASON} characters.")
+    entry: EntryIn | None = Field(None, description="Competition entry rules (docs/api.md §16); none by default.")
 
     model_config = ConfigDict(json_schema_extra={
+        "allOf": [
+            # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15)
+            {"if": {"required": ["recurrence"], "properties": {"recurrence": {"type": "object"}}},
+             "then": {"properties": {"board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"}}}},
+            # a cumulative board takes no subscores (docs/api.md §14): say so to generated clients too
+            {"if": {"properties": {"policy": {"const": "cumulative"}}, "required": ["policy"]},
+             "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
+        ],
         "examples": [
-            {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
-             "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
-             "finalize_after_s": 3600}],
-        # a cumulative board takes no subscores (docs/api.md §14): say so to generated clients too
-        "if": {"properties": {"policy": {"const": "cumulative"}}, "required": ["policy"]},
-        "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}},
-    })
+        {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
+         "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
+         "finalize_after_s": 3600},
+        {"board_id": "arena-clash:solo:daily:global", "policy": "best_score",
+         "recurrence": {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}}]})
 
 
 class NextSeasonIn(BaseModel):
@@ -193,6 +275,39 @@ class BoardOut(_Out):
     closes_at: Timestamp | None = Field(None, description="Scheduled close, or null.")
     finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
     subscores: list[Literal["desc", "asc"]] = Field([], description="The board's subscores' directions (§14).")
+    entry: EntryRulesOut | None = Field(None, description="The entry rules (§16); left out when the board has none.")
+    recurrence: RecurrenceOut | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=_no_default, description="A series only (docs/api.md §15): how its windows recur.")
+    current: str | None = Field(None, description="A series only: the id of the current window's instance (null "
+                                                  "until it exists).")
+    series: str | SkipJsonSchema[None] = Field(None, json_schema_extra=_no_default,
+                                               description="An instance only: its series' board id.")
+    window: SeriesWindowOut | SkipJsonSchema[None] = Field(None, json_schema_extra=_no_default,
+                                                           description="An instance only: its window.")
+
+
+class RecurrenceOut(_Out):
+    every: Literal["day", "week", "month"]
+    timezone: str
+    at: str = Field(pattern=AT_PATTERN)
+    keep: int = Field(ge=1, le=MAX_KEEP)
+
+
+class SeriesWindowOut(_Out):
+    starts_at: Timestamp
+    ends_at: Timestamp = Field(description="Where the next window starts; the instance's `closes_at`.")
+
+
+class InstanceOut(_Out):
+    board_id: str
+    starts_at: Timestamp
+    ends_at: Timestamp
+    state: BoardState
+    size: int = Field(description="Number of ranked (ACTIVE) players.")
+
+
+class InstancesOut(_Out):
+    instances: list[InstanceOut] = Field(description="Latest window first.")
 
 
 class BoardList(_Out):
@@ -215,19 +330,31 @@ class EventIn(BaseModel):
     On a board with subscores (docs/api.md §14) an event carries ``"subscores"``: exactly as many signed
     64-bit integers as the board declares (else the whole batch is 422); on other boards it is omitted,
     null or ``[]``. Not a property either: whether it is required depends on the board, which JSON Schema
-    cannot say."""
+    cannot say. It names its board with ``board_id``, or its boards with ``board_ids`` (docs/api.md §15),
+    never both."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["board_id"]}, {"required": ["board_ids"]}]})
 
     event_id: EventId
-    board_id: BoardId
+    board_id: BoardId | SkipJsonSchema[None] = Field(
+        None, description="The board (or series) of the event.", json_schema_extra=_no_default)
+    board_ids: Annotated[list[BoardId], Field(min_length=1, max_length=MAX_FANOUT_BOARDS)] | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=lambda s: _no_default(s, uniqueItems=True),
+        description=f"Instead of `board_id`: 1-{MAX_FANOUT_BOARDS} distinct boards (series allowed) the event is "
+                    "on, each deduplicating it under its one `event_id`; it counts once per board towards the "
+                    "batch limit, and has one result per board.")
     player_id: PlayerId
     value: Int64 = Field(description="JSON integer (signed 64-bit). `fastest_time`: elapsed ms.")
     achieved_at: TimestampIn
-    submitted_at: TimestampIn | None = Field(None, description="`fastest_time` tie-break; default `achieved_at`.")
+    submitted_at: TimestampIn | None = Field(
+        None, description="`fastest_time` tie-break; on `latest` boards, which of two events achieved at the same "
+                          "moment is the more recent; default `achieved_at`.")
 
 
 class EventBatchIn(BaseModel):
     events: list[EventIn] = Field(min_length=1, max_length=10_000,
-                                  description="1-10,000 events; rejected whole if any is invalid.")
+                                  description="1-10,000 events (an event with `board_ids` counts once per board); "
+                                              "rejected whole if any is invalid.")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"events": [
         {"event_id": "evt-101", "board_id": "arena-clash:solo:S7:global", "player_id": "p-dev",
@@ -236,6 +363,8 @@ class EventBatchIn(BaseModel):
 
 class EventResultOut(_Out):
     event_id: str
+    board_id: str = Field(description="The board the result is on: the event's, or for an event sent to a series "
+                                      "the instance of its window.")
     outcome: Outcome
     version: Version = Field(description="Board version after this event (0 for unknown boards).")
 
@@ -286,6 +415,8 @@ class PlayerOut(_Out):
                                             "value (§13); left out when there is none.")
     subscores: list[int] | None = Field(None, description="The row's subscores, on a board with subscores "
                                         "(§14); left out on other boards.")
+    attempts: int | None = Field(None, description="On a board with `max_attempts` (§16): the player's admitted "
+                                 "score events so far; left out on other boards.")
     stale_ms: StaleMs = None
 
 

@@ -39,6 +39,9 @@ class Settings:
     ray_dashboard: bool = False  # embedded Ray only: start Ray's dashboard (default: lean, no dashboard)
     # --cors-origin (docs/api.md §12): origins ("*" allowed) that get CORS headers on /v1 routes; () = none
     cors_origins: tuple[str, ...] = ()
+    # --cache-dir: root of the numba compile cache (None: $FLOWRANK_CACHE_DIR, else <data_dir>/.numba-cache;
+    # engine.warm.resolve_cache_root)
+    cache_dir: str | None = None
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

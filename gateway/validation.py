@@ -131,6 +131,26 @@ def _floats_ok(x: object) -> bool:
 
 
 _EVENT_REQUIRED = ("event_id", "board_id", "player_id", "value", "achieved_at")
+MAX_FANOUT_BOARDS = 16  # an event's board_ids (docs/api.md §15)
+
+
+def fanout_boards(raw: dict, field: str) -> list[str] | None:
+    """An event's ``board_ids`` (docs/api.md §15): 1-16 distinct valid board
+    ids, given instead of ``board_id``; None when the event has none. 422 when
+    it has both, or a bad list."""
+    if "board_ids" not in raw:
+        return None
+    ids = raw["board_ids"]
+    if "board_id" in raw:
+        raise ValidationFailed("An event has board_id or board_ids, not both.", f"{field}.board_ids")
+    if type(ids) is not list or not 1 <= len(ids) <= MAX_FANOUT_BOARDS:
+        raise ValidationFailed(f"board_ids must be an array of 1 to {MAX_FANOUT_BOARDS} board ids.",
+                               f"{field}.board_ids")
+    for k, b in enumerate(ids):
+        check_board_id(b, f"{field}.board_ids[{k}]")
+    if len(set(ids)) != len(ids):
+        raise ValidationFailed("board_ids must be distinct.", f"{field}.board_ids")
+    return ids
 
 
 def event_from_json(raw: object, field: str) -> ScoreEvent:
@@ -150,8 +170,8 @@ def _fast_event(raw: object) -> ScoreEvent | None:
         eid, bid, pid = raw.get("event_id"), raw.get("board_id"), raw.get("player_id")
         value, at, sub = raw.get("value"), raw.get("achieved_at"), raw.get("submitted_at")
         meta = raw.get("metadata")
-        if meta is not None:
-            return None  # the checked path encodes it, naming the field on errors
+        if meta is not None or "board_ids" in raw:
+            return None  # the checked path encodes it, naming the field on errors (and fans an event out)
         subs = raw.get("subscores")
         if subs is not None and subs != []:
             return None  # the checked path reads them, naming the field on errors
@@ -216,7 +236,16 @@ def check_subscores(raw: object, field: str) -> tuple[int, ...]:
 
 
 def events_from_body(body: object, max_events: int) -> list[ScoreEvent]:
-    """The whole batch or nothing: 413 past ``max_events``, else the first bad field's 422."""
+    """The whole batch or nothing: 413 past ``max_events``, else the first bad field's 422.
+    An event with ``board_ids`` is that event once per board, in order."""
+    return expand_events(body, max_events)[0]
+
+
+def expand_events(body: object, max_events: int) -> tuple[list[ScoreEvent], list[int] | None]:
+    """:func:`events_from_body`, and for a batch where some event fans out to
+    several boards (``board_ids``, docs/api.md §15) the request index of each
+    resulting (event, board) row (None: no event fans out). Such an event
+    counts as that many events towards ``max_events`` (413 beyond)."""
     if not isinstance(body, dict):
         raise ValidationFailed("The body must be a JSON object with an events array.", None)
     events = body.get("events")
@@ -228,12 +257,32 @@ def events_from_body(body: object, max_events: int) -> list[ScoreEvent]:
         raise BatchTooLarge(f"A batch holds at most {max_events} events; this one has {len(events)}.", "events")
     if not events:
         raise ValidationFailed("events must hold at least one event.", "events")
-    out = []
+    out: list[ScoreEvent] = []
     append = out.append
+    origin: list[int] | None = None
     for i, e in enumerate(events):
         ev = _fast_event(e)
-        append(ev if ev is not None else _event_from_json_checked(e, f"events[{i}]"))
-    return out
+        if ev is not None:
+            append(ev)
+            if origin is not None:
+                origin.append(i)
+            continue
+        boards = fanout_boards(e, f"events[{i}]") if type(e) is dict else None
+        if boards is None:
+            append(_event_from_json_checked(e, f"events[{i}]"))
+            if origin is not None:
+                origin.append(i)
+            continue
+        if origin is None:
+            origin = list(range(len(out)))
+        one = _event_from_json_checked({**e, "board_id": boards[0]}, f"events[{i}]")
+        for b in boards:
+            append(one._replace(board_id=b))
+            origin.append(i)
+    if len(out) > max_events:
+        raise BatchTooLarge(f"A batch holds at most {max_events} events, an event with board_ids counting once per "
+                            f"board; this one has {len(out)}.", "events")
+    return out, origin
 
 
 def decode_events(raw: bytes, max_events: int) -> list[ScoreEvent]:
@@ -245,16 +294,21 @@ def decode_events(raw: bytes, max_events: int) -> list[ScoreEvent]:
     (orjson turns an integer past 64 bits into a float, and rejects lone
     surrogates that ``json`` lets the id rules name). O(len(raw)).
     """
+    return decode_expanded(raw, max_events)[0]
+
+
+def decode_expanded(raw: bytes, max_events: int) -> tuple[list[ScoreEvent], list[int] | None]:
+    """:func:`decode_events` with :func:`expand_events`' request indexes."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         doc = _NOT_PARSED
     if doc is not _NOT_PARSED:
         try:
-            return events_from_body(doc, max_events)
+            return expand_events(doc, max_events)
         except (ValidationFailed, BatchTooLarge):
             pass
-    return events_from_body(parse_json_body(raw), max_events)
+    return expand_events(parse_json_body(raw), max_events)
 
 
 def decode_batch(raw: bytes, max_events: int) -> ScoreBatch:
@@ -273,15 +327,19 @@ def decode_batch(raw: bytes, max_events: int) -> ScoreBatch:
         doc = None
     events = doc.get("events") if type(doc) is dict else None
     if type(events) is list and 0 < len(events) <= max_events:
-        batch = _batch_columns(events)
+        batch = _batch_columns(events, max_events)
         if batch is not None:
             return batch
-    return ScoreBatch.from_events(decode_events(raw, max_events))
+    got, origin = decode_expanded(raw, max_events)
+    batch = ScoreBatch.from_events(got)
+    return batch if origin is None else ScoreBatch(batch.event_ids, batch.boards, batch.positions, np.array(origin, np.int64))
 
 
-def _batch_columns(events: list) -> ScoreBatch | None:
+def _batch_columns(events: list, max_events: int = 10_000) -> ScoreBatch | None:
     """The common, valid shape of a batch → ScoreBatch; None sends the caller to the checked path.
-    The rules of :func:`_fast_event`, one C-level pass per column (``map`` over ``dict.get``)."""
+    The rules of :func:`_fast_event`, one C-level pass per column (``map`` over ``dict.get``).
+    A batch where every event names its boards with ``board_ids`` (docs/api.md §15) is expanded
+    to one row per (event, board) here too, as columns (:func:`_fanout_boards`)."""
     n = len(events)
     if set(map(type, events)) != {dict}:
         return None
@@ -290,9 +348,16 @@ def _batch_columns(events: list) -> ScoreBatch | None:
         return None
     if list(map(get, events, repeat("subscores", n))).count(None) != n:  # subscores: the checked path
         return None
+    origin = None
+    if any(map(dict.__contains__, events, repeat("board_ids", n))):
+        got = _fanout_boards(events, max_events)  # an event for several boards (docs/api.md §15)
+        if got is None:
+            return None
+        bids, origin = got
+    else:
+        bids = list(map(get, events, repeat("board_id", n)))
     eids = list(map(get, events, repeat("event_id", n)))
     pids = list(map(get, events, repeat("player_id", n)))
-    bids = list(map(get, events, repeat("board_id", n)))
     if set(map(type, eids)) | set(map(type, pids)) | set(map(type, bids)) != {str}:
         return None
     for ids in (eids, pids):
@@ -323,9 +388,13 @@ def _batch_columns(events: list) -> ScoreBatch | None:
     for col in (achieved, submitted):
         if int(col.min()) < MIN_MS or int(col.max()) > MAX_MS:
             return None
+    if origin is not None:  # one row per (event, board): the event's columns repeated
+        rows = origin.tolist()
+        eids, pids = [eids[i] for i in rows], [pids[i] for i in rows]
+        values, achieved, submitted = values[origin], achieved[origin], submitted[origin]
     if len(boards) == 1:
         cols = ScoreColumns(bids[0], eids, pids, values, achieved, submitted)
-        return ScoreBatch(eids, [cols], [np.arange(len(eids), dtype=np.int64)])
+        return ScoreBatch(eids, [cols], [np.arange(len(eids), dtype=np.int64)], origin)
     index = {b: i for i, b in enumerate(boards)}
     which = np.fromiter(map(index.__getitem__, bids), np.int64, len(bids))
     order = np.argsort(which, kind="stable")
@@ -337,7 +406,29 @@ def _batch_columns(events: list) -> ScoreBatch | None:
         out.append(ScoreColumns(b, [eids[k] for k in idx], [pids[k] for k in idx], values[rows], achieved[rows],
                                 submitted[rows]))
         positions.append(rows)
-    return ScoreBatch(eids, out, positions)
+    return ScoreBatch(eids, out, positions, origin)
+
+
+def _fanout_boards(events: list, max_events: int) -> tuple[list, np.ndarray] | None:
+    """For a batch where every event has ``board_ids`` (and none ``board_id``):
+    the board of every (event, board) row in request order, and each row's
+    request index; None for any other shape or a bad list (the checked path
+    then names the field), or past ``max_events`` rows (its 413)."""
+    n = len(events)
+    if any(map(dict.__contains__, events, repeat("board_id", n))):
+        return None
+    lists = list(map(dict.get, events, repeat("board_ids", n)))
+    if set(map(type, lists)) != {list}:
+        return None
+    counts = np.fromiter(map(len, lists), np.int64, n)
+    if int(counts.min()) < 1 or int(counts.max()) > MAX_FANOUT_BOARDS or int(counts.sum()) > max_events:
+        return None
+    flat = [b for one in lists for b in one]
+    if set(map(type, flat)) != {str}:
+        return None
+    if not all(map(int.__eq__, map(len, map(set, lists)), counts.tolist())):  # distinct within each event
+        return None
+    return flat, np.repeat(np.arange(n, dtype=np.int64), counts)
 
 
 _NOT_PARSED = object()

@@ -55,10 +55,12 @@ def worker_argv(argv: Sequence[str], host_name: str, ray_address: str, port: int
             "--port", str(port)]
 
 
-def engine_kwargs(settings: Settings) -> dict:
+def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
     """What ClusterEngine.open gets inside the host actor (the data directory made absolute:
-    the actor's working directory is Ray's, not this process's)."""
+    the actor's working directory is Ray's, not this process's); ``cache_dir``: the numba
+    compile cache (engine.warm)."""
     return dict(
+        cache_dir=cache_dir,
         data_dir=os.path.abspath(settings.data_dir or "./flowrank-data"),
         default_shards=settings.shards,
         n_shards=settings.n_shard_actors,
@@ -93,7 +95,10 @@ async def supervise(settings: Settings, workers: int, argv: Sequence[str], grace
                 actor = find_host(name)
             else:
                 try:
-                    actor = await start_host(engine_kwargs(settings), name)
+                    warming = time.monotonic()
+                    actor = await start_host(engine_kwargs(settings, os.environ.get("NUMBA_CACHE_DIR")), name)
+                    print(f"flowrank: engine host open and warm in {time.monotonic() - warming:.1f} s "
+                          f"(compile cache {os.environ.get('NUMBA_CACHE_DIR') or 'numba default'})", flush=True)
                 except ray.exceptions.RayTaskError as exc:  # a refusal inside the actor: classify the cause
                     raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
         except BaseException:

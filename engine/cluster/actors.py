@@ -9,12 +9,20 @@
   ``__init__`` loads its newest good snapshot and replays the log tail
   before it serves anything; ``max_task_retries=-1`` re-runs interrupted
   calls on the new process, which the core answers idempotently by offset.
+  ``cache_dir``: the numba compile cache it uses (:mod:`engine.warm`), set
+  before recovery runs a kernel. Every kernel is loaded in ``__init__`` when
+  the cache is complete (a restarted actor serves nothing cold), else compiled
+  or loaded by ``warm()``, which the engine awaits before it is ready.
+
+The log server runs no kernel (log records, snapshots and dead letters are
+msgpack and files), so it is not warmed.
 
 Payloads are msgpack bytes (cheaper for Ray than nested Python lists).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -24,13 +32,12 @@ import msgpack
 import ray
 
 from engine import gc_tuning
-from engine import records as R
-from engine.formats import LOG_FORMAT, SHARD_STATE_FORMAT, state_format
+from engine import warm
+from engine.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.journal import JournalPlace
-from engine.recovery import DeadLetterIndex, core_from_snapshot
+from engine.recovery import DeadLetterIndex, recover_shard
 from engine import wire as W
-from engine.shard import ShardCore
 
 log = logging.getLogger("flowrank.cluster")
 
@@ -60,9 +67,10 @@ class LogServer:
         self.store = FileSnapshotStore(root / "snapshots")
         self.dead = DeadLetterIndex(self.log)
 
-    def append(self, packed_records: bytes) -> int:
-        """Durably append (fsync'd on return); the first record's offset."""
-        return self.log.append_batch(unpack(packed_records))[0]
+    def append(self, payloads: list[bytes]) -> int:
+        """Durably append records packed once by the sequencer (fsync'd on
+        return, framed as they are); the first record's offset."""
+        return self.log.append_payloads(payloads)[0]
 
     def read_chunk(self, offset: int, max_records: int = REPLAY_CHUNK) -> bytes:
         out = []
@@ -103,46 +111,67 @@ def spill_dir(namespace: str) -> str:
     return os.path.join(tempfile.gettempdir(), "flowrank-spill", namespace)
 
 
-def replay_from_server(core: ShardCore, log_server) -> int:
-    """Fold the log tail served by ``log_server`` into ``core``."""
-    applied = 0
-    offset = core.applied_offset + 1
-    dead = R.dead_letters_in(unpack(ray.get(log_server.dead_letters.remote(offset))))
-    while True:
-        chunk = unpack(ray.get(log_server.read_chunk.remote(offset)))
-        if not chunk:
-            return applied
-        applied += core.replay(((o, rec) for o, rec in chunk), dead)
-        offset = chunk[-1][0] + 1
+class RemoteLogView:
+    """The log server's log, snapshots and dead letters as the recovery
+    functions read them (``read_from``, ``load_latest``, ``since``): a shard
+    actor recovers through :func:`engine.recovery.recover_shard` like the local
+    service's shards, and the cluster engine's router through
+    :func:`engine.recovery.recover_router`, over Ray calls."""
+
+    def __init__(self, log_server):
+        self.server = log_server
+
+    def read_from(self, offset: int, chunk_records: int = REPLAY_CHUNK):
+        while True:
+            chunk = unpack(ray.get(self.server.read_chunk.remote(offset, chunk_records)))
+            if not chunk:
+                return
+            yield from ((o, rec) for o, rec in chunk)
+            offset = chunk[-1][0] + 1
+
+    def load_latest(self, name: str):
+        got = ray.get(self.server.load_snapshot.remote(name))
+        return None if got is None else (got[0], unpack(got[1]))  # shard actors ship their state packed
+
+    def since(self, offset: int) -> list:
+        return unpack(ray.get(self.server.dead_letters.remote(offset)))
 
 
 class ShardActor:
-    def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str):
+    def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str, cache_dir: str | None = None):
+        cache = warm.use_cache_dir(cache_dir)  # before recovery runs the first kernel
         gc_tuning.fix_mmap_threshold()  # before recovery allocates: freed tables leave the process
+        # a filled cache (a restart after a crash, or a start after one warm round): load every kernel
+        # now, before recovery and before any call is served; a cold one waits for warm(), which the
+        # engine sends once one process compiled them (engine.cluster.client)
+        # (only for an engine that asked for warming by naming the cache: flowrank serve)
+        self.warmed = (dataclasses.asdict(warm.warm_engine()) if cache_dir is not None and warm.cache_complete(cache)
+                       else None)
         # By name, not by handle: a restart must not depend on constructor
         # arguments kept in the object store (ray-project/ray#53727).
         log_server = ray.get_actor(log_server_name, namespace=namespace)
         self.log_server = log_server
         self.name = f"shard-{index}"
-        snap = ray.get(log_server.load_snapshot.remote(self.name))
         # the journals live on this node, under this Ray cluster's node id: a
         # restart here finds them; one elsewhere replays the whole log instead
         journal_root = os.path.join(tempfile.gettempdir(), "flowrank-journal", namespace,
                                     ray.get_runtime_context().get_node_id(), self.name)
-        core = None
-        if snap is not None:
-            state = unpack(snap[1])
-            state_format(state, SHARD_STATE_FORMAT, f"snapshot {self.name}")  # newer: refuse, whatever its shards
-            if state.get("n_actors") == n_actors:
-                core = core_from_snapshot(state, JournalPlace(journal_root), self.name)
-        if core is None:
-            core = ShardCore(index, n_actors, JournalPlace(journal_root))
-        replayed = replay_from_server(core, log_server)  # shadow: served only once complete
+        view = RemoteLogView(log_server)
+        # the same recovery as the local service's shards; a shadow, served only once complete
+        core, replayed = recover_shard(index, n_actors, view, view, JournalPlace(journal_root), view)
         # export spill files: node-local, so a gateway on this node reads them directly
         core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
         self.core = core
         self.replayed = replayed
         gc_tuning.tune()  # a long-lived process full of long-lived objects
+
+    def warm(self) -> dict:
+        """Compile or load every engine kernel in this process (a throwaway engine:
+        this shard's state is not touched) unless ``__init__`` did; what it took
+        (engine.warm.WarmReport)."""
+        if self.warmed is None:
+            self.warmed = dataclasses.asdict(warm.warm_engine())
+        return self.warmed
 
     def apply(self, through: int, packed_items: bytes) -> bytes:
         return pack(self.core.apply(through, unpack(packed_items)))
@@ -163,7 +192,7 @@ class ShardActor:
         return offset
 
     def stats(self) -> dict:
-        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed}
+        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None}
 
     def checksum(self) -> int:
         return self.core.checksum_of_state()

@@ -22,11 +22,10 @@ from typing import Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from engine.cluster.actors import RemoteLogServer, RemoteShard, pack, spill_dir, unpack
+from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
 from engine.errors import Overloaded
 from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.log.archives import FileArchiveStore
-from engine.recovery import recover_router
 from engine.router import Router, RouterConfig
 from engine.router_client import RouterClient
 from engine.service import _lock
@@ -98,27 +97,8 @@ class RayLog:
     def __init__(self, server):
         self.server = server
 
-    async def append(self, records: list) -> int:
-        return await self.server.append.remote(pack(records))
-
-
-class _RemoteLogView:
-    """Just enough of EventLog/SnapshotStore for :func:`recover_router`."""
-
-    def __init__(self, server):
-        self.server = server
-
-    def read_from(self, offset: int, chunk_records: int = 20_000):
-        while True:
-            chunk = unpack(ray.get(self.server.read_chunk.remote(offset, chunk_records)))
-            if not chunk:
-                return
-            yield from ((o, rec) for o, rec in chunk)
-            offset = chunk[-1][0] + 1
-
-    def load_latest(self, name: str):
-        got = ray.get(self.server.load_snapshot.remote(name))
-        return None if got is None else (got[0], unpack(got[1]))
+    async def append(self, payloads: list[bytes]) -> int:
+        return await self.server.append.remote(payloads)  # each record packed once, by the sequencer
 
 
 class ClusterEngine(RouterClient):
@@ -148,6 +128,7 @@ class ClusterEngine(RouterClient):
         prune_log: bool = False,
         ray_dashboard: bool = False,
         wall_clock: Callable[[], int] | None = None,
+        cache_dir: str | None = None,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -162,28 +143,30 @@ class ClusterEngine(RouterClient):
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(str(root))
         await log_server.end_offset.remote()  # opened (torn tail truncated) before any shard reads it
-        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace) for i in range(n)]
+        # cache_dir: the numba compile cache each shard actor points its kernels at (engine.warm)
+        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
+                  for i in range(n)]
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
-        view = _RemoteLogView(log_server)
-        await asyncio.to_thread(recover_router, router, view, view)
-        await router.sync_versions()
-        router.start()
-        await router.finish_archiving()
-        await router.close_due()  # a close that fell due while the service was down happens now, before any write
         eng = cls(router, log_server, shards, lock_fd, started_ray)
         eng.namespace = namespace
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events
         eng.snapshot_every_seconds = snapshot_every_seconds
         eng.prune_log = prune_log
+        view = RemoteLogView(log_server)
+        await eng._start(view, view)  # the same start sequence as the local service (RouterClient._start)
         eng.recovery_seconds = time.monotonic() - started
-        eng._init_snapshots()
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
+
+    async def warm(self) -> list[dict]:
+        """Every shard actor compiles or loads every kernel, in parallel (engine.warm);
+        one WarmReport (as a dict) per actor. Calls sent after it wait for it."""
+        return list(await asyncio.gather(*(s.warm.remote() for s in self.shards)))
 
     async def _take_snapshot(self) -> float:
         paused = time.monotonic()
@@ -223,13 +206,8 @@ class ClusterEngine(RouterClient):
         return list(await asyncio.gather(*(s.pid.remote() for s in self.shards)))
 
     async def close(self) -> None:
-        self._stop_snapshots()
         self._stats_task.cancel()
-        await self.router.stop()
-        try:
-            await self.snapshot()
-        except Exception:
-            log.exception("final snapshot failed; recovery will replay the log instead")
+        await self._stop()
         try:
             await self.log_server.close.remote()
         except Exception:

@@ -14,6 +14,7 @@ do not keep it), the router sequences writes itself.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import ray
@@ -32,13 +33,26 @@ HOST_OPTIONS = dict(num_cpus=0, max_restarts=0, max_concurrency=10_000, enable_t
 
 class EngineHostActor:
     async def open(self, engine_kwargs: dict) -> int:
-        """Open the engine (recovery included); this process's pid."""
-        from engine import gc_tuning  # noqa: PLC0415
+        """Open the engine (recovery included) and warm every kernel of this process
+        and of the shard actors (engine.warm: the gateways start once it is ready);
+        this process's pid."""
+        import asyncio  # noqa: PLC0415
+
+        from engine import gc_tuning, warm  # noqa: PLC0415
         from engine.cluster.client import ClusterEngine  # noqa: PLC0415
         from engine.engine_host import EngineHost  # noqa: PLC0415
 
+        cache_dir = warm.use_cache_dir(engine_kwargs.get("cache_dir"))  # before recovery runs a kernel
         gc_tuning.fix_mmap_threshold()
+        here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine))  # while the engine recovers
         self.engine = await ClusterEngine.open(**engine_kwargs)
+        try:
+            if not warm.cache_complete(cache_dir):  # a cold cache: compile once here, then the shards load it
+                await here
+            await asyncio.gather(here, self.engine.warm())
+            warm.mark_complete(cache_dir)
+        except Exception:  # never a reason not to serve: the kernels then compile on first use, as before
+            logging.getLogger("flowrank.host").exception("warming the engine host or its shard actors failed")
         # the boards' versions for the gateways on this machine, next to the log (engine.version_table)
         self.host = EngineHost(self.engine, version_path=os.path.join(engine_kwargs["data_dir"], "versions"))
         gc_tuning.tune()

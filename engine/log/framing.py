@@ -90,12 +90,17 @@ def encode_batch(records: Sequence[object]) -> tuple[bytes, list[int]]:
     Raises ``TypeError``/``ValueError`` before anything is written if any
     record cannot be encoded, so a batch is all-or-nothing.
     """
+    pack = msgpack.Packer(use_bin_type=True).pack
+    return encode_payloads([pack(record) for record in records])
+
+
+def encode_payloads(payloads: Sequence[bytes]) -> tuple[bytes, list[int]]:
+    """:func:`encode_batch` of records already packed (:func:`pack_payload`):
+    each payload is framed as it is, never unpacked and packed again."""
     parts: list[bytes] = []
     starts: list[int] = []
     pos = 0
-    pack = msgpack.Packer(use_bin_type=True).pack
-    for record in records:
-        payload = pack(record)
+    for payload in payloads:
         n = len(payload)
         if n > MAX_RECORD_BYTES:
             raise ValueError(f"record of {n} bytes exceeds {MAX_RECORD_BYTES}")

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from engine.errors import StorageUnavailable
-from engine.log.framing import SEGMENT_HEADER_SIZE, encode_batch, pack_payload, unpack_payload
+from engine.log.framing import SEGMENT_HEADER_SIZE, encode_batch, encode_payloads, pack_payload, unpack_payload
 from engine.log.port import FaultHook
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
@@ -53,11 +53,17 @@ class InMemoryLog:
         return cls(**kwargs)
 
     def append_batch(self, records: Sequence[object]) -> list[int]:
+        return self._append(records, encode_batch)  # encoding validates encodability
+
+    def append_payloads(self, payloads: Sequence[bytes]) -> list[int]:
+        return self._append(payloads, encode_payloads)
+
+    def _append(self, items: Sequence, encode) -> list[int]:
         if self._closed:
             raise ValueError("append to a closed log")
-        if not records:
+        if not items:
             return []
-        blob, starts = encode_batch(records)  # validates encodability
+        blob, starts = encode(items)
         ends = starts[1:] + [len(blob)]
         payloads = [blob[s + 8:e] for s, e in zip(starts, ends)]
         with self._lock:

@@ -46,6 +46,12 @@ class EventLog(Protocol):
         """
         ...
 
+    def append_payloads(self, payloads: Sequence[bytes]) -> list[int]:
+        """:meth:`append_batch` of records already packed with
+        :func:`engine.log.framing.pack_payload`: the bytes are framed and
+        written as they are (the sequencer packs each record once)."""
+        ...
+
     def end_offset(self) -> int:
         """The next offset to be assigned (== :meth:`durable_offset` when no
         append is in flight). ``O(1)``."""

@@ -65,6 +65,7 @@ from engine.log.framing import (
     SEGMENT_VERSION,
     decode_segment_header,
     encode_batch,
+    encode_payloads,
     encode_segment_header,
     find_valid_frame,
     parse_frames,
@@ -252,11 +253,18 @@ class SegmentedFileLog:
         """See :meth:`engine.log.EventLog.append_batch`. Encoding is
         ``O(batch bytes)`` in the caller's thread; the wait is one group
         commit (one write + one fsync shared with concurrent callers)."""
+        return self._append(records, encode_batch)
+
+    def append_payloads(self, payloads: Sequence[bytes]) -> list[int]:
+        """See :meth:`engine.log.EventLog.append_payloads`: framing only, no packing."""
+        return self._append(payloads, encode_payloads)
+
+    def _append(self, items: Sequence, encode) -> list[int]:
         if self._closed or self._closing:
             raise ValueError("append to a closed log")
-        if not records:
+        if not items:
             return []
-        blob, starts = encode_batch(records)
+        blob, starts = encode(items)
         request = _Request(blob, starts)
         with self._cond:
             if self._closing:

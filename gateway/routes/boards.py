@@ -5,14 +5,15 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec
+from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
 from engine.subscores import check_directions
+from engine.windows import Recurrence, series_check
 
 from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access, principal_of
-from gateway.routes.common import BoardIdPath, guarded_router, gw
-from gateway.schemas import BoardCreate, BoardList, BoardOut, NextSeasonIn, StateIn, error_responses
+from gateway.routes.common import BoardIdPath, PlayerIdPath, guarded_router, gw
+from gateway.schemas import BoardCreate, BoardList, BoardOut, InstancesOut, JoinOut, NextSeasonIn, StateIn, error_responses
 
 router = guarded_router("boards")
 
@@ -22,6 +23,10 @@ router = guarded_router("boards")
 @access(Permission.ADMIN, "write")
 async def create_board(body: BoardCreate, request: Request):
     g = gw(request)
+    recurrence = None
+    if body.recurrence is not None:  # a series (docs/api.md §15): the one parser names any bad field
+        recurrence = Recurrence.parse(body.recurrence.model_dump())
+        series_check(body.board_id)
     spec = BoardSpec(
         board_id=body.board_id,
         policy=body.policy,
@@ -31,6 +36,8 @@ async def create_board(body: BoardCreate, request: Request):
         closes_at=body.closes_at,
         finalize_after_s=DEFAULT_FINALIZE_AFTER_S if body.finalize_after_s is None else body.finalize_after_s,
         subscores=check_directions(body.policy, body.subscores),
+        recurrence=recurrence,
+        entry=None if body.entry is None else EntrySpec(**body.entry.model_dump()),
     )
     info = await g.engine.create_board(spec)
     return JSONResponse(render.board(info), status_code=201)
@@ -52,6 +59,15 @@ async def get_board(board_id: BoardIdPath, request: Request):
     return JSONResponse(render.board(await gw(request).engine.board(board_id)))
 
 
+@router.get("/v1/boards/{board_id}/instances", response_model=InstancesOut, responses=error_responses(404),
+            summary="A series' instances, latest window first")
+@access(Permission.READ)
+async def instances(board_id: BoardIdPath, request: Request):
+    """One entry per window's instance of the series (docs/api.md §15); 404 when
+    ``board_id`` is not a series."""
+    return JSONResponse(render.instances(await gw(request).engine.instances(board_id)))
+
+
 @router.post("/v1/boards/{board_id}/state", response_model=BoardOut, responses=error_responses(404, 409),
              summary="Move a board's season state forward (admin)")
 @access(Permission.ADMIN, "write")
@@ -65,3 +81,16 @@ async def set_state(board_id: BoardIdPath, body: StateIn, request: Request):
 async def next_season(board_id: BoardIdPath, body: NextSeasonIn, request: Request):
     info = await gw(request).engine.next_season(board_id, body.season, body.closes_at, body.finalize_after_s)
     return JSONResponse(render.board(info), status_code=201)
+
+
+@router.post("/v1/boards/{board_id}/players/{player_id}/join", status_code=201, response_model=JoinOut,
+             responses={200: {"model": JoinOut, "description": "The player had joined before: the same body."},
+                        **error_responses(404, 409)},
+             summary="Join a competition (game_server, admin)")
+@access(Permission.SUBMIT, "write")
+async def join(board_id: BoardIdPath, player_id: PlayerIdPath, request: Request):
+    """201 with the player's 0-based position the first time; 200 with the
+    same body on every later join, whatever the board's state (docs/api.md
+    §16). 409 `BOARD_FULL` / `BOARD_NOT_OPEN`. Durable before the answer."""
+    got = await gw(request).engine.join(board_id, player_id)
+    return JSONResponse(render.join(got), status_code=201 if got.created else 200)

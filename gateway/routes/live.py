@@ -100,6 +100,9 @@ async def live(
 ):
     hub = gw(request).hub
     hub.start()
+    current = (await gw(request).engine.board(board_id)).current
+    if current is not None:  # a series (docs/api.md §15): the window of its current instance, as at connect time
+        board_id = current
     resume = _last_event_id(last_event_id)
     if resume is None:
         resume = since_version

@@ -36,8 +36,12 @@ async def healthz():
             responses={503: {"model": ErrorBody, "description": "`OVERLOADED`: not ready yet."}})
 @access(None)
 async def readyz(request: Request):
+    g = gw(request)
+    if g.warmup is not None and not g.warmup.done:  # flowrank serve: no request may wait on a compile
+        return JSONResponse(error_body("OVERLOADED", g.warmup.describe(), None), status_code=503,
+                            headers={"Retry-After": "1"})
     try:
-        ok = bool(await gw(request).engine.ready())
+        ok = bool(await g.engine.ready())
     except FlowRankError:
         ok = False
     if ok:
@@ -59,7 +63,7 @@ async def metrics(request: Request):
         log.warning("engine refresh_stats() failed or took over %.1f s; scraping the last stats", REFRESH_TIMEOUT_S,
                     exc_info=True)
     try:
-        ready = bool(await asyncio.wait_for(g.engine.ready(), REFRESH_TIMEOUT_S))
+        ready = (g.warmup is None or g.warmup.done) and bool(await asyncio.wait_for(g.engine.ready(), REFRESH_TIMEOUT_S))
     except Exception:  # FlowRankError, a timeout: not ready, as /readyz would answer
         ready = False
     g.metrics.ready.set(1.0 if ready else 0.0)

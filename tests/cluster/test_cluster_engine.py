@@ -372,3 +372,45 @@ def test_a_shard_actor_dead_letter_is_logged_and_a_fixed_replay_skips_it(ray_ses
     shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
     assert loop.run_until_complete(fixed()) == (dead, before)
     assert len(logged()) == 1
+
+
+def test_series_and_fan_out_through_ray_shards_survive_a_restart(ray_session, loop, tmp_path):
+    """docs/api.md §15 on Ray shard actors: a fan-out batch (one G record, its parts on both actors) with a
+    series among its boards answers per (event, board); a restart replays the same boards."""
+    import numpy as np
+
+    from engine.columns import ScoreBatch
+    from engine.model import Outcome
+    from engine.windows import Recurrence
+
+    now = {"ms": 1_796_558_400_000}  # 2026-12-06T12:00:00Z
+    boards = ["g:solo:S1:a", "g:solo:S1:b", "g:solo:daily:c"]
+    instance = "g:solo:daily.20261206:c"
+
+    async def go():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2, wall_clock=lambda: now["ms"])
+        try:
+            await eng.create_board(BoardSpec(boards[0], Policy.CUMULATIVE, shards=3))
+            await eng.create_board(BoardSpec(boards[1], Policy.BEST_SCORE, shards=1))
+            await eng.create_board(BoardSpec(boards[2], Policy.BEST_SCORE, shards=2, recurrence=Recurrence("day")))
+            rows = [ScoreEvent(b, f"e{i}", f"p{i}", i + 1, now["ms"], now["ms"]) for i in range(20) for b in boards]
+            batch = ScoreBatch.from_events(rows)
+            res = await eng.submit_columns(ScoreBatch(batch.event_ids, batch.boards, batch.positions,
+                                                      np.repeat(np.arange(20), 3)))
+            assert res.board_ids == [b for _ in range(20) for b in (boards[0], boards[1], instance)]
+            assert {R.outcome_of(c) for c in res.codes.tolist()} == {Outcome.APPLIED, Outcome.APPLIED_FIRST_SCORE}
+            live = [(await eng.board(b)).size for b in (boards[0], boards[1], instance)]
+            top = await eng.top(boards[2], 0, 5)
+        finally:
+            await eng.close()
+        assert live == [20, 20, 20] and top.board_id == instance
+        with SegmentedFileLog.open(tmp_path / "log") as log:
+            assert [rec[0] for _, rec in log.read_from(0)][-1] == R.GROUP
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2, wall_clock=lambda: now["ms"])
+        try:
+            assert [(await eng.board(b)).size for b in (boards[0], boards[1], instance)] == live
+            assert (await eng.top(boards[2], 0, 5)).entries == top.entries
+        finally:
+            await eng.close()
+
+    loop.run_until_complete(go())

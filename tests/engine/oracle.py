@@ -25,10 +25,20 @@ def final_rows(policy: Policy, events: list[ScoreEvent], invalid: set[str] = fro
         elif policy is Policy.BEST_SCORE:
             best = sorted(evs, key=lambda e: (-e.value, e.achieved_at))[0]
             rows[pid] = (best.value, best.achieved_at, best.submitted_at)
+        elif policy is Policy.LATEST:
+            last = latest_event(evs)
+            rows[pid] = (last.value, last.achieved_at, last.submitted_at)
         else:
             best = sorted(evs, key=lambda e: (e.value, e.submitted_at))[0]
             rows[pid] = (best.value, best.achieved_at, best.submitted_at)
     return rows
+
+
+def latest_event(evs: list[ScoreEvent]) -> ScoreEvent:
+    """A latest board's row (docs/api.md §14): the event with the latest
+    achieved_at, then the later submitted_at, then the greater event id (code
+    points: Python compares str so), found with sorted()."""
+    return sorted(evs, key=lambda e: (e.achieved_at, e.submitted_at, e.event_id))[-1]
 
 
 def ranking(policy: Policy, rows: dict) -> list[str]:
@@ -47,7 +57,8 @@ def final_metadata(policy: Policy, events: list[ScoreEvent], invalid: set[str] =
     """player -> metadata of the event that gives the row its value (docs/api.md
     §13), for the players :func:`final_rows` has: best_score / fastest_time:
     the best event (the first to arrive among equal keys); cumulative: the
-    latest applied event (in arrival order). b"" when that event has none."""
+    latest applied event (in arrival order); latest: the latest event. b"" when
+    that event has none."""
     seen: dict[str, ScoreEvent] = {}
     for ev in events:
         seen.setdefault(ev.event_id, ev)
@@ -62,6 +73,8 @@ def final_metadata(policy: Policy, events: list[ScoreEvent], invalid: set[str] =
             out[pid] = evs[-1].metadata
         elif policy is Policy.BEST_SCORE:
             out[pid] = sorted(evs, key=lambda e: (-e.value, e.achieved_at))[0].metadata
+        elif policy is Policy.LATEST:
+            out[pid] = latest_event(evs).metadata
         else:
             out[pid] = sorted(evs, key=lambda e: (e.value, e.submitted_at))[0].metadata
     return out

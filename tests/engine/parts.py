@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from engine.board_control import BoardControl, BoardRegistry, RouterConfig
+from engine.board_control import BoardControl
+from engine.registry import BoardRegistry, RouterConfig
 from engine.fanout import ReadFanOut
 from engine.sequencer import Sequencer
+from engine.log.framing import unpack_payload
 from engine.service import InProcessShards
 from engine.shard import ShardCore
 
@@ -21,11 +23,11 @@ class ListLog:
         self.records: list = []
         self.fail = False
 
-    async def append(self, records: list) -> int:
+    async def append(self, payloads: list[bytes]) -> int:
         if self.fail:
             raise OSError("disk full")
         first = len(self.records)
-        self.records.extend(records)
+        self.records.extend(unpack_payload(p) for p in payloads)
         return first
 
 
@@ -56,6 +58,8 @@ class Parts:
 
     async def close(self) -> None:
         await self.sequencer.drain()
+        if self.control.keeping is not None:
+            self.tasks.append(self.control.keeping)
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -71,5 +75,6 @@ def assemble(n_actors: int = 3, config: RouterConfig | None = None) -> Parts:
     parts = Parts(transport, log, registry, fanout, sequencer, None)  # type: ignore[arg-type]
     parts.control = BoardControl(registry, sequencer, fanout, wall_clock=lambda: parts.clock[0])
     sequencer.resync = parts.control.sync_versions
+    sequencer.wall_clock = fanout.wall_clock = lambda: parts.clock[0]
     parts.tasks = sequencer.start() + parts.control.start()
     return parts

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from engine import records as R
-from engine.board_control import BoardControl, BoardRegistry
+from engine.board_control import BoardControl
+from engine.registry import BoardRegistry
 from engine.columns import ScoreColumns
 from engine.errors import BoardNotFound
 from engine.model import BoardSpec, BoardState, Policy, ScoreEvent
@@ -41,7 +42,7 @@ def test_folding_the_log_and_reloading_its_snapshot_give_the_same_state():
            R.StateRecord(R.STATE, B, BoardState.FROZEN.value)]
     folded = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]  # no I/O: no sequencer, no reads
     for offset, rec in enumerate(log):
-        folded.fold(offset, list(rec))  # as the log hands them back: lists
+        folded.registry.apply(offset, list(rec))  # as the log hands them back: lists
     state = folded.to_state()
     ctl = folded.registry.ctl(B)
     assert folded.registry.log_offset == 3 and ctl.corrections == 1

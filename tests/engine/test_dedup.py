@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import records as R
 from engine.admission import Admission
+from engine.columns import ScoreColumns
 from engine.dedup import (
     DedupTable,
     DedupWindow,
@@ -39,19 +41,9 @@ class Model:
             return Seen.NEW
         return Seen.DUPLICATE if known == content_fingerprint32(fp) else Seen.CONFLICT
 
-    def add(self, event_id: str, fp: int) -> None:
-        self.d[event_id] = content_fingerprint32(fp)  # a known id keeps its place
-
     def remember(self, event_id: str, fp: int) -> None:
-        self.add(event_id, fp)
+        self.d[event_id] = content_fingerprint32(fp)  # a known id keeps its place
         if len(self.d) > self.retention:
-            self.d.popitem(last=False)
-
-    def discard(self, event_id: str) -> None:
-        self.d.pop(event_id, None)
-
-    def trim(self) -> None:
-        while len(self.d) > self.retention:
             self.d.popitem(last=False)
 
     def state(self, board_id: str) -> bytes:
@@ -97,30 +89,17 @@ def test_eviction_is_oldest_first_at_the_retention():
     assert t.capacity == 3
 
 
-def test_remember_evicts_once_and_trim_evicts_the_rest():
-    t = DedupTable(2, "b")
-    for i in range(5):
-        t.add(f"e{i}", FP)
-    assert len(t) == 5
-    t.remember("e5", FP)  # like the dict window: one eviction per remember
-    assert len(t) == 5 and "e0" not in t
-    t.trim()
-    assert len(t) == 2 and "e4" in t and "e5" in t
-    t._check()
-
-
 def test_evicted_counts_what_the_retention_dropped_across_snapshots():
     """``evicted`` is 0 only while the table holds every id ever admitted
     (Board then skips the journal's search for redeliveries older than the
-    window): retention evictions count, a rollback's discard does not, and
-    a snapshot keeps the count (one that did not record it counts as 1)."""
+    window): retention evictions count, and a snapshot keeps the count (one
+    that did not record it counts as 1)."""
     t = DedupTable(3, "b")
     for i in range(3):
-        t.add(f"e{i}", FP)
-    t.discard("e2")  # a rollback: e2 was never made durable
-    t.trim()
+        t.remember(f"e{i}", FP)
+    t.remember("e1", OTHER)  # a known id: no eviction
     assert t.evicted == 0
-    for i in range(3, 6):
+    for i in range(3, 5):
         t.remember(f"e{i}", FP)
     assert t.evicted == 2 and "e0" not in t and "e1" not in t
     state = t.to_state()
@@ -134,50 +113,15 @@ def test_evicted_counts_what_the_retention_dropped_across_snapshots():
 
 
 def test_a_table_at_its_retention_makes_room_instead_of_growing():
-    """``add_many`` on a full table evicts its oldest ids first (growing would
-    keep an eighth more for good, and memory must not grow with events); a
-    rollback then forgets the new ids, and the evicted ones stay evicted
-    (the journal recognises ids older than the window)."""
-    a = Admission(BoardSpec("b", Policy.BEST_SCORE), 4)
-    t = a.dedup
-    t.add_many([f"e{i}" for i in range(4)], [FP] * 4)
-    a.commit()
+    """A batch remembered on a full table evicts its oldest ids (memory must
+    not grow with events); the journal recognises ids older than the window."""
+    t = DedupTable(4, "b")
+    t.remember_many([f"e{i}" for i in range(4)], [FP] * 4)
     assert t.capacity == 4 and t.evicted == 0
-    t.add_many(["n1", "n2"], [FP, FP])
+    t.remember_many(["n1", "n2"], [FP, FP])
     assert t.capacity == 4 and len(t) == 4 and t.evicted == 2
     assert [e in t for e in ("e0", "e1", "e2", "e3", "n1", "n2")] == [False, False, True, True, True, True]
     t._check()
-
-
-def test_discard_newest_oldest_middle_and_unknown():
-    t = DedupTable(100, "b")
-    for i in range(10):
-        t.add(f"e{i}", FP)
-    t.discard("e9")  # newest: the rollback case
-    t.discard("e0")  # oldest
-    t.discard("e3")  # nearer the old end
-    t.discard("e6")  # nearer the new end
-    t.discard("nope")
-    t._check()
-    m = Model(100)
-    for i in (1, 2, 4, 5, 7, 8):
-        m.add(f"e{i}", FP)
-    same(t, m, [f"e{i}" for i in range(10)])
-
-
-def test_rollback_discards_what_admit_added():
-    spec = BoardSpec("b", Policy.BEST_SCORE)
-    a = Admission(spec, 3)
-    for i in range(3):
-        assert a.admit(ScoreEvent("b", f"e{i}", "p", i, 1, 1)) is None
-    a.commit()
-    before = a.dedup.to_state()
-    for i in range(3, 8):
-        assert a.admit(ScoreEvent("b", f"e{i}", "p", i, 1, 1)) is None
-    assert len(a.dedup) == 8
-    a.rollback()
-    assert a.dedup.to_state() == before
-    a._check()
 
 
 def test_check_many_sees_duplicates_within_the_batch():
@@ -245,7 +189,8 @@ def test_legacy_dict_window_state_loads():
     # through Admission, as a router snapshot written before the table holds it
     spec = BoardSpec("b", Policy.BEST_SCORE)
     a = Admission.from_state(spec, 10, {"state": "OPEN", "freeze_position": None, "dedup": legacy, "held": [], "decided": []})
-    assert a.admit(ScoreEvent("b", "e2", "p", 2, 2, 2)) is Outcome.DUPLICATE_IGNORED
+    cols = ScoreColumns.from_events([ScoreEvent("b", "e2", "p", 2, 2, 2)], "b")
+    assert a.decide_columns(cols).verdicts.tolist() == [R.CODE[Outcome.DUPLICATE_IGNORED]]
 
 
 def test_unicode_long_empty_and_surrogate_ids():
@@ -305,20 +250,10 @@ def test_seeded_random_run_against_the_model():
     for step in range(20_000):
         e, f = rng.choice(universe), rng.choice(fps)
         r = rng.random()
-        if r < 0.4:
+        if r < 0.6:
             assert t.check(e, f) is m.check(e, f), (seed, step)
             t.remember(e, f)
             m.remember(e, f)
-        elif r < 0.6:
-            t.add(e, f)
-            m.add(e, f)
-        elif r < 0.75:
-            newest = next(reversed(m.d), e) if rng.random() < 0.5 else e
-            t.discard(newest)
-            m.discard(newest)
-        elif r < 0.8:
-            t.trim()
-            m.trim()
         else:
             assert t.check(e, f) is m.check(e, f), (seed, step)
         if step % 1000 == 0:
@@ -331,11 +266,7 @@ def test_seeded_random_run_against_the_model():
 ids = st.sampled_from(["a", "b", "c", "d", "e", "f", "g", "h", "", "é", "𝔘"])
 fps = st.sampled_from([FP, OTHER, 0, (1 << 64) - 1, 1 << 32 | 1])  # the last two fold to the same 32 bits
 ops = st.one_of(
-    st.tuples(st.just("add"), ids, fps),
     st.tuples(st.just("remember"), ids, fps),
-    st.tuples(st.just("discard"), ids, fps),
-    st.tuples(st.just("discard_newest"), ids, fps),
-    st.tuples(st.just("trim"), ids, fps),
     st.tuples(st.just("check"), ids, fps),
     st.tuples(st.just("check_many"), st.lists(st.tuples(ids, fps), max_size=6), fps),
     st.tuples(st.just("remember_many"), st.lists(st.tuples(ids, fps), max_size=6), fps),
@@ -349,23 +280,9 @@ def test_table_behaves_as_the_dict_window(retention, steps):
     t, m = DedupTable(retention, "board"), Model(retention)
     universe = ["a", "b", "c", "d", "e", "f", "g", "h", "", "é", "𝔘", "z"]
     for op, arg, fp in steps:
-        if op == "add":
-            assert t.check(arg, fp) is m.check(arg, fp)
-            t.add(arg, fp)
-            m.add(arg, fp)
-        elif op == "remember":
+        if op == "remember":
             t.remember(arg, fp)
             m.remember(arg, fp)
-        elif op == "discard":
-            t.discard(arg)
-            m.discard(arg)
-        elif op == "discard_newest" and m.d:
-            newest = next(reversed(m.d))
-            t.discard(newest)
-            m.discard(newest)
-        elif op == "trim":
-            t.trim()
-            m.trim()
         elif op == "check":
             assert t.check(arg, fp) is m.check(arg, fp)
         elif op == "check_many":
@@ -377,7 +294,7 @@ def test_table_behaves_as_the_dict_window(retention, steps):
             for e, f in arg:
                 want.append(shadow.check(e, f))
                 if want[-1] is Seen.NEW:
-                    shadow.add(e, f)
+                    shadow.remember(e, f)
             assert got == want
         elif op == "remember_many":
             t.remember_many([e for e, _ in arg], [f for _, f in arg])
@@ -385,5 +302,4 @@ def test_table_behaves_as_the_dict_window(retention, steps):
                 m.remember(e, f)
         elif op == "reload":
             t = DedupTable.from_state(retention, msgpack.unpackb(msgpack.packb(t.to_state())), "board")
-            m.trim()
         same(t, m, universe)

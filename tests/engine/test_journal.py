@@ -77,6 +77,7 @@ def check(j: Journal, rows: list, owned_ids: dict) -> None:
     assert j.find("never-seen") == -1
     assert j.n <= max(j.tail_rows, 50)  # memory: the tail stays bounded
     check_columns(j)
+    j._check()
 
 
 def check_columns(j: Journal) -> None:
@@ -276,3 +277,26 @@ def test_lookups_leave_no_page_of_the_runs_mapped(tmp_path, monkeypatch, droppin
         assert j.runs[0].hashes.tolist() == hashes.tolist()  # the run reads back whole after a drop
     else:
         assert held > 4096, held  # most of the 8 MiB of hashes
+
+
+def test_check_finds_a_broken_chain_a_lost_owner_and_an_unsorted_run(tmp_path):
+    j = make("memory", tmp_path, 4)
+    rnd, rows, owned = random.Random(7), [], {}
+    for _ in range(12):
+        append_batch(j, rows, rnd, rnd.randrange(1, 6), owned)
+    j._check()
+    assert j.runs and j.n
+    head = int(j.heads[0])
+    j.heads[0] = -1
+    with pytest.raises(AssertionError):
+        j._check()
+    j.heads[0] = head
+    j.owned += 1
+    with pytest.raises(AssertionError):
+        j._check()
+    j.owned -= 1
+    run = j.runs[0]
+    assert len(run) > 1
+    run.hashes = run.hashes[::-1].copy()  # a run out of hash order
+    with pytest.raises(AssertionError):
+        j._check()

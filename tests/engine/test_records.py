@@ -10,6 +10,8 @@ Also: snapshot states carry their format and a newer one is refused.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import numpy as np
 import pytest
@@ -19,11 +21,12 @@ from engine import records as R
 from engine.columns import ScoreColumns
 from engine.errors import UnsupportedFormat
 from engine.log.framing import encode_record, unpack_payload
-from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, Policy, ScoreEvent
+from engine.model import BoardSpec, BoardState, EntrySpec, HeldEvent, Outcome, Policy, ScoreEvent
 from engine.partition import Partition
 from engine.placement import part_of
 from engine.router import Router
 from engine.shard import ShardCore
+from engine.windows import Recurrence
 
 #: Outcome codes in log records (verdicts, "S" verdict) and in snapshot journals.
 OUTCOME_CODES = {
@@ -41,6 +44,11 @@ OUTCOME_CODES = {
     12: "REJECTED_UNKNOWN_SEASON",
     13: "DEAD_LETTERED",
     14: "REJECTED_TOTAL_OUT_OF_RANGE",
+    15: "APPLIED_LATEST",
+    16: "REJECTED_NOT_LATEST",
+    17: "REJECTED_NOT_JOINED",
+    18: "REJECTED_BOARD_FULL",
+    19: "REJECTED_MAX_ATTEMPTS",
 }
 
 #: Record kinds: letter -> (name, fields after the letter).
@@ -55,6 +63,8 @@ RECORD_KINDS = {
                        "achieved_at", "submitted_at")),
     "K": ("scheduled board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                               "finalize_after_s")),
+    "R": ("series board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                           "finalize_after_s", "recurrence")),
     "M": ("scores_meta", ("board_id", "partition", "event_ids", "player_ids", "values", "achieved", "submitted",
                           "verdicts", "meta", "meta_offsets")),
     "E": ("decision_meta", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
@@ -66,6 +76,12 @@ RECORD_KINDS = {
                           "verdicts", "meta", "meta_offsets", "subscores")),
     "F": ("decision_subs", ("board_id", "event_id", "decision", "reason", "moderator", "player_id", "value",
                             "achieved_at", "submitted_at", "metadata", "subscores")),
+    "O": ("options board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                            "finalize_after_s", "recurrence", "options")),
+    "J": ("join", ("board_id", "player_id", "position")),
+    "W": ("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
+                             "finalize_after_s", "series", "starts_at", "ends_at")),
+    "G": ("score group", ("parts",)),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -75,7 +91,7 @@ JOURNAL_KINDS = {0: "score", 1: "invalidation", 2: "decision"}
 ROW_STATES = {0: "none", 1: "active", 2: "invalid"}
 #: Strings on disk: policies (B records), board states (T records, router
 #: snapshots), decisions (D records), outcome names (held events in router snapshots).
-POLICIES = {"best_score", "cumulative", "fastest_time"}
+POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
@@ -93,7 +109,8 @@ def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
-    assert R.BOARD_KINDS == {"B", "K", "U"}
+    assert R.BOARD_KINDS == {"B", "K", "R", "W", "O", "U"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
+    assert R.JOIN == "J" and R.INSTANCE == "W" and R.GROUP == "G"
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
     assert (R.BOARD_SUBS, R.SCORES_SUBS, R.DECIDE_SUBS) == ("U", "N", "F")
     assert R.SCORE_BATCHES == ("C", "M", "N") and R.DECISIONS == ("D", "E", "F")
@@ -113,6 +130,22 @@ def test_record_builders_match_the_kinds_table():
     assert R.spec_of(built[0]) == spec
     scheduled = BoardSpec("b", Policy.CUMULATIVE, 2, 1000, None, closes_at=1_793_527_500_000, finalize_after_s=0)
     assert R.spec_of(R.board_record(scheduled)) == scheduled
+    series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 3, recurrence=Recurrence("day", "Europe/Berlin", 240, 7))
+    rec = R.board_record(series)
+    assert rec[0] == R.SERIES and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
+    assert R.spec_of(rec) == series
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == series
+    instance = BoardSpec("g:m:daily.20261207:x", Policy.BEST_SCORE, 3, closes_at=20, finalize_after_s=5,
+                         series="g:m:daily:x", window=(10, 20))
+    rec = R.board_record(instance)
+    assert rec[0] == R.INSTANCE and len(rec) == 1 + len(R.KINDS[rec[0]].fields)
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == instance
+    group = R.group_record([built[2], R.scores_record(ScoreColumns.from_events([ev._replace(board_id="c")]), 1,
+                                                      np.zeros(1, np.uint8))])
+    back = R.parse(msgpack.unpackb(msgpack.packb(group, use_bin_type=True)))
+    assert back.kind == R.GROUP and back.board_id is None and R.boards_of(back) == ["b", "c"]
+    assert [p.partition for p in R.group_parts(back)] == [0, 1]
+    assert [(e.board_id, v) for e, v in R.logged_events(back)] == [("b", 0), ("c", 0)]
 
     assert R.event_of(built[1]) == ev and R.verdict_of(built[1]) is None
     cols, verdicts = R.columns_of(built[2])
@@ -142,6 +175,8 @@ def test_subscores_records_round_trip_and_other_boards_keep_their_kinds():
 LISTS = {
     "B": ["B", "b", "best_score", 3, 1000, None],
     "K": ["K", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0],
+    "R": ["R", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0,
+          {"every": "week", "timezone": "Europe/Berlin", "at": "04:30", "keep": 12}],
     "T": ["T", "b", "FROZEN"],
     "C": ["C", "b", 1, ["e1", "e2"], ["p1", "p2"], b"\x05" + bytes(7) + b"\x06" + bytes(7), bytes(16), bytes(16),
           b"\x00\x08"],
@@ -156,6 +191,13 @@ LISTS = {
     "N": ["N", "b", 0, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00", b"", b"",
           b"\xff" * 8 + b"\x01" + bytes(7)],
     "F": ["F", "b", "e1", "apply", None, "mod", "p1", 5, 10, 11, b"", [7, -2]],
+    "O": ["O", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0, None,
+          {"entry": {"join_required": True, "max_players": 100, "max_attempts": None}}],
+    "J": ["J", "b", "p1", 4],
+    "W": ["W", "g:m:d.20261207:x", "best_score", 2, 1000, None, 1_793_527_500_000, 3600, "g:m:d:x",
+          1_793_441_100_000, 1_793_527_500_000],
+    "G": ["G", [["C", "b", 1, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"],
+                ["C", "c", 0, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"]]],
 }
 
 
@@ -179,7 +221,9 @@ def test_record_builders_pack_to_the_lists_they_replaced():
     """The writers' records are named tuples whose frames are the pinned lists."""
     pack = msgpack.Packer(use_bin_type=True).pack
     spec = BoardSpec("b", Policy.CUMULATIVE, 2, 1000, 7, closes_at=1_793_527_500_000, finalize_after_s=0)
-    assert pack(R.board_record(spec)) == pack(LISTS["K"])
+    assert pack(R.board_record(spec)) == pack(LISTS["K"])  # a board without recurrence: the K frame, unchanged
+    series = replace(spec, recurrence=Recurrence("week", "Europe/Berlin", 270, 12))
+    assert pack(R.board_record(series)) == pack(LISTS["R"])
     ev1, ev2 = ScoreEvent("b", "e1", "p1", 5, 0, 0), ScoreEvent("b", "e2", "p2", 6, 0, 0)
     scores = R.scores_record(ScoreColumns.from_events([ev1, ev2]), 1, np.array([0, 8], np.uint8))
     assert type(scores) is R.ScoresRecord and pack(scores) == pack(LISTS["C"])
@@ -192,6 +236,21 @@ def test_record_builders_pack_to_the_lists_they_replaced():
     assert pack(R.decide_record("b", "e1", "reject", "spam", None, held_meta)) == pack(LISTS["E"])
     dead = R.dead_letter_record(R.DeadLetter("b", 41, 3, "e7", "RuntimeError: boom"))
     assert pack(dead) == pack(LISTS["L"])
+    entered = replace(spec, entry=EntrySpec(True, 100, None))
+    assert pack(R.board_record(entered)) == pack(LISTS["O"])
+    assert R.spec_of(LISTS["O"]) == entered
+    assert pack(R.join_record("b", "p1", 4)) == pack(LISTS["J"])
+
+
+def test_an_options_board_record_keeps_recurrence_and_entry_and_refuses_unknown_options():
+    both = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 3, recurrence=Recurrence("day", "Europe/Berlin", 240, 7),
+                     entry=EntrySpec(False, None, 3))
+    rec = R.board_record(both)
+    assert rec[0] == R.OPTIONS_BOARD
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == both
+    newer = list(rec[:-1]) + [{"entry": rec.options["entry"], "league": {"cohort_size": 10}}]
+    with pytest.raises(UnsupportedFormat, match="league"):
+        R.spec_of(newer)
 
 
 def test_parse_refuses_a_list_of_another_layout_or_kind():
@@ -205,8 +264,8 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
-    assert got == {"B": None, "K": None, "T": None, "C": None, "M": None, "S": "e1", "I": "e1", "D": "e1",
-                   "E": "e1", "L": "e7", "U": None, "N": None, "F": "e1"}
+    assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
+                   "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "U": None, "N": None, "F": "e1"}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -252,6 +311,9 @@ def test_only_dead_letter_payloads_start_with_its_head():
     held = HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW, b'{"k":1}')
     others = [
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3)), ["B", "b", "best_score", 1, 1000, None],
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, recurrence=Recurrence("day"))),
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, closes_at=2, series="s", window=(1, 2))),
+        R.group_record([R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8))]),
         [R.STATE, "b", "FROZEN"], R.score_record(ev, None),
         R.scores_record(ScoreColumns.from_events([ev._replace(metadata=b"")]), 0, np.zeros(1, np.uint8)),
         R.scores_record(ScoreColumns.from_events([ev]), 0, np.zeros(1, np.uint8)),
@@ -262,6 +324,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
         R.decide_record("b", "e1", "apply", None, None, HeldEvent("e1", "p1", 5, 10, 11, Outcome.HELD_FOR_REVIEW,
                                                                   b"", (1,))),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
+        R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
     for rec in others:
@@ -351,3 +414,34 @@ def test_newer_state_formats_are_refused():
 
 class _OneShard:
     n = 1
+
+
+def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_records():
+    """A recurring board's ``R`` record folds into the router and a shard, and
+    their snapshots (which hold specs as board records) give the same spec back."""
+    from engine.board_control import BoardControl
+    from engine.registry import BoardRegistry
+
+    series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 2, recurrence=Recurrence("month", "Australia/Lord_Howe", 90, 3))
+    plain = BoardSpec("g:m:S1:x", Policy.BEST_SCORE, 2)
+    instance = BoardSpec("g:m:daily.20261201:x", Policy.BEST_SCORE, 2, closes_at=20, series=series.board_id,
+                         window=(10, 20))
+    log = [list(msgpack.unpackb(msgpack.packb(R.board_record(s), use_bin_type=True)))
+           for s in (series, plain, instance)]
+    assert [rec[0] for rec in log] == [R.SERIES, R.BOARD2, R.INSTANCE]
+    ctl = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]  # fold only: no I/O
+    for offset, rec in enumerate(log):
+        ctl.registry.apply(offset, rec)
+    state = msgpack.unpackb(msgpack.packb(ctl.to_state(), use_bin_type=True), strict_map_key=False)
+    reloaded = BoardControl(BoardRegistry(2), None, None)  # type: ignore[arg-type]
+    reloaded.load_state(state)
+    for spec in (series, plain, instance):
+        assert ctl.registry.ctl(spec.board_id).spec == reloaded.registry.ctl(spec.board_id).spec == spec
+    assert ctl.registry.instances_of(series.board_id) == reloaded.registry.instances_of(series.board_id) == [
+        instance.board_id]
+    core = ShardCore(0, 1)
+    core.replay(enumerate(log))
+    again = ShardCore.from_state(msgpack.unpackb(msgpack.packb(core.to_state(), use_bin_type=True),
+                                                 strict_map_key=False))
+    assert core.specs[series.board_id] == again.specs[series.board_id] == series
+    assert again.specs[plain.board_id] == plain

@@ -275,7 +275,7 @@ def test_reads_between_writes_equal_the_full_ranking_whether_the_key_guess_holds
         loop.close()
 
 
-def test_a_player_read_again_unchanged_takes_one_round_and_a_moved_key_two(loop):
+def test_a_player_read_again_or_after_a_write_takes_one_round_and_a_stale_guess_two(loop):
     async def go():
         svc = await LocalService.open(data_dir=None, n_shards=3)
         try:
@@ -297,10 +297,15 @@ def test_a_player_read_again_unchanged_takes_one_round_and_a_moved_key_two(loop)
             assert ops1 == [W.COUNT, W.COUNT, W.GET]  # no key known: the row first, then the counts
             assert ops2 == [W.COUNT, W.COUNT, W.GET]
             assert len(calls) == 3  # ... all in one round: one call per shard actor
-            await svc.submit([ScoreEvent(BOARD, "up", "p7", 100, 0, 0)])  # p7's key moves
+            stale = router.registry.rank_keys.get(BOARD, "p7")
+            await svc.submit([ScoreEvent(BOARD, "up", "p7", 100, 0, 0)])  # p7's key moves: the write leaves the new one
             moved, ops3 = await ops(svc.player(BOARD, "p7"))
             assert moved.rank == 1
-            assert ops3 == [W.COUNT] * 4 + [W.GET]  # the stale guess, then the row's key
+            assert ops3 == [W.COUNT, W.COUNT, W.GET] and len(calls) == 3  # one round
+            router.registry.rank_keys.put(BOARD, "p7", stale)  # a guess gone stale (e.g. written by another process)
+            again, ops4 = await ops(svc.player(BOARD, "p7"))
+            assert again == moved
+            assert ops4 == [W.COUNT] * 4 + [W.GET]  # the stale guess, then the row's key
         finally:
             await svc.close()
 

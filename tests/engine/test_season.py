@@ -128,3 +128,14 @@ def test_next_season_of_a_board_id_without_four_parts():
     with pytest.raises(ValidationFailed) as err:
         next_season(BoardSpec("g:best:s1", Policy.BEST_SCORE), "s2", None)
     assert err.value.field == "board_id"
+
+
+def test_the_next_season_of_a_series_is_a_series_with_room_for_its_dates():
+    from engine.windows import Recurrence
+
+    series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, recurrence=Recurrence("day", "Europe/Berlin", 240, 7))
+    assert next_season(series, "d" * 55, None).recurrence == series.recurrence
+    with pytest.raises(ValidationFailed) as err:
+        next_season(series, "d" * 56, None)
+    assert err.value.field == "season"
+    assert next_season(BoardSpec("g:m:s:x", Policy.BEST_SCORE), "d" * 64, None).recurrence is None

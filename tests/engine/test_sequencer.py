@@ -12,7 +12,7 @@ from engine import records as R
 from engine.errors import StorageUnavailable
 from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, ScoreEvent
 from engine.placement import part_of
-from engine.board_control import RouterConfig
+from engine.registry import RouterConfig
 from tests.engine.parts import assemble
 
 B = "g:m:s:seq"

@@ -128,7 +128,7 @@ def test_k_partitions_rank_as_one(board, k):
     parts = [Partition(policy, MAX_TIME, subscores=dirs) for _ in range(k)]
     b = Board(spec(policy, dirs))  # admission decides the verdicts once for the whole board
     cols = ScoreColumns.from_events(events, BOARD)
-    verdicts = b.admission.decide_columns(cols) if len(cols) else np.zeros(0, np.uint8)
+    verdicts = b.admission.decide_columns(cols).verdicts if len(cols) else np.zeros(0, np.uint8)
     where = np.array([part_of(pid, k) for pid in cols.player_ids], np.int64)
     for n, part in enumerate(parts):
         rows = np.flatnonzero(where == n)

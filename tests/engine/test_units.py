@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from engine.admission import Admission
 from engine.board import Board
-from engine.changes import ChangeRing
 from engine.dedup import DedupWindow, Seen, fingerprint
 from engine.errors import (
     AlreadyDecided, EventNotFound, InvalidTransition, PlayerNotFound, PlayerNotRanked, ValidationFailed, ViewExpired,
@@ -19,10 +14,8 @@ from engine.model import (
     INT64_MIN,
     BoardSpec,
     BoardState,
-    Delta,
     Outcome,
     Policy,
-    RowChange,
     RowStatus,
     ScoreEvent,
 )
@@ -95,21 +88,6 @@ def test_ids_beyond_the_window_fall_back_on_history_and_guards():
     assert b.player("p").value == 15
 
 
-# ----------------------------------------------------------------- changes
-
-
-def test_change_ring_never_returns_a_gapped_replay():
-    r = ChangeRing(3)
-    for v in range(1, 8):
-        r.push(Delta(v, ()))
-    assert [d.version for d in r.since(4)] == [5, 6, 7]
-    assert r.since(3) is None and r.since(8) is None and r.since(-1) is None
-    assert r.since(7) == []
-    with pytest.raises(ValueError):
-        r.push(Delta(9, ()))
-    r._check()
-
-
 # ------------------------------------------------------------------ season
 
 
@@ -151,14 +129,6 @@ def test_review_above_holds_instead_of_applying():
     assert b.apply(ev("ok", "p", 1000)).outcome is Outcome.APPLIED_FIRST_SCORE
     assert b.quarantine()[0].reason is Outcome.HELD_FOR_REVIEW
     assert b.version == 1
-
-
-def test_admission_rollback_forgets_what_was_not_made_durable():
-    a = Admission(BoardSpec(B, Policy.BEST_SCORE, review_above=5), 10)
-    assert a.admit(ev("e1", "p", 1)) is None
-    assert a.admit(ev("e2", "p", 9)) is Outcome.HELD_FOR_REVIEW
-    a.rollback()
-    assert a.admit(ev("e1", "p", 1)) is None and "e2" not in a.held
 
 
 # ---------------------------------------------------------- partition edges
@@ -258,29 +228,6 @@ def test_parse_timestamp_rejects(raw):
 def test_format_timestamp_round_trips_to_ms():
     for ms in (0, -1, 1, 1_793_527_500_123, 253_402_300_799_999):
         assert parse_timestamp(format_timestamp(ms)) == ms
-
-
-@settings(deadline=None, max_examples=200)
-@given(st.integers(0, 6), st.lists(st.integers(0, 4), max_size=12))
-def test_change_ring_columns_chunks_equal_single_deltas(retention, sizes):
-    chunks, single = ChangeRing(retention), ChangeRing(retention)
-    v = 0
-    for k, size in enumerate(sizes):
-        pids = [f"p{k}-{i}" for i in range(size)]
-        vals = np.arange(size, dtype=np.int64) + k
-        if k % 2:
-            chunks.push_columns(pids, vals, vals * 2)
-        else:
-            chunks.push_many([Delta(v + i + 1, (RowChange(p, int(x), int(x) * 2, RowStatus.ACTIVE),))
-                              for i, (p, x) in enumerate(zip(pids, vals))])
-        single.push_many([Delta(v + i + 1, (RowChange(p, int(x), int(x) * 2, RowStatus.ACTIVE),))
-                          for i, (p, x) in enumerate(zip(pids, vals))])
-        v += size
-        chunks._check()
-        assert chunks.version == single.version == v
-        assert len(chunks) == len(single)
-        for since in range(-1, v + 2):
-            assert chunks.since(since) == single.since(since)
 
 
 def test_apply_batch_answers_an_unknown_board_with_the_version_reached_before_it():

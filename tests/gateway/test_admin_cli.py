@@ -131,6 +131,13 @@ def test_boards_create_with_subscores(env, capsys):
     assert code == admin_cli.EXIT_REFUSED and "HTTP 422 VALIDATION_FAILED" in err
     with pytest.raises(SystemExit):  # not a direction: argparse refuses it before any request
         _run(capsys, "boards", "create", "cli-w:solo:S1:global", "--policy", "best_score", "--subscores", "up")
+def test_boards_create_a_latest_board(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-l:ladder:S1:global", "--policy", "latest", "--shards", "2")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["board_id"], got["policy"], got["shards"]) == ("cli-l:ladder:S1:global", "latest", 2)
+    code, out, _ = _run(capsys, "boards", "show", "cli-l:ladder:S1:global")
+    assert code == 0 and json.loads(out)["policy"] == "latest"
 
 
 def test_boards_create_with_a_schedule_and_next_season(env, capsys):
@@ -153,6 +160,60 @@ def test_boards_create_with_a_schedule_and_next_season(env, capsys):
             main(["boards", "create", "cli-t:solo:S1:global", "--policy", "cumulative", flag, value])
         assert ei.value.code == 2
         capsys.readouterr()
+
+
+def test_boards_create_a_recurring_board(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-r:solo:daily:global", "--policy", "best_score",
+                          "--recurrence", "day", "--timezone", "Europe/Berlin", "--at", "04:00", "--keep", "30")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["board_id"] == "cli-r:solo:daily:global"
+    assert got["recurrence"] == {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}
+    current = got["current"]
+    assert current.startswith("cli-r:solo:daily.") and current.endswith(":global")
+    code, out, err = _run(capsys, "boards", "instances", "cli-r:solo:daily:global")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["board_id", "starts_at", "ends_at", "state", "size"]
+    assert [r.split()[0] for r in rows] == [current] and rows[0].split()[3:] == ["OPEN", "0"]
+    code, out, err = _run(capsys, "boards", "instances", "cli-r:solo:daily:global", "--json")
+    assert [i["board_id"] for i in json.loads(out)] == [current]
+    code, out, err = _run(capsys, "boards", "show", current)
+    assert json.loads(out)["series"] == "cli-r:solo:daily:global" and json.loads(out)["window"]["starts_at"]
+    code, _, err = _run(capsys, "boards", "instances", "cli-a:solo:none:global")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 BOARD_NOT_FOUND" in err
+    code, _, err = _run(capsys, "boards", "create", "cli-r:solo:" + "d" * 56 + ":global", "--policy", "best_score",
+                        "--recurrence", "week")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 422 VALIDATION_FAILED" in err and "(field board_id)" in err
+    code, _, err = _run(capsys, "boards", "create", "cli-r:solo:x:global", "--policy", "best_score", "--at", "04:00",
+                        "--keep", "3")
+    assert code == admin_cli.EXIT_USAGE and "--at/--keep" in err and "--recurrence day|week|month" in err
+    for flag, value in (("--recurrence", "hour"), ("--timezone", "Mars/Olympus"), ("--at", "4:00"),
+                        ("--at", "24:00"), ("--keep", "0"), ("--keep", "1001")):
+        with pytest.raises(SystemExit) as ei:
+            main(["boards", "create", "cli-r:solo:y:global", "--policy", "best_score", "--recurrence", "day",
+                  flag, value])
+        assert ei.value.code == 2, (flag, value)
+
+
+@pytest.mark.parametrize("flags, recurrence", [
+    (["--recurrence", "month"], {"every": "month"}),
+    (["--recurrence", "week", "--timezone", "Australia/Lord_Howe", "--at", "23:59", "--keep", "1000"],
+     {"every": "week", "timezone": "Australia/Lord_Howe", "at": "23:59", "keep": 1000}),
+    ([], None),
+])
+def test_boards_create_sends_only_the_recurrence_it_was_given(capsys, flags, recurrence):
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(201, json={"board_id": "g:m:s:x"})
+
+    args = build_parser().parse_args(["boards", "create", "g:m:s:x", "--policy", "cumulative", *flags,
+                                      "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, out=io.StringIO(), transport=httpx.MockTransport(handler)) == 0
+    assert bodies == [{"board_id": "g:m:s:x", "policy": "cumulative",
+                       **({"recurrence": recurrence} if recurrence else {})}]
 
 
 def test_errors_are_one_line_with_an_exit_code(env, capsys, monkeypatch):
@@ -386,3 +447,35 @@ def test_a_batch_without_an_answer_says_a_resend_is_safe(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "batch of lines 501-700: cannot reach http://x" in err
     assert "lines before 501 were sent and answered (500 events)" in err and "sending the file again is safe" in err
+
+
+@pytest.mark.parametrize("flags, entry", [
+    (["--join-required", "--max-players", "100", "--max-attempts", "3"],
+     {"join_required": True, "max_players": 100, "max_attempts": 3}),
+    (["--max-attempts", "1"], {"join_required": False, "max_players": None, "max_attempts": 1}),
+    (["--join-required"], {"join_required": True, "max_players": None, "max_attempts": None}),
+    ([], None),
+])
+def test_boards_create_sends_the_entry_rules_it_was_given(capsys, flags, entry):
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(201, json={"board_id": "g:m:s:x"})
+
+    args = build_parser().parse_args(["boards", "create", "g:m:s:x", "--policy", "cumulative", *flags,
+                                      "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, out=io.StringIO(), transport=httpx.MockTransport(handler)) == 0
+    assert bodies == [{"board_id": "g:m:s:x", "policy": "cumulative", **({"entry": entry} if entry else {})}]
+
+
+def test_boards_create_with_entry_rules_against_the_server(env, capsys):
+    code, out, err = _run(capsys, "boards", "create", "cli-e:solo:S1:global", "--policy", "best_score",
+                          "--join-required", "--max-players", "100", "--max-attempts", "3")
+    assert code == 0, err
+    assert json.loads(out)["entry"] == {"join_required": True, "max_players": 100, "max_attempts": 3}
+    for flag, value in (("--max-players", "0"), ("--max-attempts", "x")):
+        with pytest.raises(SystemExit) as ei:
+            main(["boards", "create", "cli-e:solo:S2:global", "--policy", "best_score", flag, value])
+        assert ei.value.code == 2
+        capsys.readouterr()

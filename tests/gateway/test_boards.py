@@ -126,3 +126,105 @@ async def test_next_season(harness):
         assert r.status_code == 403
     boards = [b["board_id"] for b in (await c.get("/v1/boards", headers=H("reader"))).json()["boards"]]
     assert boards == [BOARD, "arena-clash:solo:S8:global", "arena-clash:solo:S9:global"]
+
+
+# ---------------------------------------------------- recurring boards (§15)
+
+SERIES = "arena-clash:solo:daily:global"
+
+
+async def test_a_recurring_board_carries_its_recurrence_to_the_engine(harness):
+    """The recurrence reaches the board's spec (what the log records), defaults filled in;
+    a board without one has none."""
+    from engine.windows import Recurrence
+
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": SERIES, "policy": "best_score", "recurrence": {
+        "every": "day", "timezone": "Europe/Berlin", "at": "04:00"}}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score", "recurrence": None},
+                     headers=H("admin"))
+    assert r.status_code == 201, r.text
+    boards = harness.engine.router.boards
+    assert boards[SERIES].spec.recurrence == Recurrence("day", "Europe/Berlin", 240, 30)
+    assert boards[BOARD].spec.recurrence is None
+
+
+@pytest.mark.parametrize("recurrence, field", [
+    ("day", "recurrence"), ([], "recurrence"), ({}, "recurrence.every"), ({"every": "hour"}, "recurrence.every"),
+    ({"every": None}, "recurrence.every"), ({"every": "day", "timezone": "Mars/Olympus"}, "recurrence.timezone"),
+    ({"every": "day", "timezone": "europe/berlin"}, "recurrence.timezone"),
+    ({"every": "day", "timezone": None}, "recurrence.timezone"), ({"every": "day", "timezone": 1}, "recurrence.timezone"),
+    ({"every": "day", "at": "24:00"}, "recurrence.at"), ({"every": "day", "at": "4:00"}, "recurrence.at"),
+    ({"every": "day", "at": "04:00\n"}, "recurrence.at"), ({"every": "day", "at": 240}, "recurrence.at"),
+    ({"every": "day", "keep": 0}, "recurrence.keep"), ({"every": "day", "keep": 1001}, "recurrence.keep"),
+    ({"every": "day", "keep": 30.0}, "recurrence.keep"), ({"every": "day", "keep": True}, "recurrence.keep"),
+    ({"every": "day", "keep": "30"}, "recurrence.keep"), ({"every": "day", "start": "04:00"}, "recurrence.start"),
+])
+async def test_a_bad_recurrence_is_422_naming_its_field_and_creates_nothing(harness, recurrence, field):
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": SERIES, "policy": "best_score", "recurrence": recurrence},
+                     headers=H("admin"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_FAILED" and r.json()["error"]["field"] == field, r.text
+    assert (await c.get("/v1/boards", headers=H("reader"))).json()["boards"] == []
+
+
+async def test_a_series_season_part_leaves_room_for_the_window_date(harness):
+    c = harness.client
+    too_long = "g:m:" + "s" * 56 + ":x"
+    r = await c.post("/v1/boards", json={"board_id": too_long, "policy": "best_score", "recurrence": {"every": "week"}},
+                     headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "board_id", r.text
+    r = await c.post("/v1/boards", json={"board_id": too_long, "policy": "best_score"}, headers=H("admin"))
+    assert r.status_code == 201, r.text  # an ordinary board may use all 64
+    r = await c.post("/v1/boards", json={"board_id": "g:m:" + "s" * 55 + ":x", "policy": "best_score",
+                                         "recurrence": {"every": "month"}}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    url = "/v1/boards/g:m:" + "s" * 55 + ":x/next-season"
+    r = await c.post(url, json={"season": "t" * 56}, headers=H("admin"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "season", r.text
+    r = await c.post(url, json={"season": "t" * 55}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    assert harness.engine.router.boards["g:m:" + "t" * 55 + ":x"].spec.recurrence.every == "month"
+
+
+# ---------------------------------------------------- the latest policy (§6, §14)
+
+
+async def test_a_latest_board_over_http(harness):
+    """Create a latest board over 3 partitions; the most recent event stands
+    whatever its value (an older one is REJECTED_NOT_LATEST, a tie on both
+    timestamps goes to the greater event id), ranks are by value; invalidating
+    the row's event falls back to the older event."""
+    c = harness.client
+    r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "latest", "shards": 3}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    assert (r.json()["policy"], r.json()["shards"]) == ("latest", 3)
+
+    def ev(eid, pid, value, at, sub=None):
+        return {"event_id": eid, "board_id": BOARD, "player_id": pid, "value": value,
+                "achieved_at": f"2026-11-01T10:0{at}:00Z", "submitted_at": sub}
+    batch = [ev("a-2", "p-ava", 1500, 2), ev("a-1", "p-ava", 1900, 1), ev("b-1", "p-ben", 1700, 1),
+             ev("c-x", "p-chloe", 1600, 3, "2026-11-01T10:04:00Z"), ev("c-y", "p-chloe", 1650, 3),
+             ev("d-1", "p-dev", 1200, 1), ev("d-2", "p-dev", 1250, 1)]
+    r = await c.post("/v1/events", json={"events": batch}, headers=H("game_server"))
+    assert r.status_code == 200, r.text
+    assert [x["outcome"] for x in r.json()["results"]] == [
+        "APPLIED_LATEST", "REJECTED_NOT_LATEST", "APPLIED_LATEST", "APPLIED_LATEST",
+        "REJECTED_NOT_LATEST",  # same achieved_at, earlier submitted_at than c-x
+        "APPLIED_LATEST", "APPLIED_LATEST"]  # "d-2" > "d-1" on a full tie
+    top = (await c.get(f"/v1/boards/{BOARD}/top?limit=10", headers=H("reader"))).json()
+    assert [(e["rank"], e["player_id"], e["value"]) for e in top["entries"]] == [
+        (1, "p-ben", 1700), (2, "p-chloe", 1600), (3, "p-ava", 1500), (4, "p-dev", 1250)]
+    view = (await c.get(f"/v1/boards/{BOARD}/players/p-ava", headers=H("reader"))).json()
+    assert (view["rank"], view["value"], view["achieved_at"]) == (3, 1500, "2026-11-01T10:02:00.000Z")
+
+    r = await c.post(f"/v1/boards/{BOARD}/invalidations", json={"event_id": "a-2", "reason": "r", "moderator": "m"},
+                     headers=H("moderator"))
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["value"]) == ("ACTIVE", 1900)
+    view = (await c.get(f"/v1/boards/{BOARD}/players/p-ava", headers=H("reader"))).json()
+    assert (view["rank"], view["value"]) == (1, 1900)
+    info = (await c.get(f"/v1/boards/{BOARD}", headers=H("reader"))).json()
+    assert (info["policy"], info["size"], info["version"]) == ("latest", 4, 6)

@@ -20,8 +20,11 @@ async def post(c, *events):
 
 async def test_results_shape_and_duplicates(seeded):
     c = seeded.client
-    assert await post(c, EVT_101) == [{"event_id": "evt-101", "outcome": "APPLIED_NEW_BEST", "version": 6}]
-    assert await post(c, EVT_101) == [{"event_id": "evt-101", "outcome": "DUPLICATE_IGNORED", "version": 6}]
+    board = "arena-clash:solo:S7:global"
+    assert await post(c, EVT_101) == [{"event_id": "evt-101", "board_id": board, "outcome": "APPLIED_NEW_BEST",
+                                       "version": 6}]
+    assert await post(c, EVT_101) == [{"event_id": "evt-101", "board_id": board, "outcome": "DUPLICATE_IGNORED",
+                                       "version": 6}]
     conflict = dict(EVT_101, value=9701)
     assert (await post(c, conflict))[0]["outcome"] == "REJECTED_EVENT_ID_CONFLICT"
     late = dict(EVT_101, event_id="evt-099", value=9200, achieved_at="2026-11-01T10:04:30Z")
@@ -60,6 +63,8 @@ def test_results_render_byte_for_byte_as_one_record_per_event():
     ids = ["e\"1", "é\U0001f600", "back\\slash", "plain"] * 8
     codes = np.array([R.CODE[outcomes[i % len(outcomes)]] for i in range(len(ids))], np.uint8)
     versions = np.arange(len(ids), dtype=np.int64) * 7 + 2**40
-    old = orjson.dumps({"results": [{"event_id": r.event_id, "outcome": r.outcome, "version": r.version} for r in (
-        EventResult(e, R.outcome_of(c), v) for e, c, v in zip(ids, codes.tolist(), versions.tolist()))]})
-    assert render.results(ids, codes, versions) == old
+    boards = [f"g:m:s:{i % 3}" for i in range(len(ids))]
+    old = orjson.dumps({"results": [{"event_id": r.event_id, "board_id": b, "outcome": r.outcome, "version": r.version}
+                                    for r, b in zip((EventResult(e, R.outcome_of(c), v) for e, c, v in zip(
+                                        ids, codes.tolist(), versions.tolist())), boards)]})
+    assert render.results(ids, codes, versions, boards) == old

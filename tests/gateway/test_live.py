@@ -301,3 +301,31 @@ def test_sse_snapshot_delta_and_last_event_id(server):
         assert r.status_code == 422 and r.json()["error"]["field"] == "top"
         r = c.get("/v1/boards/g:m:s:none/live", headers=H("reader"))
         assert r.status_code == 404
+
+
+def test_sse_on_a_series_streams_its_current_window_s_instance(server):
+    """docs/api.md §15: /live on a series id is the window of the instance current at connect time."""
+    import time
+
+    from tests.gateway.conftest import H
+
+    series = "g:m:daily:live"
+    now = time.time_ns() // 1_000_000
+    with httpx.Client(base_url=server, timeout=10) as c:
+        r = c.post("/v1/boards", json={"board_id": series, "policy": "best_score", "recurrence": {"every": "day"}},
+                   headers=H("admin"))
+        assert r.status_code == 201, r.text
+        current = r.json()["current"]
+        events = [{"event_id": f"e{i}", "board_id": series, "player_id": f"p{i}", "value": i, "achieved_at": now}
+                  for i in range(1, 4)]
+        assert {x["board_id"] for x in c.post("/v1/events", json={"events": events},
+                                              headers=H("game_server")).json()["results"]} == {current}
+        with c.stream("GET", f"/v1/boards/{series}/live", params={"top": 2}, headers=H("reader")) as resp:
+            assert resp.status_code == 200
+            it = SSEReader(resp)
+            kind, vid, data = parse(_read_messages(it, 1)[0])
+            assert (kind, vid) == ("snapshot", 3) and [e["player_id"] for e in data["entries"]] == ["p3", "p2"]
+            r = c.post("/v1/events", json={"events": [{"event_id": "e9", "board_id": series, "player_id": "p9",
+                                                       "value": 9, "achieved_at": now}]}, headers=H("game_server"))
+            kind, vid, data = parse(_read_messages(it, 1)[0])
+            assert kind == "delta" and vid == 4 and data["changes"][0]["player_id"] == "p9"

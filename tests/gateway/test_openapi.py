@@ -50,6 +50,27 @@ def test_every_route_is_documented_with_error_bodies():
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
 
 
+def test_a_recurrence_is_documented_as_exactly_as_the_server_checks_it():
+    """Every zone name the server accepts is in the enum and nothing else; the season part of a
+    series is bounded only when a recurrence is given (docs/api.md §15)."""
+    import re as _re
+
+    from engine.windows import AT_PATTERN, MAX_SERIES_SEASON, zone_names
+
+    schemas = SPEC["components"]["schemas"]
+    rec = schemas["RecurrenceIn"]
+    assert rec["additionalProperties"] is False and rec["required"] == ["every"]
+    assert rec["properties"]["every"]["enum"] == ["day", "week", "month"]
+    assert rec["properties"]["timezone"]["enum"] == zone_names() and "Europe/Berlin" in zone_names()
+    assert rec["properties"]["at"]["pattern"] == AT_PATTERN
+    assert (rec["properties"]["keep"]["minimum"], rec["properties"]["keep"]["maximum"]) == (1, 1000)
+    create = schemas["BoardCreate"]
+    assert create["if"]["required"] == ["recurrence"]
+    season_rule = _re.compile(create["then"]["properties"]["board_id"]["pattern"])
+    assert season_rule.search("g:m:" + "s" * MAX_SERIES_SEASON + ":x")
+    assert not season_rule.search("g:m:" + "s" * (MAX_SERIES_SEASON + 1) + ":x")
+
+
 @pytest.fixture(scope="module")
 def base_url():
     with thread_server(_settings) as url:

@@ -227,3 +227,44 @@ def test_live_board_in_chromium_from_another_origin(server, tmp_path):
     assert origins <= {page_origin, api}, origins
     assert any("/live?" in u and "access_token=" in u for u in requested)
     assert problems == [], problems
+
+
+def test_a_series_page_shows_its_current_window_s_instance(server):
+    """/ui/boards/{series} (docs/api.md §15): the page names the current window's instance, shows its top
+    (reads on the series answer from it) and streams its deltas."""
+    sync_playwright = _playwright()
+    api, _ = server
+    series = "arena-clash:solo:daily:global"
+    now = time.time_ns() // 1_000_000
+    with httpx.Client(base_url=api, timeout=10) as c:
+        r = c.post("/v1/boards", json={"board_id": series, "policy": "best_score", "recurrence": {"every": "day"}},
+                   headers=H("admin"))
+        assert r.status_code == 201, r.text
+        current = r.json()["current"]
+        r = c.post("/v1/events", json={"events": [{"event_id": "s1", "board_id": series, "player_id": "p-ava",
+                                                  "value": 10, "achieved_at": now}]}, headers=H("game_server"))
+        assert r.json()["results"][0]["board_id"] == current, r.text
+        token = c.post("/v1/tokens", json={"board_ids": [series, current], "ttl_s": 300},
+                       headers=H("reader")).json()["token"]
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page()
+                problems: list[str] = []
+                page.on("pageerror", lambda e: problems.append(str(e)))
+                page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+                page.goto(f"{api}/ui/boards/{series}#" + urlencode({"token": token}))
+                page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 1 && "
+                                       "document.getElementById('live-status').textContent === 'connected' && "
+                                       "document.getElementById('window').textContent !== ''", timeout=10_000)
+                assert page.is_visible("#series") and page.inner_text("#current") == current
+                assert " – " in page.inner_text("#window")
+                r = c.post("/v1/events", json={"events": [{"event_id": "s2", "board_id": series,
+                                                          "player_id": "p-ben", "value": 20, "achieved_at": now}]},
+                           headers=H("game_server"))
+                assert r.status_code == 200, r.text
+                page.wait_for_function("() => document.querySelector('#top tbody tr').dataset.player === 'p-ben'",
+                                       timeout=2000)
+                assert problems == [], problems
+            finally:
+                browser.close()

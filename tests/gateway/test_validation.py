@@ -358,3 +358,36 @@ def test_columnar_decode_of_bodies_that_are_not_batches():
     for raw in [b"", b"[]", b"{}", b'{"events": 1}', b'{"events": []}', b"{bad", b'{"events": [1e400]}',
                 b"\xff", json.dumps({"events": [GOOD] * 11}).encode()]:
         _same_decode(raw, 10)
+
+
+def test_a_fan_out_batch_decodes_as_columns_equal_to_the_checked_path():
+    """docs/api.md §15: a batch whose events carry board_ids decodes column by column to the same batch as the
+    event-by-event path (rows per (event, board) in request order, each with its request index)."""
+    import numpy as np
+    import orjson
+
+    from gateway.validation import _batch_columns, decode_batch, decode_expanded
+
+    events = [{"event_id": f"e{i}", "board_ids": [f"g:m:s:{(i + k) % 5}" for k in range(1 + i % 3)],
+               "player_id": f"p{i % 7}", "value": i * 3 - 20, "achieved_at": 1_790_000_000_000 + i,
+               **({"submitted_at": 1_790_000_000_500} if i % 4 == 0 else {})} for i in range(40)]
+    raw = orjson.dumps({"events": events})
+    fast = decode_batch(raw, 10_000)
+    assert _batch_columns(events) is not None  # it did take the columnar path
+    rows, origin = decode_expanded(raw, 10_000)
+    assert fast.origin is not None and fast.origin.tolist() == origin
+    assert fast.board_ids() == [r.board_id for r in rows] and fast.event_ids == [r.event_id for r in rows]
+    for cols, pos in zip(fast.boards, fast.positions):
+        assert cols.events() == [rows[p] for p in pos.tolist()]
+    assert np.all(np.diff(fast.origin) >= 0)
+    # shapes the columns leave to the checked path, which names the field
+    for bad, field in (({"board_ids": ["g:m:s:1", "g:m:s:1"]}, "events[0].board_ids"),
+                       ({"board_ids": ["g:m:s:1", {}]}, "events[0].board_ids[1]"),
+                       ({"board_ids": []}, "events[0].board_ids"),
+                       ({"board_ids": ["g:m:s:1"], "board_id": "g:m:s:1"}, "events[0].board_ids")):
+        body = orjson.dumps({"events": [{**events[0], **bad}] + events[1:]})
+        with pytest.raises(ValidationFailed) as got:
+            decode_batch(body, 10_000)
+        assert got.value.field == field
+    with pytest.raises(BatchTooLarge):
+        decode_batch(raw, len(rows) - 1)

@@ -27,7 +27,8 @@ from engine.model import (
 )
 from engine.service import LocalService
 
-APPLIED = {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME}
+APPLIED = {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME,
+           Outcome.APPLIED_LATEST}
 
 #: board id -> spec used by the recovery tests: every policy, 1 and 3 partitions,
 #: one board with review holds.
@@ -36,6 +37,7 @@ SPECS = [
     BoardSpec("g:cum:s1", Policy.CUMULATIVE, shards=1, review_above=8),
     BoardSpec("g:fast:s1", Policy.FASTEST_TIME, shards=3, max_plausible_time_ms=9),
     BoardSpec("g:best1:s1", Policy.BEST_SCORE, shards=1),
+    BoardSpec("g:latest:s1", Policy.LATEST, shards=3),
 ]
 
 

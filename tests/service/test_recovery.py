@@ -17,7 +17,7 @@ import pytest
 from engine import records as R
 from engine.errors import StorageUnavailable
 from engine.log import InMemoryLog, SegmentedFileLog
-from engine.model import BoardState, Outcome, QuarantineDecision, ScoreEvent
+from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, RowStatus, ScoreEvent
 from engine.partition import Partition
 from engine.recovery import DeadLetterIndex
 from tests.open_files import open_paths
@@ -33,6 +33,41 @@ from tests.service.helpers import (
 )
 
 
+def test_a_series_keeps_its_recurrence_through_the_log_and_the_snapshots(tmp_path):
+    """A board created with a recurrence (docs/api.md §15) is logged as an ``R`` record and comes back
+    with it from the snapshots (close and reopen) and from the log alone; other boards stay ``K``."""
+    from engine.model import BoardSpec, Policy
+    from engine.windows import Recurrence
+
+    series = BoardSpec("g:daily:s1:x", Policy.BEST_SCORE, shards=3,
+                       recurrence=Recurrence("week", "America/New_York", 90, 4))
+    plain = BoardSpec("g:plain:s1:x", Policy.CUMULATIVE, shards=2)
+
+    async def specs(svc):
+        return {b: ctl.spec for b, ctl in svc.router.boards.items()}, [dict(c.specs) for c in svc.cores]
+
+    async def go():
+        svc = await open_service(tmp_path, 2)
+        for spec in (series, plain):
+            await svc.create_board(spec)
+        live = await specs(svc)
+        (current,) = svc.router.registry.instances_of(series.board_id)  # created with the series (§15)
+        assert live[0] == {series.board_id: series, plain.board_id: plain, current: live[0][current]}
+        assert live[0][current].series == series.board_id
+        await svc.close()
+        with SegmentedFileLog.open(tmp_path / "log") as log:
+            kinds = {rec[1]: rec[0] for _, rec in log.read_from(0)}
+        assert kinds == {series.board_id: R.SERIES, plain.board_id: R.BOARD2, current: R.INSTANCE}
+        for reopen in ("snapshots", "log only"):
+            if reopen == "log only":
+                drop_snapshots(tmp_path)
+            svc = await open_service(tmp_path, 2)
+            assert await specs(svc) == live, reopen
+            await svc.close()
+
+    run(go())
+
+
 @pytest.mark.parametrize("n_shards", [2, 3])
 def test_close_and_reopen_is_identical(tmp_path, n_shards):
     async def go():
@@ -43,7 +78,8 @@ def test_close_and_reopen_is_identical(tmp_path, n_shards):
         outcomes = dict(svc.stats()["outcomes"])
         # the workload really exercised every path
         for o in (Outcome.DUPLICATE_IGNORED, Outcome.REJECTED_EVENT_ID_CONFLICT, Outcome.HELD_FOR_CORRECTION,
-                  Outcome.HELD_FOR_REVIEW, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME):
+                  Outcome.HELD_FOR_REVIEW, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME, Outcome.APPLIED_LATEST,
+                  Outcome.REJECTED_NOT_LATEST):
             assert outcomes.get(o.value), o
         assert any(e.kind == "invalidation" for s in live.values() for h in s["history"].values() for e in h)
         assert any(e.kind == "decision" for s in live.values() for h in s["history"].values() for e in h)
@@ -100,6 +136,46 @@ def test_snapshot_midway_then_tail_equals_full_replay(tmp_path):
         drop_snapshots(tmp_path)  # reference: replay of the whole log
         svc = await open_service(tmp_path, 3)
         assert await state_of(svc) == live
+        await svc.close()
+
+    run(go())
+
+
+def test_latest_board_replays_to_the_same_checksum(tmp_path):
+    """A latest board (docs/api.md §14) over 3 partitions: full timestamp ties
+    decided on the event id, invalidations of row events falling back to
+    older (rejected) events and to INVALIDATED, an old event ranking an
+    invalidated player again, with a snapshot part way. Replaying the log
+    alone, and the snapshot plus its tail, give the live checksum and rows."""
+    board = "g:ladder:s1:global"
+
+    async def go():
+        svc = await open_service(tmp_path, 3)
+        await svc.create_board(BoardSpec(board, Policy.LATEST, shards=3))
+        first = [ScoreEvent(board, f"e{i:02d}", f"p{i % 5}", 100 + 7 * i % 13, i // 5, i // 5) for i in range(15)]
+        tied = [ScoreEvent(board, f"e{i:02d}x", f"p{i % 5}", 50 + i, 2, 2) for i in range(10, 15)]  # ties e10..e14
+        res = await svc.submit(first + tied)
+        assert [r.outcome for r in res[15:]] == [Outcome.APPLIED_LATEST] * 5  # "e10x" > "e10"
+        await svc.snapshot()
+        res = await svc.submit([ScoreEvent(board, "e00y", "p0", 1, 0, 0)])  # older than p0's row
+        assert res[0].outcome is Outcome.REJECTED_NOT_LATEST
+        fell = await svc.invalidate(Invalidation(board, "e10x"))  # p0 falls back to e10
+        assert (fell.status, fell.value) == (RowStatus.ACTIVE, first[10].value)
+        for eid in ("e01", "e06", "e11", "e11x"):  # every event of p1
+            last = await svc.invalidate(Invalidation(board, eid))
+        assert last.status is RowStatus.INVALIDATED
+        res = await svc.submit([ScoreEvent(board, "old-p1", "p1", 3, -5, -5)])
+        assert res[0].outcome is Outcome.APPLIED_LATEST
+        live = await state_of(svc, [board])
+        assert (await svc.player(board, "p1")).value == 3
+        await crash(svc)
+
+        svc = await open_service(tmp_path, 3)  # snapshot + tail
+        assert await state_of(svc, [board]) == live
+        await crash(svc)
+        drop_snapshots(tmp_path)
+        svc = await open_service(tmp_path, 2)  # the log alone, on another shard count
+        assert await state_of(svc, [board]) == live
         await svc.close()
 
     run(go())

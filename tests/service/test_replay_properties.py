@@ -17,7 +17,8 @@ from tests.service.helpers import copy_dir, crash, drop_snapshots, open_service,
 
 BOARDS = [BoardSpec("h:best", Policy.BEST_SCORE, shards=3, review_above=6),
           BoardSpec("h:cum", Policy.CUMULATIVE, shards=1),
-          BoardSpec("h:fast", Policy.FASTEST_TIME, shards=2, max_plausible_time_ms=5)]
+          BoardSpec("h:fast", Policy.FASTEST_TIME, shards=2, max_plausible_time_ms=5),
+          BoardSpec("h:latest", Policy.LATEST, shards=2, review_above=7)]
 board_ids = st.sampled_from([b.board_id for b in BOARDS])
 ids = st.integers(0, 25).map(lambda i: f"e{i}")  # few ids: redeliveries and conflicts are common
 events = st.builds(ScoreEvent, board_ids, ids, st.sampled_from(["a", "b", "c", "d"]), st.integers(-1, 8),

@@ -1,0 +1,105 @@
+"""gateway.warm: the gateway's warm round, and /readyz while a process warms (issue 29)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine import warm
+from gateway.app import create_app
+from gateway.warm import Warmup
+from tests.gateway.conftest import open_engine, settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.anyio
+
+
+def test_a_warmed_gateway_process_leaves_no_kernel_to_compile():
+    """A fresh interpreter (kernels compiled by other tests would hide a miss): after
+    warm_gateway, every kernel of the code base is warm but the tests' invariant checks."""
+    code = ("import json; from engine import warm; from gateway.warm import warm_gateway; "
+            "warm_gateway(local_engine=True); print(json.dumps(warm.unwarmed()))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == sorted(warm.TEST_ONLY)
+
+
+async def test_readyz_is_503_until_every_part_is_warm():
+    engine = await open_engine()
+    try:
+        gate = asyncio.Event()
+
+        async def slow_warm():  # a shard actor still compiling
+            await gate.wait()
+
+        warmup = Warmup()
+        warmup.add("this gateway process", asyncio.sleep(0))
+        warmup.add("the shard actors", slow_warm())
+        app = create_app(settings(), engine, warmup=warmup)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            await asyncio.sleep(0.01)
+            r = await c.get("/readyz")
+            assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+            body = r.json()["error"]
+            assert body["code"] == "OVERLOADED"
+            assert "the shard actors" in body["message"] and "this gateway process" not in body["message"]
+            m = await c.get("/metrics")
+            assert "flowrank_ready 0.0" in m.text
+            assert (await c.get("/healthz")).status_code == 200  # alive, just not ready
+            gate.set()
+            await asyncio.wait_for(warmup.wait(), 5)
+            assert (await c.get("/readyz")).json() == {"ready": True}
+            assert "flowrank_ready 1.0" in (await c.get("/metrics")).text
+    finally:
+        await engine.close()
+
+
+async def test_a_failed_warm_part_is_logged_and_does_not_block_readiness(caplog):
+    async def broken():
+        raise RuntimeError("no compiler here")
+
+    warmup = Warmup()
+    warmup.add("the shard actors", broken())
+    with caplog.at_level(logging.ERROR, logger="flowrank.warm"):
+        seconds = await asyncio.wait_for(warmup.wait(), 5)
+    assert warmup.done and not warmup.ok and seconds >= 0
+    assert "warming the shard actors failed" in caplog.text
+
+
+def test_flowrank_warm_fills_the_cache_and_exits_0(tmp_path):
+    """``flowrank warm --cache-dir DIR`` (here the run's shared cache root, already filled:
+    a fresh one would compile every kernel, tens of seconds)."""
+    root = os.environ[warm.ENV_CACHE_ROOT]
+    target = warm.cache_dir_for(root)
+    mark = Path(warm.complete_mark(target))
+    mark.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", warm.ENV_CACHE_ROOT)}
+    out = subprocess.run([sys.executable, "-m", "gateway", "warm", "--cache-dir", root, "--data-dir", str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("flowrank warm: ") and target in out.stdout
+    assert mark.exists()
+    assert list(tmp_path.iterdir()) == []  # nothing in the data directory: the cache was given
+
+
+async def test_waiting_twice_logs_each_part_once(caplog):
+    """A gateway worker waits for its warm round before it listens, and the background
+    report waits too: one log line per part, not one per waiter."""
+    async def broken():
+        raise RuntimeError("no compiler here")
+
+    warmup = Warmup()
+    warmup.add("the shard actors", broken())
+    with caplog.at_level(logging.ERROR, logger="flowrank.warm"):
+        first, second = await asyncio.wait_for(asyncio.gather(warmup.wait(), warmup.wait()), 5)
+    assert first == second
+    assert caplog.text.count("warming the shard actors failed") == 1
