@@ -211,8 +211,8 @@ class BoardControl:
             rows = rows_from_wire(parts)
             del got, parts, answers
             history = await self._history_of(ctl)
-            chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows, history,
-                                             ctl.spec.subscores)
+            subs = {"subscores": ctl.spec.subscores} if ctl.spec.subscores else {}  # (docs/api.md §14)
+            chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows, history, **subs)
             del rows, history
             await asyncio.to_thread(self.archives.save, board_id, chunks)
             del chunks

@@ -19,6 +19,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from engine.errors import ValidationFailed
 from engine.model import ScoreEvent
 
 
@@ -211,12 +212,15 @@ def subscore_columns(subscores: Sequence[Sequence[int]]) -> tuple[np.ndarray | N
         return None, None
     lens = list(map(len, subscores))
     k = max(lens)
-    if min(lens) == k:
-        return np.fromiter((x for s in subscores for x in s), np.int64, n * k).reshape(n, k), None
-    out = np.zeros((n, k), np.int64)
-    for i, s in enumerate(subscores):
-        out[i, :len(s)] = s
-    return out, np.array(lens, np.uint8)
+    try:
+        if min(lens) == k:
+            return np.fromiter((x for s in subscores for x in s), np.int64, n * k).reshape(n, k), None
+        out = np.zeros((n, k), np.int64)
+        for i, s in enumerate(subscores):
+            out[i, :len(s)] = s
+    except (OverflowError, TypeError, ValueError):  # the HTTP edge checks each event; an embedded caller may not
+        raise ValidationFailed("subscores must be signed 64-bit integers.", "subscores") from None
+    return out, np.array(np.minimum(lens, 255), np.uint8)
 
 
 def _take_slices(arena: np.ndarray, offs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
