@@ -47,8 +47,8 @@ from benchmarks.redis_peer import (
     decode_member,
     fingerprint,
 )
-from engine.errors import FlowRankError
-from engine.timefmt import format_timestamp
+from engine.core.errors import FlowRankError
+from engine.core.timefmt import format_timestamp
 from gateway.validation import encode_cursor, events_from_body, parse_json_body
 
 _QQ = struct.Struct(">QQ")

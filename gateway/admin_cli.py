@@ -36,9 +36,9 @@ from urllib.parse import quote
 
 import httpx
 
-from engine.errors import ValidationFailed
-from engine.timefmt import parse_timestamp
-from engine.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
+from engine.core.errors import ValidationFailed
+from engine.core.timefmt import parse_timestamp
+from engine.core.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
 
 from gateway.validation import event_from_json
 

@@ -1,6 +1,6 @@
 """Input rules of docs/api.md §3-4 as plain functions, and the cursor codec.
 
-Every check raises :class:`engine.errors.ValidationFailed` naming the field
+Every check raises :class:`engine.core.errors.ValidationFailed` naming the field
 in the API's path format (``events[3].value``). Nothing here touches HTTP,
 so the same rules serve the routes, the client and the tests.
 
@@ -20,10 +20,10 @@ from typing import Any, Sequence
 import numpy as np
 import orjson
 
-from engine.columns import ScoreBatch, ScoreColumns
-from engine.errors import BatchTooLarge, ValidationFailed
-from engine.model import INT64_MAX, INT64_MIN, ScoreEvent
-from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
+from engine.core.columns import ScoreBatch, ScoreColumns
+from engine.core.errors import BatchTooLarge, ValidationFailed
+from engine.core.model import INT64_MAX, INT64_MIN, ScoreEvent
+from engine.core.timefmt import MAX_MS, MIN_MS, parse_timestamp
 
 BOARD_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 BOARD_ID_RE = re.compile(rf"^{BOARD_PART}:{BOARD_PART}:{BOARD_PART}:{BOARD_PART}$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
-from engine.windows import Recurrence, series_check
+from engine.core.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
+from engine.core.windows import Recurrence, series_check
 
 from gateway import render
 from gateway.auth import Permission
