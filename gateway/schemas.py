@@ -234,9 +234,10 @@ class BoardCreate(BaseModel):
     entry: EntryIn | None = Field(None, description="Competition entry rules (docs/api.md §16); none by default.")
 
     model_config = ConfigDict(json_schema_extra={
-        # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15)
+        # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15); a series has no entry rules (yet)
         "if": {"required": ["recurrence"], "properties": {"recurrence": {"type": "object"}}},
-        "then": {"properties": {"board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"}}},
+        "then": {"properties": {"board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"},
+                                "entry": {"type": "null"}}},
         "examples": [
         {"board_id": "arena-clash:solo:S7:global", "policy": "best_score", "shards": 4,
          "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",

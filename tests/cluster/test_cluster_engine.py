@@ -279,7 +279,7 @@ def test_embedded_ray_caps_the_task_events_the_gcs_keeps(monkeypatch):
     an embedded Ray keeps the last 1,000, a joined cluster its own settings."""
     import ray
 
-    from engine.cluster import client as cc
+    from engine.cluster import engine as cc
 
     seen = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -327,7 +327,7 @@ def test_a_shard_actor_dead_letter_is_logged_and_a_fixed_replay_skips_it(ray_ses
     """A shard actor dead-letters an event (a bug in its process); the router
     logs the dead letter; after the fix, a whole replay (snapshots deleted)
     through new shard actors reaches the same state and logs nothing more."""
-    from engine.cluster import client as cluster_client
+    from engine.cluster import engine as cluster_client
 
     board = "g:m:s:poison"
     events, _ = _workload(5, board)
