@@ -27,7 +27,7 @@ module registers its scenarios with the decorator::
         out = []
         for shards in ctx.shards:                # one series per shard count
             for rep in range(ctx.repeat):
-                ...                              # engine.board.Board(...).apply_batch(...)
+                ...                              # engine.core.board.Board(...).apply_batch(...)
                 out.append(Sample("flowrank_ingest", "flowrank", "ingest_events_per_s",
                                   rate, "events/s", shards=shards, repeat=rep))
         return out

@@ -492,7 +492,7 @@ def run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # every `flowrank serve` a benchmark starts on a temporary data directory loads its kernels from one
-    # compile cache (engine.warm) instead of compiling them into <data-dir>/.numba-cache each time;
+    # compile cache (engine.runtime.warm) instead of compiling them into <data-dir>/.numba-cache each time;
     # `coldstart` passes --cache-dir itself, and an operator's FLOWRANK_CACHE_DIR wins
     os.environ.setdefault("FLOWRANK_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".numba-cache"))
     load_plugins()

@@ -112,9 +112,9 @@ def _timed(record: list, fn):
 
 
 async def _measure(args: argparse.Namespace, data_dir: Path) -> dict:
-    import engine.archive as archive_mod
-    from engine.model import BoardSpec, BoardState, Policy, ScoreEvent
-    from engine.service import LocalService
+    import engine.core.archive as archive_mod
+    from engine.core.model import BoardSpec, BoardState, Policy, ScoreEvent
+    from engine.runtime.local import LocalService
 
     svc = await LocalService.open(data_dir=str(data_dir), n_shards=args.shards, default_shards=args.partitions,
                                   snapshot_every_events=10**12, snapshot_every_seconds=10**9)

@@ -70,7 +70,7 @@ def _timeit(fn, n: int) -> float:
 
 
 async def run(args) -> list[tuple[str, list[float]]]:
-    from engine.service import LocalService
+    from engine.runtime.local import LocalService
     from gateway.app import create_app
     from gateway.auth import Permission
     from gateway.settings import Settings
@@ -85,7 +85,7 @@ async def run(args) -> list[tuple[str, list[float]]]:
         full = create_app(Settings(keys=keys, data_dir=None, lean_routes=False), engine)
         bare = create_app(Settings(keys=keys, data_dir=None, lean_routes=False), engine)
         bare.user_middleware = [m for m in bare.user_middleware if m.cls.__name__ != "MetricsMiddleware"]
-        from engine.model import BoardSpec, Policy, ScoreEvent
+        from engine.core.model import BoardSpec, Policy, ScoreEvent
         await engine.create_board(BoardSpec(board_id=BOARD, policy=Policy.BEST_SCORE))
         base = 1_793_527_200_000
         for start in range(0, args.size, 5000):

@@ -1,7 +1,7 @@
 """Capacity (issue 10): how many ranked players one board holds in an RSS budget.
 
 ``python -m benchmarks capacity --max-rss-gib 20`` fills one
-``engine.board.Board`` through ``Board.ingest`` with batches of ``--batch``
+``engine.core.board.Board`` through ``Board.ingest`` with batches of ``--batch``
 (100,000) synthetic new players, one first score each, reading the RSS of
 this process and all its children (psutil) after every batch, until a
 reading passes ``--max-rss-gib`` or ``--max-players`` players are in. The
@@ -40,9 +40,9 @@ import psutil
 from benchmarks.core_bench import GC_DEFAULT, GC_SERVER, _load, _nbytes, ingest, new_board, settle_gc
 from benchmarks.machine import describe, header
 from benchmarks.workload import EPOCH0_MS
-from engine import records as R
-from engine.columns import ScoreColumns
-from engine.model import Outcome
+from engine.core import records as R
+from engine.core.columns import ScoreColumns
+from engine.core.model import Outcome
 
 BOARD_ID = "bench:capacity:S1:global"
 VALUE_BITS, TIME_BITS, ID_BITS = 17, 16, 30  # 63 bits: one non-negative int64 key per row
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--sample", type=int, default=1000, help="players whose exact rank is checked")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gc", choices=("server", "default"), default="server",
-                    help="server: engine.gc_tuning.tune() as `flowrank serve` does (default); default: CPython's")
+                    help="server: engine.core.gc_tuning.tune() as `flowrank serve` does (default); default: CPython's")
     ap.add_argument("--json", default=None, metavar="OUT")
     return ap
 

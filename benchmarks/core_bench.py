@@ -1,6 +1,6 @@
 """Engine core benchmark (issue 10): ``python -m benchmarks core``.
 
-One board, one partition, in this process: ``engine.board.Board`` fed
+One board, one partition, in this process: ``engine.core.board.Board`` fed
 batches as columns (``Board.ingest(ScoreColumns)``; the columns are built
 before any timing, as a decoded HTTP batch arrives), against the floor a user
 would write in an afternoon: a ``dict`` plus a ``SortedList`` of
@@ -35,7 +35,7 @@ first call), medians reported with min/max:
   with held events used to decide event by event); target ≥ 0.9× the plain
   board's rate in the same run;
 * ``replay_events_per_s``: a restart rebuilding the board from its log. The
-  workload is written through ``engine.service.LocalService`` (the real
+  workload is written through ``engine.runtime.local.LocalService`` (the real
   segment log in a temp dir, fsync per batch), the snapshot that ``close``
   writes is removed, and ``LocalService.open`` on that directory is timed:
   log open with CRC checks, shard and router recovery, the path a restarting
@@ -64,7 +64,7 @@ Measured once:
   (1800 s); the value is then flagged partial (a miss stays a miss, a pass
   is not claimed).
 
-Garbage collection: by default the server's setting (``engine.gc_tuning.tune``:
+Garbage collection: by default the server's setting (``engine.core.gc_tuning.tune``:
 ``gc.freeze()`` once the workload is built, thresholds (50000, 20, 100)),
 with ``gc.collect()`` before every timed section; ``--gc default`` keeps
 CPython's defaults. The header says which.
@@ -112,15 +112,15 @@ from benchmarks.engine_core import (
 from benchmarks.machine import REPO_ROOT, describe, header
 from benchmarks.processes import owned_process
 from benchmarks.workload import Workload, generate
-from engine import gc_tuning
-from engine.board import Board
-from engine.columns import ScoreColumns
-from engine.errors import EventNotFound
-from engine.journal import Journal
+from engine.core import gc_tuning
+from engine.core.board import Board
+from engine.core.columns import ScoreColumns
+from engine.core.errors import EventNotFound
+from engine.core.journal import Journal
 from engine.log.journal_files import FileStore
-from engine.model import DEFAULT_DEDUP_RETENTION, BoardSpec, Policy, ScoreEvent
+from engine.core.model import DEFAULT_DEDUP_RETENTION, BoardSpec, Policy, ScoreEvent
 
-GC_SERVER = (f"server setting (engine.gc_tuning.tune(): gc.freeze() once the long-lived data exists, "
+GC_SERVER = (f"server setting (engine.core.gc_tuning.tune(): gc.freeze() once the long-lived data exists, "
              f"thresholds {gc_tuning.THRESHOLDS})")
 GC_DEFAULT = f"CPython default (thresholds {gc.get_threshold()}, nothing frozen)"
 
@@ -188,7 +188,7 @@ _JOURNALS: list[tempfile.TemporaryDirectory] = []
 def new_board(board_id: str, dedup_retention: int = DEFAULT_DEDUP_RETENTION,
               policy: Policy = Policy.BEST_SCORE, **spec) -> Board:
     """A board whose partition journals to files, as a service with a data
-    directory does (engine.journal): a fresh directory under the system temp,
+    directory does (engine.core.journal): a fresh directory under the system temp,
     removed when the process ends. ``spec``: more BoardSpec settings (e.g.
     ``review_above``)."""
     if not _JOURNALS:
@@ -443,7 +443,7 @@ def _service_options() -> dict:
 
 
 async def _write_log(data_dir: str, w: Workload, batch: int) -> float:
-    from engine.service import LocalService
+    from engine.runtime.local import LocalService
 
     t0 = time.perf_counter()
     svc = await LocalService.open(data_dir, **_service_options())
@@ -458,7 +458,7 @@ async def _write_log(data_dir: str, w: Workload, batch: int) -> float:
 
 async def _recover(data_dir: str, board_id: str) -> tuple[float, str, int]:
     """Seconds of ``LocalService.open`` with no snapshot, then (untimed) the board's checksum and size."""
-    from engine.service import LocalService
+    from engine.runtime.local import LocalService
 
     shutil.rmtree(Path(data_dir) / "snapshots", ignore_errors=True)  # what close() wrote: replay the whole log
     gc.collect()
@@ -550,7 +550,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--growth-budget-s", type=float, default=1800.0,
                     help="stop phase 2 after this many seconds; the growth is then flagged partial")
     ap.add_argument("--gc", choices=("server", "default"), default="server",
-                    help="server: engine.gc_tuning.tune() as `flowrank serve` does (default); default: CPython's")
+                    help="server: engine.core.gc_tuning.tune() as `flowrank serve` does (default); default: CPython's")
     ap.add_argument("--data-dir", default=None, help="parent of the replay's temp log directory (default: system temp)")
     ap.add_argument("--json", default=None, metavar="OUT", help="write the results here")
     ap.add_argument("--phase", choices=("all", "rss-growth"), default="all",
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header(params, machine).replace("FlowRank benchmarks", "FlowRank engine core benchmark (issue 10)"))
     print(f"  load    : {load_before} (1/5/15 min) before")
     print(f"  gc      : {gc_note}")
-    print("  engine  : engine.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only;"
+    print("  engine  : engine.core.board.Board via Board.ingest(ScoreColumns); floor: dict + SortedList, best-score guard only;"
           " latest_apply_events_per_s: the same batches on a latest board")
 
     t0 = time.perf_counter()

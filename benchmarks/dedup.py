@@ -1,4 +1,4 @@
-"""The dedup table (``engine.dedup.DedupTable``) against the dict window it replaced.
+"""The dedup table (``engine.core.dedup.DedupTable``) against the dict window it replaced.
 
 Measures, ``--repeat`` times after one warm-up, and prints min/median/max:
 
@@ -39,11 +39,11 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from engine.dedup import DedupTable, Seen, _check_many, fingerprint  # noqa: E402
+from engine.core.dedup import DedupTable, Seen, _check_many, fingerprint  # noqa: E402
 
 
 class DictWindow:
-    """The dict window before ``DedupTable`` (engine/dedup.py at 17eca82), the peer."""
+    """The dict window before ``DedupTable`` (engine/core/dedup.py at 17eca82), the peer."""
 
     __slots__ = ("retention", "_seen")
 
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in run_once(kind, args.size, args.batch, ids, more, fps).items():
                 res[kind].setdefault(k, []).append(v)
         print(f"  repeat {rep + 1} done", flush=True)
-    for kind, title in (("table", "DedupTable (engine.dedup)"), ("dict", "dict window (before)")):
+    for kind, title in (("table", "DedupTable (engine.core.dedup)"), ("dict", "dict window (before)")):
         print(f"\n{title}, {args.size:,} ids remembered\n  {'metric':<34} {'min':>14} {'median':>14} {'max':>14}")
         for k, v in res[kind].items():
             print(stats_row(k, v, "B" if k.startswith("bytes") else "ops/s"))

@@ -1,4 +1,4 @@
-"""Single-partition engine core benchmark (issue 2): ``engine.board.Board`` in-process.
+"""Single-partition engine core benchmark (issue 2): ``engine.core.board.Board`` in-process.
 
 Measures, ``--repeat`` times after one warm-up, and prints min/median/max:
 
@@ -47,9 +47,9 @@ if __package__ in (None, ""):
 import numpy as np  # noqa: E402
 from sortedcontainers import SortedList  # noqa: E402
 
-from engine.board import Board  # noqa: E402
-from engine.records import outcome_of  # noqa: E402
-from engine.model import BoardSpec, Policy, ScoreEvent  # noqa: E402
+from engine.core.board import Board  # noqa: E402
+from engine.core.records import outcome_of  # noqa: E402
+from engine.core.model import BoardSpec, Policy, ScoreEvent  # noqa: E402
 
 TARGETS = {
     "apply_events_per_s": (400_000, "higher"),
@@ -193,8 +193,8 @@ def board_memory(board: Board) -> dict[str, float]:
     """Bytes per ranked player (rows + index), per dedup id, per history event."""
     p = board.partition
     players = max(1, len(p.players))
-    state = p.nbytes()  # ids, rows and rank index are arrays (engine/partition.py)
-    # the dedup table holds no Python object per id (engine/dedup.py): its arrays
+    state = p.nbytes()  # ids, rows and rank index are arrays (engine/core/partition.py)
+    # the dedup table holds no Python object per id (engine/core/dedup.py): its arrays
     dedup = board.admission.dedup
     ids = max(1, len(dedup))
     dedup_own = dedup.nbytes
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - the peer is optional here
             print(f"  redis peer skipped: {type(e).__name__}: {e}")
 
-    print(f"\nFlowRank Board (engine.board), {len(events):,} events, {mem['players']:,} ranked players"
+    print(f"\nFlowRank Board (engine.core.board), {len(events):,} events, {mem['players']:,} ranked players"
           f"\n  {'metric':<44} {'min':>14} {'median':>14} {'max':>14}")
     units = {"apply_events_per_s": "events/s", "board_bytes_per_player": "B",
              "dedup_bytes_per_event_id": "B", "dedup_bytes_per_event_id_excl_id_string": "B",

@@ -266,7 +266,7 @@ def _oracle(events: list[dict]) -> tuple[Counter, list[tuple[str, int, int]]]:
 
 
 def round_trip(n: int, args, tmp: Path) -> dict:
-    from engine.timefmt import format_timestamps
+    from engine.core.timefmt import format_timestamps
 
     events = _round_trip_events(n, args.seed)
     path = tmp / "events.jsonl"

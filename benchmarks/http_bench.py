@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -55,7 +55,8 @@ from benchmarks.processes import Owned, owned_process, sigterm_raises
 from benchmarks.redis_peer import RedisServer, _free_port
 
 WRK_DIR = Path(__file__).with_name("wrk")
-ROUTES = ("top-100", "exact rank", "around", "write batch of 500", "write batch of 500 (held board)")
+FAN = "write batch of 500 for 4 boards"
+ROUTES = ("top-100", "exact rank", "around", "write batch of 500", "write batch of 500 (held board)", FAN)
 #: Routes only FlowRank has (the peer has no review holds): their ratio is to FlowRank's own plain-write row.
 FLOWRANK_ONLY = {"write batch of 500 (held board)": "write batch of 500"}
 #: The held board's review_above: writes.lua draws values uniformly in 0..1,999,999, so 1 % of events are held.
@@ -175,7 +176,31 @@ def held_board_id(shards: int) -> str:
     return f"bench:held:S1:shards{shards}"
 
 
-def measure(wrk: str, base: str, board: str, size: int, args, nonce: str, held_board: str | None = None) -> dict:
+def fan_boards(shards: int, now_ms: int, peer: bool) -> list[str]:
+    """The 4 boards of the fan-out route (issue 26): all-time, daily, weekly, regional. FlowRank gets
+    the daily and weekly series' ids and routes each event to its window's instance itself; the peer
+    (no series) gets the ids of today's and this week's boards, as a game computes them."""
+    day = datetime.fromtimestamp(now_ms / 1000, timezone.utc).date()
+    monday = day - timedelta(days=day.weekday())
+    daily = f"daily.{day:%Y%m%d}" if peer else "daily"
+    weekly = f"weekly.{monday:%Y%m%d}" if peer else "weekly"
+    return [f"bench:fan:S1:shards{shards}", f"bench:fan:{daily}:shards{shards}",
+            f"bench:fan:{weekly}:shards{shards}", f"bench:fan:S1:eu{shards}"]
+
+
+def create_fan_boards(url: str, shards: int, now_ms: int, peer: bool) -> list[str]:
+    boards = fan_boards(shards, now_ms, peer)
+    with httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+        for board, every in zip(boards, (None, "day", "week", None)):
+            body: dict = {"board_id": board, "policy": "best_score", "shards": shards}
+            if every is not None and not peer:
+                body["recurrence"] = {"every": every}
+            c.post("/v1/boards", json=body).raise_for_status()
+    return boards
+
+
+def measure(wrk: str, base: str, board: str, size: int, args, nonce: str, held_board: str | None = None,
+            fan: list[str] | None = None, now_ms: int = 0) -> dict:
     """Every route against one board at ``base``; median of ``--repeat`` runs per route. Without
     ``held_board`` (the peer) the FlowRank-only routes are skipped."""
     prefix = f"/v1/boards/{board}"
@@ -186,6 +211,8 @@ def measure(wrk: str, base: str, board: str, size: int, args, nonce: str, held_b
         "write batch of 500": ("writes.lua", {"BOARD": board, "SIZE": str(size), "BATCH": "500"}, WRITE_KEY),
         "write batch of 500 (held board)": ("writes.lua", {"BOARD": held_board or "", "SIZE": str(size), "BATCH": "500"},
                                            WRITE_KEY),
+        FAN: ("writes.lua", {"BOARDS": ",".join(fan or []), "SIZE": str(size), "BATCH": "500", "NOW_MS": str(now_ms)},
+              WRITE_KEY),
     }
     out = {}
     for route in args.routes:
@@ -330,6 +357,8 @@ def _main(argv: list[str] | None) -> int:
     wrk = ensure_wrk()
     nonce = f"{int(time.time())}"
     results: dict = {"flowrank": {}, "peer": None}
+    now_ms = int(time.time() * 1000)  # the fan-out route's events are achieved now: the series' current windows
+    fanning = FAN in args.routes
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with sigterm_raises(), contextlib.ExitStack() as stack:
         for w in worker_counts:
@@ -341,14 +370,16 @@ def _main(argv: list[str] | None) -> int:
                     preload(fr.url, held_board_id(p), p, args.size, args.seed, review_above=REVIEW_ABOVE)
             for p in partitions:
                 print(f" partitions={p} workers={w}", flush=True)
+                fan = create_fan_boards(fr.url, p, now_ms, peer=False) if fanning else None
                 results["flowrank"][(p, w)] = measure(wrk, fr.url, board_id(p), args.size, args, f"fr{p}w{w}-{nonce}",
-                                                      held_board_id(p))
+                                                      held_board_id(p), fan, now_ms)
             stack.close()  # each FlowRank server down before the next, and before the peer: each gets the machine alone
         print("\nPeer (FastAPI + redis-py asyncio, redis-server appendfsync always, 1 worker)", flush=True)
         rs = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
         peer = stack.enter_context(peer_server(rs.port))
         preload(peer.url, board_id(1), 1, args.size, args.seed)
-        results["peer"] = measure(wrk, peer.url, board_id(1), args.size, args, f"peer-{nonce}")
+        fan = create_fan_boards(peer.url, 1, now_ms, peer=True) if fanning else None
+        results["peer"] = measure(wrk, peer.url, board_id(1), args.size, args, f"peer-{nonce}", None, fan, now_ms)
     load_after = os.getloadavg()
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     rows = [{"route": route, "partitions": p, "workers": w, "flowrank": results["flowrank"][(p, w)][route],
@@ -373,7 +404,11 @@ def _main(argv: list[str] | None) -> int:
         "port in front of the engine host actor); \"vs 1 worker\" is the row's req/s over the 1-worker row's. "
         "Writes: batches of 500 fresh event ids per request over existing players. The held board has "
         f"`review_above` {REVIEW_ABOVE:,} (1 % of the written values are held for review; it held one event "
-        "before the run), so its quarantine is never empty; its ratio is to the plain board's writes, same server.",
+        "before the run), so its quarantine is never empty; its ratio is to the plain board's writes, same server. "
+        "For 4 boards: each of the 500 events carries `board_ids` of 4 boards (all-time, a daily and a weekly "
+        "series, regional: FlowRank routes each to its window's instance and logs the request's records as one "
+        "G record); the peer gets the 4 concrete board ids and writes the 4 zsets of an event in one Lua call "
+        "(`fr_apply_best_many`). A request is 2,000 results on both sides, so the req/s ratio is the results/s ratio.",
         "",
     ])
     (out / "http.md").write_text(md)

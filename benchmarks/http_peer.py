@@ -47,9 +47,9 @@ from benchmarks.redis_peer import (
     decode_member,
     fingerprint,
 )
-from engine.errors import FlowRankError
-from engine.timefmt import format_timestamp
-from gateway.validation import encode_cursor, events_from_body, parse_json_body
+from engine.core.errors import FlowRankError
+from engine.core.timefmt import format_timestamp
+from gateway.validation import encode_cursor, expand_events, parse_json_body
 
 _QQ = struct.Struct(">QQ")
 _OUTCOMES = {"F": "APPLIED_FIRST_SCORE", "B": "APPLIED_NEW_BEST", "R": "REJECTED_NOT_AN_IMPROVEMENT",
@@ -123,11 +123,19 @@ def create_peer(redis_port: int, keys_file: str, redis_host: str = "127.0.0.1") 
         if (d := denied(request, ("game_server", "admin"))) is not None:
             return d
         try:
-            events = events_from_body(parse_json_body(await request.body()), MAX_BATCH)
+            events, origin = expand_events(parse_json_body(await request.body()), MAX_BATCH)
         except FlowRankError as e:
             return JSONResponse(e.to_body(), status_code=e.status)
         pipe = r.pipeline(transaction=False)
         slots = []
+        if origin is not None:  # events for several boards (board_ids): each one Lua call for all its boards
+            replies = iter(await _fan_out(pipe, events, origin, ttl))
+            results = []
+            for e in events:
+                code, version = next(replies)
+                results.append({"event_id": e.event_id, "board_id": e.board_id, "outcome": _OUTCOMES[code.decode()],
+                                "version": int(version)})
+            return JSONResponse({"results": results})
         for e in events:
             k = boards.get(e.board_id)
             if k is None:
@@ -146,6 +154,25 @@ def create_peer(redis_port: int, keys_file: str, redis_host: str = "127.0.0.1") 
                 code, version = next(replies)
                 results.append({"event_id": e.event_id, "outcome": _OUTCOMES[code.decode()], "version": int(version)})
         return JSONResponse({"results": results})
+
+    async def _fan_out(pipe, events, origin: list[int], ttl) -> list:
+        """(code, version) per (event, board) row: one fr_apply_best_many call per event (its rows are
+        consecutive). Every board must exist (the benchmark creates them)."""
+        i = 0
+        while i < len(events):
+            j = i
+            while j < len(events) and origin[j] == origin[i]:
+                j += 1
+            e = events[i]
+            member = _QQ.pack(INT64_MAX - e.value, e.achieved_at + _OFF) + e.player_id.encode("utf-8")
+            keys = []
+            for row in events[i:j]:
+                k = boards[row.board_id]
+                keys += [k.zset, k.rows, k.version, k.event + row.event_id]
+            pipe.fcall("fr_apply_best_many", len(keys), *keys, e.player_id, member, fingerprint(e), ttl)
+            i = j
+        flat = await pipe.execute()
+        return [(codes[b], codes[b + 1]) for codes in flat for b in range(0, len(codes), 2)]
 
     @app.get("/v1/boards/{board_id}/top")
     async def top(board_id: str, request: Request, limit: int = 10):

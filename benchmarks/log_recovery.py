@@ -42,7 +42,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import records as R  # noqa: E402
+from engine.core import records as R  # noqa: E402
 from engine.log import FileSnapshotStore, SegmentedFileLog  # noqa: E402
 
 BOARD = "bench-board"

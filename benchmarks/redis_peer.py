@@ -57,7 +57,7 @@ DEFAULT_DEDUP_TTL_S = 7 * 24 * 3600
 DEFAULT_MAX_PLAUSIBLE_TIME_MS = 86_400_000
 
 LIBRARY_NAME = "flowrank_peer"
-LIBRARY_VERSION = "1"
+LIBRARY_VERSION = "2"  # 2: fr_apply_best_many (one event on several boards)
 
 # Codes returned by the Lua functions, mapped to docs/api.md §7 outcomes per policy.
 _CODES = {
@@ -175,7 +175,21 @@ local function around(keys, args)
   return out
 end
 
+-- one event on several boards in one call (a game writing a score to its all-time, daily, weekly and
+-- regional boards itself): KEYS are 4 per board (zset, row hash, version, dedup key), ARGV the event's
+-- player, member, fingerprint and ttl; returns code, version per board, flat
+local function apply_best_many(keys, args)
+  local out = {{}}
+  for b = 0, #keys / 4 - 1 do
+    local got = apply_best({{keys[4 * b + 1], keys[4 * b + 2], keys[4 * b + 3], keys[4 * b + 4]}}, args)
+    out[#out + 1] = got[1]
+    out[#out + 1] = got[2]
+  end
+  return out
+end
+
 redis.register_function('fr_apply_best', apply_best)
+redis.register_function('fr_apply_best_many', apply_best_many)
 redis.register_function('fr_apply_cumulative', apply_cumulative)
 redis.register_function{{function_name='fr_rank', callback=rank, flags={{'no-writes'}}}}
 redis.register_function{{function_name='fr_around', callback=around, flags={{'no-writes'}}}}

@@ -108,7 +108,7 @@ async def measure(n_shards: int, events: Sequence, ids: Sequence[str], *, batch:
     plus the first exact rank read: ``restart_seconds``.
     """
     from engine.cluster import ClusterEngine
-    from engine.model import BoardSpec, Policy
+    from engine.core.model import BoardSpec, Policy
 
     data = tempfile.mkdtemp(prefix="frshards-")
     out: dict[str, float] = {}

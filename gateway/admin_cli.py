@@ -36,10 +36,10 @@ from urllib.parse import quote
 
 import httpx
 
-from engine.errors import ValidationFailed
-from engine.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS
-from engine.timefmt import parse_timestamp
-from engine.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
+from engine.core.errors import ValidationFailed
+from engine.core.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS
+from engine.core.timefmt import parse_timestamp
+from engine.core.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
 
 from gateway.validation import event_from_json
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from engine.client import EngineClient
-from engine.model import INT64_MAX, INT64_MIN
+from engine.router.api import EngineClient
+from engine.core.model import INT64_MAX, INT64_MIN
 
 from gateway import handlers, hot
 from gateway.auth import Credentials, KeyStore, load_keystore

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import parse_qsl
 
-from engine.errors import Forbidden, Unauthenticated
+from engine.core.errors import Forbidden, Unauthenticated
 
 from gateway.tokens import PREFIX as TOKEN_PREFIX, TokenSigner, looks_like_token
 

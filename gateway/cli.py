@@ -1,5 +1,5 @@
 """``flowrank`` command line: ``serve`` (docs/api.md §1), ``warm`` (fill the compile
-cache ahead of time: :mod:`engine.warm`), ``demo`` (engine.demo), and
+cache ahead of time: :mod:`engine.runtime.warm`), ``demo`` (engine.runtime.demo), and
 the operator's commands over the HTTP API (``boards``, ``submit``, ``top``,
 ``player``, ``export``: :mod:`gateway.admin_cli`).
 
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="the cache to fill (default: $FLOWRANK_CACHE_DIR, else <data-dir>/.numba-cache)")
     w.add_argument("--data-dir", default=d.data_dir, help="whose default cache to fill (default ./flowrank-data)")
-    sub.add_parser("demo", help="run the engine demo (engine.demo)")
+    sub.add_parser("demo", help="run the engine demo (engine.runtime.demo)")
     admin_cli.register(sub)
     return p
 
@@ -162,7 +162,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
                 keep_alive_s: float = KEEP_ALIVE_S) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from engine import gc_tuning  # noqa: PLC0415
+    from engine.core import gc_tuning  # noqa: PLC0415
 
     from gateway.app import create_app  # noqa: PLC0415
     from gateway.auth import load_keystore  # noqa: PLC0415
@@ -188,7 +188,7 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         except BaseException:
             sock.close()
             raise
-    gc_tuning.tune()  # recovered state is long-lived: stop re-scanning it (engine/gc_tuning.py)
+    gc_tuning.tune()  # recovered state is long-lived: stop re-scanning it (engine/core/gc_tuning.py)
     warmup.add_engine(engine)  # the shard actors warm too, then serve logs how long it all took
     try:
         app = create_app(settings, engine, keys=keys, token_secret=token_secret, warmup=warmup)
@@ -249,9 +249,9 @@ def _run(main_coro) -> int:
 
 
 def use_compile_cache(cache_dir: str | None, data_dir: str | None) -> str | None:
-    """Point numba at the compile cache (engine.warm) in this process and, through the
+    """Point numba at the compile cache (engine.runtime.warm) in this process and, through the
     environment, in every process it starts (gateway workers, an embedded Ray's workers)."""
-    from engine import warm  # noqa: PLC0415
+    from engine.runtime import warm  # noqa: PLC0415
 
     root = warm.resolve_cache_root(cache_dir, data_dir)
     if root is not None:
@@ -261,7 +261,7 @@ def use_compile_cache(cache_dir: str | None, data_dir: str | None) -> str | None
 
 def warm_command(cache_dir: str | None, data_dir: str | None) -> int:
     """``flowrank warm``: compile every kernel into the compile cache, then exit 0."""
-    from engine import warm  # noqa: PLC0415
+    from engine.runtime import warm  # noqa: PLC0415
 
     path = use_compile_cache(cache_dir, data_dir)
     from gateway.warm import warm_gateway  # noqa: PLC0415
@@ -282,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return admin_cli.run(args)
     if args.command == "demo":
         try:
-            demo = importlib.import_module("engine.demo")
+            demo = importlib.import_module("engine.runtime.demo")
         except ImportError:
-            print("flowrank demo: engine.demo is not available in this build", file=sys.stderr)
+            print("flowrank demo: engine.runtime.demo is not available in this build", file=sys.stderr)
             return 2
         return int(demo.main() or 0)
     if args.command == "warm":

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from engine import errors as E
+from engine.core import errors as E
 
 _BY_CODE = {cls.code: cls for cls in (
     E.Unauthenticated, E.Forbidden, E.BoardNotFound, E.PlayerNotFound, E.PlayerNotRanked, E.EventNotFound,

@@ -29,8 +29,8 @@ import numba
 import numpy as np
 import orjson
 
-from engine.export import Chunk
-from engine.timefmt import format_timestamp
+from engine.core.export import Chunk
+from engine.core.timefmt import format_timestamp
 
 _EMPTY = np.zeros(0, np.int64)
 _NO_SUBS = np.zeros((0, 0), np.int64)

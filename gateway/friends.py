@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
-from engine.errors import Overloaded
+from engine.core.errors import Overloaded
 
 from gateway.validation import id_problem
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from fastapi import Request
 from fastapi.routing import APIRoute
 
-from engine.errors import BatchTooLarge, ValidationFailed
+from engine.core.errors import BatchTooLarge, ValidationFailed
 
 from gateway.auth import Permission, Principal, token_accepted
 

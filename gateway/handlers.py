@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from engine.errors import FlowRankError
+from engine.core.errors import FlowRankError
 
 from gateway.validation import loc_to_field
 

@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from engine.errors import BatchTooLarge, FlowRankError, ValidationFailed
+from engine.core.errors import BatchTooLarge, FlowRankError, ValidationFailed
 
 from gateway import render
 from gateway.auth import Permission

@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from engine.errors import RateLimited
+from engine.core.errors import RateLimited
 
 from gateway.auth import Principal
 

@@ -28,8 +28,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Sequence
 
-from engine.errors import FlowRankError, Overloaded
-from engine.model import Delta, RankedEntry, RowChange
+from engine.core.errors import FlowRankError, Overloaded
+from engine.core.model import Delta, RankedEntry, RowChange
 
 from gateway import render
 
@@ -280,7 +280,7 @@ class LiveHub:
             g.timer = None
 
     def _watch(self, board_id: str, on: bool) -> None:
-        """Tell an engine in another process (engine.remote_engine) which boards' commits
+        """Tell an engine in another process (engine.runtime.remote) which boards' commits
         a group needs; an engine in this process delivers every board's anyway."""
         hook = getattr(self._engine, "watch" if on else "unwatch", None)
         if hook is not None:

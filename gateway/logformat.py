@@ -25,7 +25,7 @@ import sys
 
 import orjson
 
-from engine.timefmt import format_timestamp
+from engine.core.timefmt import format_timestamp
 
 FORMATS = ("text", "json")
 

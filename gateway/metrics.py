@@ -2,7 +2,7 @@
 
 Gateway-side: requests and latency by route template, live subscribers.
 Engine-side series are read at scrape time from ``engine_client.stats()``,
-whose keys are those of :class:`engine.router_client.RouterClient` (shared
+whose keys are those of :class:`engine.runtime.base.RouterClient` (shared
 by ``LocalService`` and ``ClusterEngine``):
 
 ======================  ==============================  ===============================================
@@ -49,7 +49,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from engine.histogram import LATENCY_BUCKETS, HistogramSnapshot
+from engine.core.histogram import LATENCY_BUCKETS, HistogramSnapshot
 
 log = logging.getLogger("flowrank.gateway")
 

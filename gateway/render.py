@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 from orjson import Fragment
 
-from engine.model import (
+from engine.core.model import (
     BoardInfo,
     Changes,
     Checksum,
@@ -32,13 +32,13 @@ from engine.model import (
     RankedEntry,
     RowChange,
 )
-from engine.records import OUTCOME_NAMES
-from engine.timefmt import format_timestamp as _format_timestamp
+from engine.core.records import OUTCOME_NAMES
+from engine.core.timefmt import format_timestamp as _format_timestamp
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def format_timestamp(ms: int) -> str:
-    """:func:`engine.timefmt.format_timestamp`, memoised: a top window renders
+    """:func:`engine.core.timefmt.format_timestamp`, memoised: a top window renders
     the same rows' timestamps on every read (~10 µs each uncached, O(1) hit)."""
     return _format_timestamp(ms)
 

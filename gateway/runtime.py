@@ -2,11 +2,11 @@
 EngineClient implementation.
 
 ``--engine-host NAME`` (a worker of ``flowrank serve --workers N``): a
-:class:`engine.remote_engine.RemoteEngine` to that engine host actor.
+:class:`engine.runtime.remote.RemoteEngine` to that engine host actor.
 Default: :class:`engine.cluster.ClusterEngine` — shard actors on Ray, an
 embedded local Ray instance when no ``--ray-address`` is given, joining the
 cluster otherwise. ``--engine local`` keeps every shard in this process
-(:class:`engine.service.LocalService`), with no Ray at all. Imports are lazy
+(:class:`engine.runtime.local.LocalService`), with no Ray at all. Imports are lazy
 so the gateway module imports without starting anything.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import signal
 
-from engine.client import EngineClient
+from engine.router.api import EngineClient
 
 from gateway.settings import Settings
 
@@ -29,13 +29,13 @@ async def build_engine(settings: Settings) -> EngineClient:
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if settings.engine_host is not None:  # a gateway worker: the engine runs in the host actor
-            from engine.cluster.client import init_ray  # noqa: PLC0415
+            from engine.cluster.engine import init_ray  # noqa: PLC0415
             from engine.cluster.host_actor import find_host, remote_engine  # noqa: PLC0415
 
             init_ray(settings.ray_address)
             engine = await remote_engine(find_host(settings.engine_host))
         elif settings.engine == "local":
-            from engine.service import LocalService  # noqa: PLC0415
+            from engine.runtime.local import LocalService  # noqa: PLC0415
 
             engine = await LocalService.open(
                 data_dir=settings.data_dir,
@@ -61,7 +61,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
                 ray_dashboard=settings.ray_dashboard,
-                cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.warm)
+                cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.runtime.warm)
             )
     finally:
         for sig, handler in saved.items():

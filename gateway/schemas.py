@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
 
-from engine.errors import ValidationFailed
-from engine.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
-from engine.season import ID_PART
-from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
-from engine.windows import (
+from engine.core.errors import ValidationFailed
+from engine.core.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
+from engine.core.season import ID_PART
+from engine.core.timefmt import MAX_MS, MIN_MS, parse_timestamp
+from engine.core.windows import (
     AT_PATTERN,
     DEFAULT_AT,
     DEFAULT_KEEP,
@@ -64,7 +64,7 @@ Timestamp = Annotated[
     str,
     Field(description="UTC, always `YYYY-MM-DDTHH:MM:SS.sssZ`.", examples=["2026-11-01T10:05:00.000Z"]),
 ]
-# What engine.timefmt.parse_timestamp accepts: epoch ms in years 0001-9999, or RFC 3339 with a zone
+# What engine.core.timefmt.parse_timestamp accepts: epoch ms in years 0001-9999, or RFC 3339 with a zone
 # (format date-time; the pattern adds the server's limits: years from 0001, at most 9 fraction digits).
 RFC3339_PATTERN = (r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
                    r"[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
@@ -239,11 +239,18 @@ class BoardCreate(BaseModel):
 
     model_config = ConfigDict(json_schema_extra={
         "allOf": [
-            # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15)
+            # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15); a series has no entry
+            # rules and no subscores (yet)
             {"if": {"required": ["recurrence"], "properties": {"recurrence": {"type": "object"}}},
-             "then": {"properties": {"board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"}}}},
+             "then": {"properties": {
+                 "board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"},
+                 "entry": {"type": "null"},
+                 "subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
             # a cumulative board takes no subscores (docs/api.md §14): say so to generated clients too
             {"if": {"properties": {"policy": {"const": "cumulative"}}, "required": ["policy"]},
+             "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
+            # a board with entry rules has no subscores (yet)
+            {"if": {"required": ["entry"], "properties": {"entry": {"type": "object"}}},
              "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
         ],
         "examples": [

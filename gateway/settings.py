@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 
 MIB = 1024 * 1024
 
@@ -40,7 +40,7 @@ class Settings:
     # --cors-origin (docs/api.md §12): origins ("*" allowed) that get CORS headers on /v1 routes; () = none
     cors_origins: tuple[str, ...] = ()
     # --cache-dir: root of the numba compile cache (None: $FLOWRANK_CACHE_DIR, else <data_dir>/.numba-cache;
-    # engine.warm.resolve_cache_root)
+    # engine.runtime.warm.resolve_cache_root)
     cache_dir: str | None = None
 
     # --- credentials ----------------------------------------------------

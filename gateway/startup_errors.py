@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.errors import LogCorruption, Overloaded
+from engine.core.errors import LogCorruption, Overloaded
 
 from gateway.auth import KeyFileError
 from gateway.settings import Settings

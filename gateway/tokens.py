@@ -18,7 +18,7 @@ TokenClaims(key_name='web', board_ids=('g:m:s:x',), expires_ms=2000)
 >>> s.verify(tok, now_ms=2_000)
 Traceback (most recent call last):
 ...
-engine.errors.Unauthenticated: The token expired at 1970-01-01T00:00:02.000Z.
+engine.core.errors.Unauthenticated: The token expired at 1970-01-01T00:00:02.000Z.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import Unauthenticated
-from engine.timefmt import format_timestamp
+from engine.core.errors import Unauthenticated
+from engine.core.timefmt import format_timestamp
 
 PREFIX = "fr1."
 SECRET_FILE = "token_secret"

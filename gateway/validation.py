@@ -1,6 +1,6 @@
 """Input rules of docs/api.md §3-4 as plain functions, and the cursor codec.
 
-Every check raises :class:`engine.errors.ValidationFailed` naming the field
+Every check raises :class:`engine.core.errors.ValidationFailed` naming the field
 in the API's path format (``events[3].value``). Nothing here touches HTTP,
 so the same rules serve the routes, the client and the tests.
 
@@ -20,10 +20,10 @@ from typing import Any, Sequence
 import numpy as np
 import orjson
 
-from engine.columns import ScoreBatch, ScoreColumns
-from engine.errors import BatchTooLarge, ValidationFailed
-from engine.model import INT64_MAX, INT64_MIN, MAX_SUBSCORES, ScoreEvent
-from engine.timefmt import MAX_MS, MIN_MS, parse_timestamp
+from engine.core.columns import ScoreBatch, ScoreColumns
+from engine.core.errors import BatchTooLarge, ValidationFailed
+from engine.core.model import INT64_MAX, INT64_MIN, MAX_SUBSCORES, ScoreEvent
+from engine.core.timefmt import MAX_MS, MIN_MS, parse_timestamp
 
 BOARD_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 BOARD_ID_RE = re.compile(rf"^{BOARD_PART}:{BOARD_PART}:{BOARD_PART}:{BOARD_PART}$")
@@ -218,7 +218,7 @@ def check_subscores(raw: object, field: str) -> tuple[int, ...]:
     """An event's ``subscores`` (docs/api.md §14): null or a list of at most
     MAX_SUBSCORES signed 64-bit integers, as a tuple (() for none). Whether
     the count is the board's is checked against the board, before the log
-    (:func:`engine.subscores.check_batch`).
+    (:func:`engine.core.subscores.check_batch`).
 
     >>> check_subscores(None, "s"), check_subscores([1, -2], "s")
     ((), (1, -2))

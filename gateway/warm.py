@@ -1,12 +1,12 @@
 """Warm a gateway process: every kernel it runs, through its own HTTP code (issue 29).
 
-:func:`warm_gateway` serves a throwaway engine (:class:`engine.warm.throwaway_engine`)
+:func:`warm_gateway` serves a throwaway engine (:class:`engine.runtime.warm.throwaway_engine`)
 through a real app (:func:`gateway.app.create_app`, lean routes and FastAPI's)
 in process, and sends it one round of every route that reaches a kernel:
 boards of every policy, event batches with and without metadata,
 invalidations, tops, ranks, windows, subsets, changes, CSV and JSON Lines
 exports, history, an archived board; after the engine's own round
-(:func:`engine.warm.warm_engine`: every engine call, a snapshot and a recovery),
+(:func:`engine.runtime.warm.warm_engine`: every engine call, a snapshot and a recovery),
 which comes first because the shard actors wait for it on a cold cache.
 Nothing reaches the service's engine or data directory.
 
@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Awaitable
 
-from engine import warm as W
+from engine.runtime import warm as W
 
 log = logging.getLogger("flowrank.warm")
 
@@ -176,7 +176,7 @@ class Warmup:
         self.add("this gateway process", here())
 
     def add_engine(self, engine) -> None:
-        """The engine's own processes (``engine.warm()``: the shard actors of a
+        """The engine's own processes (``engine.runtime.warm()``: the shard actors of a
         :class:`engine.cluster.ClusterEngine`), then :meth:`wait` in the background,
         which prints how long warming took."""
         engine_warm = getattr(engine, "warm", None)

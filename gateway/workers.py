@@ -4,7 +4,7 @@ One process (this supervisor) starts Ray (or joins ``--ray-address``), opens
 the engine in the engine host actor (:mod:`engine.cluster.host_actor`), then
 starts N gateway workers. Each worker is ``flowrank serve --engine-host NAME``
 with the supervisor's other options: a Ray driver holding a
-:class:`engine.remote_engine.RemoteEngine`, listening on the same port with
+:class:`engine.runtime.remote.RemoteEngine`, listening on the same port with
 ``SO_REUSEPORT`` so the kernel spreads connections over the workers
 (docs/http.md, "Several gateways").
 
@@ -58,7 +58,7 @@ def worker_argv(argv: Sequence[str], host_name: str, ray_address: str, port: int
 def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
     """What ClusterEngine.open gets inside the host actor (the data directory made absolute:
     the actor's working directory is Ray's, not this process's); ``cache_dir``: the numba
-    compile cache (engine.warm)."""
+    compile cache (engine.runtime.warm)."""
     return dict(
         cache_dir=cache_dir,
         data_dir=os.path.abspath(settings.data_dir or "./flowrank-data"),
@@ -75,7 +75,7 @@ def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
 async def supervise(settings: Settings, workers: int, argv: Sequence[str], graceful_timeout: float) -> int:
     import ray  # noqa: PLC0415
 
-    from engine.cluster.client import init_ray  # noqa: PLC0415
+    from engine.cluster.engine import init_ray  # noqa: PLC0415
     from engine.cluster.host_actor import DEFAULT_NAME, find_host, start_host  # noqa: PLC0415
     from gateway.auth import load_keystore  # noqa: PLC0415
     from gateway.tokens import load_secret  # noqa: PLC0415

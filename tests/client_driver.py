@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.errors import FlowRankError
-from engine.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
-from engine.timefmt import format_timestamp, parse_timestamp
+from engine.core.errors import FlowRankError
+from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
+from engine.core.timefmt import format_timestamp, parse_timestamp
 
 
 def event_from_json(e: dict) -> ScoreEvent:

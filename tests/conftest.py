@@ -21,9 +21,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # One numba compile cache for the whole run, in this process, in every `flowrank serve`
 # it starts and in every Ray worker (they inherit the environment): without it each
 # serve on a temporary data directory would compile every kernel into
-# <data-dir>/.numba-cache (engine.warm). A run that sets FLOWRANK_CACHE_DIR keeps it.
+# <data-dir>/.numba-cache (engine.runtime.warm). A run that sets FLOWRANK_CACHE_DIR keeps it.
 def _shared_compile_cache() -> None:
-    from engine import warm
+    from engine.runtime import warm
 
     root = os.environ.setdefault(warm.ENV_CACHE_ROOT, os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), ".numba-cache"))

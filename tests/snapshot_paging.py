@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
+from engine.core.model import BoardSpec, Invalidation, Policy, ScoreEvent
 from tests.engine import oracle
 
 POLICY = Policy.BEST_SCORE

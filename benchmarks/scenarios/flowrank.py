@@ -10,7 +10,7 @@ Two engines answer, on the run's own seeded workload (``ctx.workload()``):
   tail, first read) and approximate-rank error. One ``measure`` per (shard
   count, repeat) feeds all of them (``benchmarks.shards.measure``), cached
   in ``ctx.cache`` so each scenario only reads its own metrics;
-* the **in-process core** — ``engine.board.Board`` (single partition, no
+* the **in-process core** — ``engine.core.board.Board`` (single partition, no
   durability, ``shards=1``): in-memory ingest (the pair of Redis without
   persistence) and memory per player (``benchmarks.engine_core``).
 
@@ -144,7 +144,7 @@ def flowrank_ingest(ctx: Context) -> list[Sample]:
     for rep, r in enumerate(rates):
         out.append(Sample("flowrank_ingest", "flowrank", "ingest_events_per_s_memory", r, "events/s", shards=1,
                           repeat=rep, params={"events": len(w.events), "batch": ctx.batch, "engine": "Board"},
-                          note="engine.board.Board.apply_batch in-process, no log"))
+                          note="engine.core.board.Board.apply_batch in-process, no log"))
     return out
 
 

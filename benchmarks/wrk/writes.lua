@@ -5,6 +5,16 @@
 -- server sequences, dedups and applies all of them (outcome counts aside).
 
 local board = os.getenv("BOARD")
+-- BOARDS (comma-separated): each event for every one of them ("board_ids", docs/api.md §15) instead of BOARD
+local boards = os.getenv("BOARDS")
+local target = board and string.format('"board_id":"%s"', board) or ""
+if boards and boards ~= "" then
+  local quoted = {}
+  for b in string.gmatch(boards, "[^,]+") do quoted[#quoted + 1] = '"' .. b .. '"' end
+  target = '"board_ids":[' .. table.concat(quoted, ",") .. ']'
+end
+-- NOW_MS: achieved_at starts there (a series routes by it: its current window), else a fixed instant
+local now_ms = tonumber(os.getenv("NOW_MS") or "0")
 local size = tonumber(os.getenv("SIZE") or "10000")
 local batch = tonumber(os.getenv("BATCH") or "500")
 local run = os.getenv("RUN") or tostring(os.time())
@@ -31,8 +41,9 @@ function request()
   for i = 1, batch do
     local p = math.random(0, size - 1)
     parts[i] = string.format(
-      '{"event_id":"%s%d","board_id":"%s","player_id":"p%d","value":%d,"achieved_at":%d}',
-      prefix, i, board, p, math.random(0, 1999999), base_ms + counter * batch + i)
+      '{"event_id":"%s%d",%s,"player_id":"p%d","value":%d,"achieved_at":%d}',
+      prefix, i, target, p, math.random(0, 1999999),
+      now_ms > 0 and now_ms + (counter * batch + i) % 60000 or base_ms + counter * batch + i)
   end
   return wrk.format("POST", "/v1/events", nil, '{"events":[' .. table.concat(parts, ",") .. ']}')
 end

@@ -4,12 +4,12 @@
   directory, pinned to the node the gateway runs on (the head). Every shard,
   wherever it runs, reads the log and stores its snapshots through it, so
   no shared filesystem is needed.
-* ``ShardActor``: one :class:`engine.shard.ShardCore`. A sync actor, so it
+* ``ShardActor``: one :class:`engine.runtime.shard.ShardCore`. A sync actor, so it
   runs one caller's calls in submission order (RAY_NOTES). On (re)start its
   ``__init__`` loads its newest good snapshot and replays the log tail
   before it serves anything; ``max_task_retries=-1`` re-runs interrupted
   calls on the new process, which the core answers idempotently by offset.
-  ``cache_dir``: the numba compile cache it uses (:mod:`engine.warm`), set
+  ``cache_dir``: the numba compile cache it uses (:mod:`engine.runtime.warm`), set
   before recovery runs a kernel. Every kernel is loaded in ``__init__`` when
   the cache is complete (a restarted actor serves nothing cold), else compiled
   or loaded by ``warm()``, which the engine awaits before it is ready.
@@ -31,13 +31,13 @@ from pathlib import Path
 import msgpack
 import ray
 
-from engine import gc_tuning
-from engine import warm
-from engine.formats import LOG_FORMAT
+from engine.core import gc_tuning
+from engine.runtime import warm
+from engine.core.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
-from engine.journal import JournalPlace
-from engine.recovery import DeadLetterIndex, recover_shard
-from engine import wire as W
+from engine.core.journal import JournalPlace
+from engine.runtime.recovery import DeadLetterIndex, recover_shard
+from engine.core import wire as W
 
 log = logging.getLogger("flowrank.cluster")
 
@@ -45,7 +45,7 @@ REPLAY_CHUNK = 20_000
 #: ``enable_task_events=False``: Ray records no task event per actor call (as
 #: Ray Serve does for its replicas). Every write batch and read is a call; at
 #: thousands a second their events grew the GCS even with the embedded cap of
-#: 1,000 kept (engine.cluster.client), and in a joined cluster without one.
+#: 1,000 kept (engine.cluster.engine), and in a joined cluster without one.
 SHARD_OPTIONS = dict(num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False)
 LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0, enable_task_events=False)
 
@@ -60,7 +60,7 @@ def unpack(data: bytes):
 
 class LogServer:
     def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20):
-        gc_tuning.fix_mmap_threshold()  # freed frame buffers leave the process (engine/gc_tuning.py)
+        gc_tuning.fix_mmap_threshold()  # freed frame buffers leave the process (engine/core/gc_tuning.py)
         root = Path(data_dir)
         root.mkdir(parents=True, exist_ok=True)
         self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT)
@@ -84,7 +84,7 @@ class LogServer:
         return self.log.end_offset()
 
     def dead_letters(self, offset: int) -> bytes:
-        """The dead-letter records from ``offset`` on (engine.recovery.DeadLetterIndex), scanned
+        """The dead-letter records from ``offset`` on (engine.runtime.recovery.DeadLetterIndex), scanned
         here, next to the log: once, then only what was appended since a shard last asked."""
         return pack(self.dead.since(offset))
 
@@ -114,9 +114,9 @@ def spill_dir(namespace: str) -> str:
 class RemoteLogView:
     """The log server's log, snapshots and dead letters as the recovery
     functions read them (``read_from``, ``load_latest``, ``since``): a shard
-    actor recovers through :func:`engine.recovery.recover_shard` like the local
+    actor recovers through :func:`engine.runtime.recovery.recover_shard` like the local
     service's shards, and the cluster engine's router through
-    :func:`engine.recovery.recover_router`, over Ray calls."""
+    :func:`engine.runtime.recovery.recover_router`, over Ray calls."""
 
     def __init__(self, log_server):
         self.server = log_server
@@ -143,7 +143,7 @@ class ShardActor:
         gc_tuning.fix_mmap_threshold()  # before recovery allocates: freed tables leave the process
         # a filled cache (a restart after a crash, or a start after one warm round): load every kernel
         # now, before recovery and before any call is served; a cold one waits for warm(), which the
-        # engine sends once one process compiled them (engine.cluster.client)
+        # engine sends once one process compiled them (engine.cluster.engine)
         # (only for an engine that asked for warming by naming the cache: flowrank serve)
         self.warmed = (dataclasses.asdict(warm.warm_engine()) if cache_dir is not None and warm.cache_complete(cache)
                        else None)
@@ -168,7 +168,7 @@ class ShardActor:
     def warm(self) -> dict:
         """Compile or load every engine kernel in this process (a throwaway engine:
         this shard's state is not touched) unless ``__init__`` did; what it took
-        (engine.warm.WarmReport)."""
+        (engine.runtime.warm.WarmReport)."""
         if self.warmed is None:
             self.warmed = dataclasses.asdict(warm.warm_engine())
         return self.warmed

@@ -3,10 +3,10 @@
 ``flowrank serve --workers N`` starts one :class:`EngineHostActor` (named, so
 gateways started later, on this host or others with ``--ray-address``, find
 it) and N gateway processes that each reach it through a
-:class:`engine.remote_engine.RemoteEngine` over :class:`RayChannel`. The actor
+:class:`engine.runtime.remote.RemoteEngine` over :class:`RayChannel`. The actor
 opens a :class:`engine.cluster.ClusterEngine` inside itself: the router runs
 here and owns the shard and log actors, exactly as it does inside a lone
-gateway. Each method forwards to :class:`engine.engine_host.EngineHost` in a
+gateway. Each method forwards to :class:`engine.runtime.host.EngineHost` in a
 line. An async actor: calls run concurrently on its loop, as the gateway's
 requests did; nothing relies on the order of calls (RAY_NOTES: async actors
 do not keep it), the router sequences writes itself.
@@ -20,7 +20,7 @@ import os
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from engine.errors import Overloaded
+from engine.core.errors import Overloaded
 
 #: Gateways find the host by this name in this namespace (``--engine-host NAME``).
 NAMESPACE = "flowrank"
@@ -34,13 +34,15 @@ HOST_OPTIONS = dict(num_cpus=0, max_restarts=0, max_concurrency=10_000, enable_t
 class EngineHostActor:
     async def open(self, engine_kwargs: dict) -> int:
         """Open the engine (recovery included) and warm every kernel of this process
-        and of the shard actors (engine.warm: the gateways start once it is ready);
+        and of the shard actors (engine.runtime.warm: the gateways start once it is ready);
         this process's pid."""
         import asyncio  # noqa: PLC0415
 
-        from engine import gc_tuning, warm  # noqa: PLC0415
-        from engine.cluster.client import ClusterEngine  # noqa: PLC0415
-        from engine.engine_host import EngineHost  # noqa: PLC0415
+        from engine.runtime import warm  # noqa: PLC0415
+
+        from engine.core import gc_tuning
+        from engine.cluster.engine import ClusterEngine  # noqa: PLC0415
+        from engine.runtime.host import EngineHost  # noqa: PLC0415
 
         cache_dir = warm.use_cache_dir(engine_kwargs.get("cache_dir"))  # before recovery runs a kernel
         gc_tuning.fix_mmap_threshold()
@@ -53,7 +55,7 @@ class EngineHostActor:
             warm.mark_complete(cache_dir)
         except Exception:  # never a reason not to serve: the kernels then compile on first use, as before
             logging.getLogger("flowrank.host").exception("warming the engine host or its shard actors failed")
-        # the boards' versions for the gateways on this machine, next to the log (engine.version_table)
+        # the boards' versions for the gateways on this machine, next to the log (engine.runtime.version_table)
         self.host = EngineHost(self.engine, version_path=os.path.join(engine_kwargs["data_dir"], "versions"))
         gc_tuning.tune()
         return os.getpid()
@@ -98,17 +100,17 @@ def find_host(name: str = DEFAULT_NAME):
 
 
 async def remote_engine(actor):
-    """A gateway's :class:`engine.remote_engine.RemoteEngine` to the host ``actor``,
+    """A gateway's :class:`engine.runtime.remote.RemoteEngine` to the host ``actor``,
     with a read replica over the host's shard actors."""
-    from engine.cluster.client import RayShards  # noqa: PLC0415
-    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+    from engine.cluster.engine import RayShards  # noqa: PLC0415
+    from engine.runtime.remote import RemoteEngine  # noqa: PLC0415
 
     shards = await actor.shard_actors.remote()
     return await RemoteEngine(RayChannel(actor), replica_transport=RayShards(shards)).connect()
 
 
 class RayChannel:
-    """:class:`engine.remote_engine.Channel` over the host actor."""
+    """:class:`engine.runtime.remote.Channel` over the host actor."""
 
     def __init__(self, actor):
         self.actor = actor

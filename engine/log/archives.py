@@ -1,5 +1,5 @@
 """Where archived boards live (docs/storage.md, "Archives"): the I/O half of
-:mod:`engine.archive`.
+:mod:`engine.core.archive`.
 
 ``FileArchiveStore`` keeps one file per archived board under the data
 directory (``archives/<sha1 of the board id>.arch``). A file is written to a
@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 from typing import Callable, Protocol
 
-from engine.archive import ArchiveView, digest_ok
-from engine.errors import StorageUnavailable
+from engine.core.archive import ArchiveView, digest_ok
+from engine.core.errors import StorageUnavailable
 from engine.log.segment_log import fsync_directory
 
 log = logging.getLogger("flowrank.archives")

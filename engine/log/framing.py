@@ -7,7 +7,7 @@ A segment file is a 16-byte header followed by records::
 
 ``version`` is the framing (this module); ``record_format`` is the number
 of the payload vocabulary the segment's records were written in, opaque here
-(the engine writes :data:`engine.formats.LOG_FORMAT`; 0 in segments written
+(the engine writes :data:`engine.core.formats.LOG_FORMAT`; 0 in segments written
 before it was numbered). Offsets are not stored per record: a record's offset is the segment's
 ``first_offset`` plus its position in the segment. ``length`` is never 0
 (msgpack encodes every value in at least one byte), which makes a run of zero

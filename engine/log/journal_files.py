@@ -1,10 +1,10 @@
 """Journal stores on disk: one directory per partition (docs/storage.md, "Journals").
 
-The I/O half of :mod:`engine.journal`: ``rows``, ``ids``, ``meta`` and ``moffs`` are append-only
+The I/O half of :mod:`engine.core.journal`: ``rows``, ``ids``, ``meta`` and ``moffs`` are append-only
 files (pwrite at the end, pread anywhere, never rewritten in place); each
 run is a file of sorted 64-bit hashes then their rows, read through an
 ``mmap`` (whose pages a journal drops after each batch's lookups:
-:meth:`engine.journal.Run.drop_pages`); ``instance`` names this incarnation of the directory, so a
+:meth:`engine.core.journal.Run.drop_pages`); ``instance`` names this incarnation of the directory, so a
 snapshot never reopens files another journal wrote.
 """
 
@@ -18,7 +18,7 @@ from typing import Iterable
 
 import numpy as np
 
-from engine.journal import FENCE, JournalLost, Run
+from engine.core.journal import FENCE, JournalLost, Run
 
 __all__ = ["FileBlob", "FileStore", "FilePlace"]
 
@@ -168,7 +168,7 @@ class FileStore:
 
 
 class FilePlace:
-    """A partition's journal directory (:class:`engine.journal.StorePlace`)."""
+    """A partition's journal directory (:class:`engine.core.journal.StorePlace`)."""
 
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = directory

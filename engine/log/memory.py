@@ -6,7 +6,7 @@ as lists and unencodable values fail at the call), offsets are dense,
 segments are emulated with the same byte accounting and roll rule so
 retention behaves alike, and the same ``fault_hook(op, path)`` seam makes
 ``"write"``/``"fsync"`` (or ``"snapshot.write"``) fail with
-:class:`engine.errors.StorageUnavailable`. Nothing survives the process.
+:class:`engine.core.errors.StorageUnavailable`. Nothing survives the process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 
-from engine.errors import StorageUnavailable
+from engine.core.errors import StorageUnavailable
 from engine.log.framing import SEGMENT_HEADER_SIZE, encode_batch, encode_payloads, pack_payload, unpack_payload
 from engine.log.port import FaultHook
 

@@ -40,7 +40,7 @@ class EventLog(Protocol):
         Returns only after the whole batch is durable. Thread-safe;
         concurrent batches are committed together (group commit) and never
         interleave. All-or-nothing: on a storage fault raises
-        :class:`engine.errors.StorageUnavailable` and none of the batch is
+        :class:`engine.core.errors.StorageUnavailable` and none of the batch is
         kept; ``TypeError``/``ValueError`` if a record cannot be encoded
         (nothing is appended). An empty batch returns ``[]``.
         """
@@ -117,7 +117,7 @@ class SnapshotStore(Protocol):
         ``keep`` snapshots of ``name`` and delete older ones. Returns the
         snapshot's path (or pseudo-path). ``ValueError`` for an unsafe
         ``name`` or a negative offset; ``TypeError`` for a payload msgpack
-        cannot encode; :class:`engine.errors.StorageUnavailable` on I/O faults.
+        cannot encode; :class:`engine.core.errors.StorageUnavailable` on I/O faults.
         """
         ...
 

@@ -24,21 +24,21 @@ Torn tail vs corruption (the conservative rule):
   position after it. The file is truncated at the bad frame and a warning is
   logged (logger ``flowrank.log``) naming the file and byte offset.
 * Any bad frame in a non-last segment, or one in the last segment that is
-  followed by a valid frame, raises :class:`engine.errors.LogCorruption`
+  followed by a valid frame, raises :class:`engine.core.errors.LogCorruption`
   naming the file and byte offset. Data is never skipped silently.
 * Segments must chain: each segment's first offset equals the previous
   segment's first offset plus its record count, and matches its header.
 
 Formats: each segment header carries the framing version and the
 ``record_format`` its records were written in (a number opaque here; the
-default is this version's :data:`engine.formats.LOG_FORMAT`). A segment with
+default is this version's :data:`engine.core.formats.LOG_FORMAT`). A segment with
 a newer framing version, or a newer ``record_format`` than the log was opened
-with, raises :class:`engine.errors.UnsupportedFormat`. Records of one segment
+with, raises :class:`engine.core.errors.UnsupportedFormat`. Records of one segment
 are all in its header's format: a log opened with another ``record_format``
 than its active segment's starts a new segment before its first write.
 
 Disk faults: if a write or fsync fails, every batch of the group fails with
-:class:`engine.errors.StorageUnavailable`, the active segment is truncated
+:class:`engine.core.errors.StorageUnavailable`, the active segment is truncated
 back to its last durable size (retried before the next write if the
 truncate itself fails), and the next group tries again, so the log recovers
 on its own once the fault clears.
@@ -56,8 +56,8 @@ import zlib
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
-from engine.errors import LogCorruption, StorageUnavailable, UnsupportedFormat
-from engine.formats import LOG_FORMAT
+from engine.core.errors import LogCorruption, StorageUnavailable, UnsupportedFormat
+from engine.core.formats import LOG_FORMAT
 from engine.log.framing import (
     FRAME_HEADER,
     FRAME_HEADER_SIZE,
@@ -167,7 +167,7 @@ class SegmentedFileLog:
         ``fsync=False`` skips fsyncs (benchmarks/tests only: not durable).
         ``fault_hook(op, path)`` is the fault-injection seam, called before
         ``"create"``, ``"write"``, ``"fsync"``, ``"truncate"``, ``"dirsync"``.
-        ``record_format`` (default: this version's ``engine.formats.LOG_FORMAT``)
+        ``record_format`` (default: this version's ``engine.core.formats.LOG_FORMAT``)
         is written into new segment headers; a segment whose header names a
         newer one raises :class:`UnsupportedFormat`.
         """

@@ -6,9 +6,9 @@ File name: ``{name}.{offset:020d}.snap`` (sorts by offset). Envelope::
     xxh3_128(header-without-digest + payload) 16 bytes | msgpack payload
 
 ``version`` is the envelope's (framing); a newer one raises
-:class:`engine.errors.UnsupportedFormat` from :meth:`FileSnapshotStore.load_latest`
+:class:`engine.core.errors.UnsupportedFormat` from :meth:`FileSnapshotStore.load_latest`
 instead of being skipped as damage. What the payload means is versioned by
-its owner (``"format"`` in the router and shard state dicts, engine.formats).
+its owner (``"format"`` in the router and shard state dicts, engine.core.formats).
 
 Writing is atomic: a temp file ``.{name}.{offset:020d}.snap.tmp.<pid>`` in
 the same directory is written, flushed and fsync'd, then ``os.replace``'d
@@ -28,7 +28,7 @@ import struct
 import msgpack
 import xxhash
 
-from engine.errors import StorageUnavailable, UnsupportedFormat
+from engine.core.errors import StorageUnavailable, UnsupportedFormat
 from engine.log.framing import gc_paused, pack_payload, unpack_payload
 from engine.log.memory import check_snapshot_name
 from engine.log.port import FaultHook

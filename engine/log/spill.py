@@ -1,6 +1,6 @@
 """Spill files of an export: one partition's ranked rows at a pinned version (docs/storage.md).
 
-The file I/O half of :mod:`engine.export`. A shard writes one file per
+The file I/O half of :mod:`engine.core.export`. A shard writes one file per
 partition of the board, in rank order, when an export pins its version; the
 router reads it back a block at a time (or, when it cannot open the file, as
 on another node, asks the shard for the same frames). Nothing is fsync'd:
@@ -12,7 +12,7 @@ Layout (little-endian)::
     magic  b"FRSPILL1"
     u64    rows in the file
     u64    token length L, then the token (ASCII), padded to a multiple of 8
-    frames: u64 length N, then N bytes of one encoded engine.export.Block
+    frames: u64 length N, then N bytes of one encoded engine.core.export.Block
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import shutil
 import struct
 from typing import Iterable
 
-from engine.export import Block
+from engine.core.export import Block
 
 MAGIC = b"FRSPILL1"
 SUFFIX = ".spill"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
-from engine.subscores import check_directions
-from engine.windows import Recurrence, series_check
+from engine.core.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
+from engine.core.subscores import check_directions
+from engine.core.windows import Recurrence, series_check
 
 from gateway import render
 from gateway.auth import Permission

@@ -1,7 +1,7 @@
 """Export (docs/api.md §13): every ranked row of a board at one pinned version, streamed.
 
 ``GET /v1/boards/{id}/export?format=csv|jsonl`` (admin, moderator). The rows
-come from :meth:`engine.client.EngineClient.export`: column chunks of the
+come from :meth:`engine.router.api.EngineClient.export`: column chunks of the
 board at the version the export pinned (spill files on the shards, merged a
 block at a time; docs/http.md "Export"). Each chunk is rendered from its
 columns and sent before the next is read, so the bytes in flight are one
@@ -32,7 +32,7 @@ from typing import AsyncIterator, Literal
 from fastapi import Query, Request
 from fastapi.responses import StreamingResponse
 
-from engine.export import Chunk
+from engine.core.export import Chunk
 
 from gateway.auth import Permission
 from gateway.export_format import csv_bytes, jsonl_bytes

@@ -9,7 +9,7 @@ from fastapi import Header, Query, Request
 import orjson
 from fastapi.responses import Response, StreamingResponse
 
-from engine.errors import ValidationFailed
+from engine.core.errors import ValidationFailed
 
 from gateway import render
 from gateway.auth import Permission

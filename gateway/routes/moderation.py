@@ -6,7 +6,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from engine.model import Invalidation, QuarantineDecision
+from engine.core.model import Invalidation, QuarantineDecision
 
 from gateway import render
 from gateway.auth import Permission

@@ -9,7 +9,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from engine.errors import FlowRankError
+from engine.core.errors import FlowRankError
 
 from gateway import render
 from gateway.auth import Permission

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.timefmt import format_timestamp
+from engine.core.timefmt import format_timestamp
 
 from gateway.auth import Permission
 from gateway.guard import access, principal_of

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.http_load import ADMIN_KEY, READ_KEY, WRITE_KEY
 from benchmarks.redis_peer import RedisServer
-from engine.service import LocalService
+from engine.runtime.local import LocalService
 from gateway.app import create_app
 from gateway.settings import Settings
 

@@ -21,8 +21,8 @@ async def main(data_dir: str) -> dict:
     from ray.cluster_utils import Cluster
 
     from engine.cluster import ClusterEngine
-    from engine.errors import Overloaded
-    from engine.model import BoardSpec, Policy, ScoreEvent
+    from engine.core.errors import Overloaded
+    from engine.core.model import BoardSpec, Policy, ScoreEvent
 
     cluster = Cluster(
         initialize_head=True,

@@ -10,11 +10,11 @@ import signal
 import pytest
 
 from engine.cluster import ClusterEngine
-from engine.errors import Overloaded, PlayerNotFound
+from engine.core.errors import Overloaded, PlayerNotFound
 from engine.log import SegmentedFileLog
-from engine import records as R
-from engine.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
-from engine.service import LocalService
+from engine.core import records as R
+from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
+from engine.runtime.local import LocalService
 from tests import seed_scenarios as seeds
 from tests.client_driver import ClientDriver
 from tests.engine import oracle
@@ -238,7 +238,7 @@ def test_scheduled_close_through_ray_shards_survives_a_restart(ray_session, loop
     """The Ray engine runs the same router: a close that falls due freezes the
     board at one log position (before: applied, after: held), and a restart
     after the finalize time finalizes it at start. Fake wall clock."""
-    from engine.model import Outcome
+    from engine.core.model import Outcome
 
     board = "g:solo:S1:ray"
     now = {"ms": 1_000_000}
@@ -279,7 +279,7 @@ def test_embedded_ray_caps_the_task_events_the_gcs_keeps(monkeypatch):
     an embedded Ray keeps the last 1,000, a joined cluster its own settings."""
     import ray
 
-    from engine.cluster import client as cc
+    from engine.cluster import engine as cc
 
     seen = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -308,7 +308,7 @@ def _poisoned_shards(event_id: str):
 
     class PoisonedShard(ShardActor):
         def __init__(self, *args):
-            from engine.partition import Partition
+            from engine.core.partition import Partition
 
             real = Partition.apply_columns
 
@@ -327,7 +327,7 @@ def test_a_shard_actor_dead_letter_is_logged_and_a_fixed_replay_skips_it(ray_ses
     """A shard actor dead-letters an event (a bug in its process); the router
     logs the dead letter; after the fix, a whole replay (snapshots deleted)
     through new shard actors reaches the same state and logs nothing more."""
-    from engine.cluster import client as cluster_client
+    from engine.cluster import engine as cluster_client
 
     board = "g:m:s:poison"
     events, _ = _workload(5, board)
@@ -379,9 +379,9 @@ def test_series_and_fan_out_through_ray_shards_survive_a_restart(ray_session, lo
     series among its boards answers per (event, board); a restart replays the same boards."""
     import numpy as np
 
-    from engine.columns import ScoreBatch
-    from engine.model import Outcome
-    from engine.windows import Recurrence
+    from engine.core.columns import ScoreBatch
+    from engine.core.model import Outcome
+    from engine.core.windows import Recurrence
 
     now = {"ms": 1_796_558_400_000}  # 2026-12-06T12:00:00Z
     boards = ["g:solo:S1:a", "g:solo:S1:b", "g:solo:daily:c"]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.processes import owned_process
-from engine import records as R
+from engine.core import records as R
 from engine.log import SegmentedFileLog
-from engine.model import Policy
+from engine.core.model import Policy
 from tests.engine import oracle
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from engine.cluster import ClusterEngine
-from engine.errors import ViewExpired
+from engine.core.errors import ViewExpired
 from tests import snapshot_paging as sp
 
 pytestmark = pytest.mark.cluster

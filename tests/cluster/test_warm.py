@@ -1,4 +1,4 @@
-"""Shard actors warm their kernels (engine.warm, issue 29): on a complete compile cache in
+"""Shard actors warm their kernels (engine.runtime.warm, issue 29): on a complete compile cache in
 ``__init__``, so an actor restarted after a crash serves nothing cold."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from engine import warm
+from engine.runtime import warm
 from engine.cluster import ClusterEngine
 from gateway.warm import warm_gateway
 

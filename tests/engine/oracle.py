@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.model import Policy, ScoreEvent
+from engine.core.model import Policy, ScoreEvent
 
 
 def final_rows(policy: Policy, events: list[ScoreEvent], invalid: set[str] = frozenset(), max_time: int = 86_400_000):

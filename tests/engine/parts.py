@@ -1,19 +1,19 @@
-"""The router's parts assembled by hand, without :class:`engine.router.Router`,
+"""The router's parts assembled by hand, without :class:`engine.router.router.Router`,
 over in-process shard actors and a log kept in a list (tests of
-engine.sequencer and engine.board_control)."""
+engine.router.ingest and engine.router.control)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from engine.board_control import BoardControl
-from engine.registry import BoardRegistry, RouterConfig
-from engine.fanout import ReadFanOut
-from engine.sequencer import Sequencer
+from engine.router.control import BoardControl
+from engine.router.registry import BoardRegistry, RouterConfig
+from engine.router.reads import ReadFanOut
+from engine.router.ingest import Sequencer
 from engine.log.framing import unpack_payload
-from engine.service import InProcessShards
-from engine.shard import ShardCore
+from engine.runtime.local import InProcessShards
+from engine.runtime.shard import ShardCore
 
 
 class ListLog:

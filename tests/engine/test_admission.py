@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import records as R
-from engine.admission import Admission
-from engine.columns import ScoreColumns
-from engine.dedup import DedupTable
-from engine.errors import AlreadyDecided, EventNotFound
-from engine.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
+from engine.core import records as R
+from engine.core.admission import Admission
+from engine.core.columns import ScoreColumns
+from engine.core.dedup import DedupTable
+from engine.core.errors import AlreadyDecided, EventNotFound
+from engine.core.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
 
 BOARD = "b"
 C = R.CODE

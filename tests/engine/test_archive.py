@@ -1,4 +1,4 @@
-"""engine.archive: build + read round trip against a sorted() oracle, player
+"""engine.core.archive: build + read round trip against a sorted() oracle, player
 lookups (non-ASCII ids, shared prefixes, lone surrogates, absent players),
 tied ranks, determinism, the trailer digest and format refusal."""
 
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import checksum as checksum_mod
-from engine.archive import ArchiveRows, ArchiveView, digest_ok, encode
-from engine.errors import UnsupportedFormat
-from engine.model import Policy, RowStatus
-from engine.policy import key_for
+from engine.core import checksum as checksum_mod
+from engine.core.archive import ArchiveRows, ArchiveView, digest_ok, encode
+from engine.core.errors import UnsupportedFormat
+from engine.core.model import Policy, RowStatus
+from engine.core.policy import key_for
 
 
 def rows_of(items):
@@ -176,11 +176,11 @@ def test_property_archive_agrees_with_the_oracle(items, policy):
 
 
 def test_rows_from_partitions_wire_columns_equal_the_whole_board():
-    """Router side: the rows op answers each partition's columns (engine.partition
+    """Router side: the rows op answers each partition's columns (engine.core.partition
     Partition.columns); together they encode to the same bytes as the whole board."""
-    from engine.archive import rows_from_wire
-    from engine.columns import ScoreColumns
-    from engine.partition import Partition
+    from engine.core.archive import rows_from_wire
+    from engine.core.columns import ScoreColumns
+    from engine.core.partition import Partition
 
     rng = random.Random(8)
     items = random_items(rng, 40, ids=TRICKY + [f"q{i}" for i in range(26)])
@@ -199,7 +199,7 @@ def test_rows_from_partitions_wire_columns_equal_the_whole_board():
 
 
 def _event(it):
-    from engine.model import ScoreEvent
+    from engine.core.model import ScoreEvent
 
     pid, v, a, s, _, _ = it
     return ScoreEvent("g:m:s:x", f"e-{pid}", pid, v, a, s)
@@ -209,10 +209,10 @@ def _event(it):
 
 
 def _archive_with_history(parts, policy, board="g:m:s:x"):
-    """What the router builds: every partition's rows and whole journal (engine.board_control.BoardControl._history_of)."""
+    """What the router builds: every partition's rows and whole journal (engine.router.control.BoardControl._history_of)."""
     import numpy as np
 
-    from engine.archive import ArchiveHistory, rows_from_wire
+    from engine.core.archive import ArchiveHistory, rows_from_wire
 
     rows = rows_from_wire([p.columns() for p in parts])
     hist = ArchiveHistory.of_parts([(*p.players.bytes_of(np.arange(len(p.players))), p.journal.columns(0, len(p.journal)))
@@ -222,7 +222,7 @@ def _archive_with_history(parts, policy, board="g:m:s:x"):
 
 
 def _live_history(parts, pid):
-    from engine.model import HistoryEntry
+    from engine.core.model import HistoryEntry
 
     for p in parts:
         got = p.player_history(pid)
@@ -237,12 +237,12 @@ def _play(policy, seed, n_parts=3, tail=4, ids=None, events=300):
     some events, invalidations (some repeated), decisions applied and rejected."""
     import numpy as np
 
-    from engine import records as R
-    from engine.columns import ScoreColumns
-    from engine.journal import Journal
-    from engine.model import Outcome, ScoreEvent
-    from engine.partition import KIND_DECISION, Partition
-    from engine.placement import part_of
+    from engine.core import records as R
+    from engine.core.columns import ScoreColumns
+    from engine.core.journal import Journal
+    from engine.core.model import Outcome, ScoreEvent
+    from engine.core.partition import KIND_DECISION, Partition
+    from engine.core.placement import part_of
 
     rng = random.Random(seed)
     print("seed", seed)
@@ -306,13 +306,13 @@ def test_history_round_trips_every_players_events(policy, seed):
 
 
 def test_history_of_many_events_per_player_and_players_without_events():
-    from engine.journal import Journal
-    from engine.model import Policy as P, ScoreEvent
-    from engine.partition import Partition
+    from engine.core.journal import Journal
+    from engine.core.model import Policy as P, ScoreEvent
+    from engine.core.partition import Partition
 
     p = Partition(P.CUMULATIVE, 10**9, Journal(tail_rows=64))
     for k in range(40):  # 2,000 events of one player, flushed to the journal's store in 64-row chunks
-        p.apply_columns(__import__("engine.columns", fromlist=["ScoreColumns"]).ScoreColumns.from_events(
+        p.apply_columns(__import__("engine.core.columns", fromlist=["ScoreColumns"]).ScoreColumns.from_events(
             [ScoreEvent("g:m:s:x", f"e{k}-{i}", "whale", i, k, k, b'{"i":%d}' % i if i % 3 else b"")
              for i in range(50)]))
     p.invalidate("e3-7", "c-1")
@@ -324,8 +324,8 @@ def test_history_of_many_events_per_player_and_players_without_events():
     assert [h.event_id for h in got if h.invalidated] == ["e3-7"]
     # rows without events cannot exist on a shard, but an archive of rows and an empty history answers []
     rows = rows_of([("a", 1, 0, 0, 1, True), ("b", 2, 0, 0, 1, False)])
-    from engine.archive import ArchiveHistory
-    from engine.journal import JournalColumns
+    from engine.core.archive import ArchiveHistory
+    from engine.core.journal import JournalColumns
     import numpy as np
 
     empty = ArchiveHistory(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64), JournalColumns.empty())
@@ -344,8 +344,8 @@ def test_history_from_partitions_split_in_chunks_equals_one_read():
     Journal.columns windows): any chunking gives the same archive."""
     import numpy as np
 
-    from engine.archive import ArchiveHistory, rows_from_wire
-    from engine.journal import JournalColumns
+    from engine.core.archive import ArchiveHistory, rows_from_wire
+    from engine.core.journal import JournalColumns
 
     parts = _play(Policy.BEST_SCORE, 11, tail=5)
     rows = rows_from_wire([p.columns() for p in parts])

@@ -1,4 +1,4 @@
-"""engine.changes: the ring of versioned deltas (docs/api.md §9): contiguous or nothing."""
+"""engine.core.changes: the ring of versioned deltas (docs/api.md §9): contiguous or nothing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.changes import ChangeRing
-from engine.model import Delta, RowChange, RowStatus
+from engine.core.changes import ChangeRing
+from engine.core.model import Delta, RowChange, RowStatus
 
 
 def test_change_ring_never_returns_a_gapped_replay():

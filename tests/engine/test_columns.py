@@ -1,4 +1,4 @@
-"""engine.columns: score batches as columns, metadata as one arena + offsets."""
+"""engine.core.columns: score batches as columns, metadata as one arena + offsets."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import records as R
-from engine.columns import ScoreColumns, meta_columns
-from engine.model import ScoreEvent
+from engine.core import records as R
+from engine.core.columns import ScoreColumns, meta_columns
+from engine.core.model import ScoreEvent
 
 metas = st.sampled_from([b"", b"", b"{}", b'{"a":1}', b'{"k":"\xc3\xa9\xf0\x9f\x98\x80"}', b'{"x":"' + b"y" * 1000 + b'"}'])
 

@@ -1,4 +1,4 @@
-"""engine.decide: a submission judged against the registry plus the cycle's
+"""engine.router.decide: a submission judged against the registry plus the cycle's
 overlay; pure (the registry never changes while deciding), and what it
 decides is what the registry's one fold then applies."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from engine import records as R
-from engine.columns import ScoreBatch
-from engine.decide import Overlay, Submission, decide
-from engine.errors import AlreadyDecided, BoardExists, BoardNotFound, InvalidTransition
-from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, ScoreEvent
-from engine.registry import BoardRegistry
-from engine.windows import Recurrence
+from engine.core import records as R
+from engine.core.columns import ScoreBatch
+from engine.router.decide import Overlay, Submission, decide
+from engine.core.errors import AlreadyDecided, BoardExists, BoardNotFound, InvalidTransition
+from engine.core.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, ScoreEvent
+from engine.router.registry import BoardRegistry
+from engine.core.windows import Recurrence
 from hypothesis import given, settings, strategies as st
 from tests.engine.test_series import DAY, instance, ms, ref_window_date, ref_window_end
 

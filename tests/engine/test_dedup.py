@@ -1,4 +1,4 @@
-"""engine.dedup: the array-backed dedup table against a dict reference model."""
+"""engine.core.dedup: the array-backed dedup table against a dict reference model."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import records as R
-from engine.admission import Admission
-from engine.columns import ScoreColumns
-from engine.dedup import (
+from engine.core import records as R
+from engine.core.admission import Admission
+from engine.core.columns import ScoreColumns
+from engine.core.dedup import (
     DedupTable,
     DedupWindow,
     Seen,
@@ -22,7 +22,7 @@ from engine.dedup import (
     fingerprint,
     id_fingerprint,
 )
-from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.core.model import BoardSpec, Outcome, Policy, ScoreEvent
 
 FP = fingerprint("p", 1, 2, 2)
 OTHER = fingerprint("p", 2, 2, 2)

@@ -1,4 +1,4 @@
-from engine import demo
+from engine.runtime import demo
 
 
 def test_demo_prints_the_design_board(capsys):

@@ -1,4 +1,4 @@
-"""engine.entry: joins, the player cap and the attempt cap (docs/api.md §16),
+"""engine.core.entry: joins, the player cap and the attempt cap (docs/api.md §16),
 decided purely in the router's admission and folded by the registry.
 
 The property test runs cycles of joins and score batches (with shuffled
@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import entry as EN
-from engine import records as R
-from engine.columns import ScoreBatch
-from engine.decide import Overlay, Submission, decide
-from engine.errors import BoardFull, BoardNotOpen, FlowRankError
-from engine.model import BoardSpec, BoardState, EntrySpec, JoinResult, Outcome, Policy, ScoreEvent
-from engine.registry import BoardRegistry
+from engine.core import entry as EN
+from engine.core import records as R
+from engine.core.columns import ScoreBatch
+from engine.router.decide import Overlay, Submission, decide
+from engine.core.errors import BoardFull, BoardNotOpen, FlowRankError
+from engine.core.model import BoardSpec, BoardState, EntrySpec, JoinResult, Outcome, Policy, ScoreEvent
+from engine.router.registry import BoardRegistry
 
 B = "g:m:s:entry"
 C = R.CODE
@@ -187,7 +187,7 @@ def test_entry_matches_the_one_event_at_a_time_reference(scenario):
             again.apply(offset, list(rec))
         assert _table(again.boards[B].admission.entry) == _table(table)
         # and a snapshot of the admission state too
-        from engine.admission import Admission
+        from engine.core.admission import Admission
 
         back = Admission.from_state(reg.boards[B].spec, 100, reg.boards[B].admission.to_state())
         assert _table(back.entry) == _table(table) and (back.entry.joined, back.entry.rows) == (
@@ -215,7 +215,7 @@ def test_boards_without_rules_keep_only_joins_and_judge_nothing():
 
 def test_rejected_events_are_remembered_and_held_ones_do_not_count():
     v = np.array([0, 17, 18, 19, 10, 11, 8, 9], np.uint8)
-    from engine.admission import ScoreVerdicts
+    from engine.core.admission import ScoreVerdicts
 
     assert ScoreVerdicts(v, np.zeros((8, 3), np.uint32), np.zeros(8, np.uint64)).remembered().tolist() == [
         0, 1, 2, 3, 4, 5]

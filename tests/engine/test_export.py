@@ -1,4 +1,4 @@
-"""engine.export: blocks, the k-way merge of sorted column chunks, tied ranks,
+"""engine.core.export: blocks, the k-way merge of sorted column chunks, tied ranks,
 each against a brute-force oracle (sorted() of the union)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.export import Block, Chunk, Merge, TiedRanks, concat
+from engine.core.export import Block, Chunk, Merge, TiedRanks, concat
 
 IDS = st.text(alphabet=st.sampled_from(["a", "b", "z", "é", "ü", "✓", "😀", "0", "~"]), min_size=1, max_size=4)
 

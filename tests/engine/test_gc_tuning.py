@@ -1,4 +1,4 @@
-"""engine.gc_tuning: release_memory collects and trims without failing
+"""engine.core.gc_tuning: release_memory collects and trims without failing
 anywhere; fix_mmap_threshold makes a freed big block leave the process."""
 
 import gc
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.gc_tuning import release_memory
+from engine.core.gc_tuning import release_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_release_memory_collects_and_reports_the_trim():
 _FREE_A_BLOCK = """
 import sys
 import numpy as np
-from engine.gc_tuning import fix_mmap_threshold
+from engine.core.gc_tuning import fix_mmap_threshold
 
 def anon():
     for line in open("/proc/self/status"):

@@ -1,4 +1,4 @@
-"""engine.journal: the journal on disk, against a plain list of every row.
+"""engine.core.journal: the journal on disk, against a plain list of every row.
 
 One contract, both stores (STYLE §12): whatever the tail size, the rows a
 journal hands back (by player, by event id, one by one) are the rows appended,
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.journal import (
+from engine.core.journal import (
     FENCE, KIND_SCORE, Journal, JournalColumns, JournalLost, MemoryStore, Run, merged_blocks, owner_add, probe_run,
 )
 from engine.log.journal_files import FilePlace, FileStore
-from engine.players import encode_ids, hash_bytes
+from engine.core.players import encode_ids, hash_bytes
 
 TRICKY = ["e", "é", "𝔘", "e\ud800", "a" * 40, "a" * 39 + "b"]
 

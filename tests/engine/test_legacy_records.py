@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from engine import records as R
-from engine.columns import ScoreColumns
-from engine.model import BoardSpec, Policy, ScoreEvent
-from engine.router import Router
-from engine.shard import ShardCore
+from engine.core import records as R
+from engine.core.columns import ScoreColumns
+from engine.core.model import BoardSpec, Policy, ScoreEvent
+from engine.router.router import Router
+from engine.runtime.shard import ShardCore
 
 SPEC = BoardSpec("b", Policy.CUMULATIVE)
 

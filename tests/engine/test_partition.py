@@ -16,13 +16,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.columns import ScoreColumns
-from engine.model import INT64_MAX, INT64_MIN, Outcome, Policy, ScoreEvent
-from engine.journal import Journal
-from engine.partition import Partition
-from engine.players import PlayerTable
-from engine.records import outcome_of
-from engine.rank_index import CAP, RankIndex
+from engine.core.columns import ScoreColumns
+from engine.core.model import INT64_MAX, INT64_MIN, Outcome, Policy, ScoreEvent
+from engine.core.journal import Journal
+from engine.core.partition import Partition
+from engine.core.players import PlayerTable
+from engine.core.records import outcome_of
+from engine.core.rank_index import CAP, RankIndex
 from tests.engine import oracle
 
 BOARD = "b"
@@ -428,7 +428,7 @@ def test_a_new_best_without_metadata_clears_it_and_costs_nothing_without_any():
     # the checksum of rows without metadata is the one from before metadata existed
     plain = Partition(Policy.BEST_SCORE, 3)
     plain.apply(ScoreEvent(BOARD, "x", "p", 6, 1, 1))
-    from engine.checksum import row_digest
+    from engine.core.checksum import row_digest
     r = plain.get("p")
     assert plain.checksum_sum() == row_digest(r.player_id, r.value, r.achieved_at, r.status.value, r.row_version)
     with_meta = Partition(Policy.BEST_SCORE, 3)

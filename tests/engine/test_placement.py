@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.placement import part_of, parts_of
+from engine.core.placement import part_of, parts_of
 
 
 @settings(max_examples=200)

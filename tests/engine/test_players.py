@@ -1,4 +1,4 @@
-"""engine.players: ids as UTF-8 arenas, interning (staged lookups) against a
+"""engine.core.players: ids as UTF-8 arenas, interning (staged lookups) against a
 dict, and ids decoded only when read."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.partition import distinct
-from engine.players import BatchIds, PlayerTable, encode_ids
+from engine.core.partition import distinct
+from engine.core.players import BatchIds, PlayerTable, encode_ids
 
 # ids that share long prefixes, are empty, hold NUL (the separator encode_ids tries first),
 # are non-ASCII or lone surrogates (kept, as they order by code point)

@@ -18,13 +18,13 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.board import Board
-from engine.columns import ScoreColumns
-from engine.journal import Journal
-from engine.model import INT64_MAX, INT64_MIN, BoardSpec, Outcome, Policy, RowStatus, ScoreEvent
-from engine.partition import Partition
-from engine.policy import key_for, latest_order
-from engine.records import outcome_of
+from engine.core.board import Board
+from engine.core.columns import ScoreColumns
+from engine.core.journal import Journal
+from engine.core.model import INT64_MAX, INT64_MIN, BoardSpec, Outcome, Policy, RowStatus, ScoreEvent
+from engine.core.partition import Partition
+from engine.core.policy import key_for, latest_order
+from engine.core.records import outcome_of
 from tests.engine import oracle
 from tests.engine.test_router import _run
 

@@ -6,9 +6,9 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.board import Board
-from engine.model import BoardSpec, Policy, RowStatus, ScoreEvent
-from engine.policy import key_for
+from engine.core.board import Board
+from engine.core.model import BoardSpec, Policy, RowStatus, ScoreEvent
+from engine.core.policy import key_for
 from tests.engine import oracle
 
 BOARD = "g:m:s:prop"

@@ -1,4 +1,4 @@
-"""engine.rank_keys: a guess is either nothing or the key last put for that
+"""engine.core.rank_keys: a guess is either nothing or the key last put for that
 player on that board (never another player's, never an older one), and the
 table's memory is fixed at creation."""
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.rank_keys import RankKeyCache
+from engine.core.rank_keys import RankKeyCache
 
 players = st.sampled_from(["ann", "ben", "cy", "dee", "é", "e\ud800", "x" * 40])
 boards = st.sampled_from(["g:m:s1:global", "g:m:s2:global"])
@@ -74,8 +74,8 @@ def test_writes_leave_every_changed_players_key_as_the_guess():
     rank read after a write needs one round (issue 29): the guess is the row's key."""
     import asyncio
 
-    from engine.model import INT64_MIN, BoardSpec, Policy, ScoreEvent
-    from engine.service import LocalService
+    from engine.core.model import INT64_MIN, BoardSpec, Policy, ScoreEvent
+    from engine.runtime.local import LocalService
 
     async def go():
         svc = await LocalService.open(data_dir=None, n_shards=2)

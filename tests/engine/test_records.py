@@ -3,7 +3,7 @@ log or a snapshot, with its meaning. Reordering the ``Outcome`` enum,
 renaming a record kind, changing a field layout or renumbering a journal code
 fails here. These tables are append-only (docs/storage.md, "Record
 vocabulary"): to add an entry, add it here too and bump the format number it
-belongs to (engine.formats), never change an existing line.
+belongs to (engine.core.formats), never change an existing line.
 
 Also: snapshot states carry their format and a newer one is refused.
 """
@@ -16,17 +16,21 @@ import msgpack
 import numpy as np
 import pytest
 
-from engine import formats, journal, partition
-from engine import records as R
-from engine.columns import ScoreColumns
-from engine.errors import UnsupportedFormat
+from engine.core import formats
+
+from engine.core import journal
+
+from engine.core import partition
+from engine.core import records as R
+from engine.core.columns import ScoreColumns
+from engine.core.errors import UnsupportedFormat
 from engine.log.framing import encode_record, unpack_payload
-from engine.model import BoardSpec, BoardState, EntrySpec, HeldEvent, Outcome, Policy, ScoreEvent
-from engine.partition import Partition
-from engine.placement import part_of
-from engine.router import Router
-from engine.shard import ShardCore
-from engine.windows import Recurrence
+from engine.core.model import BoardSpec, BoardState, EntrySpec, HeldEvent, Outcome, Policy, ScoreEvent
+from engine.core.partition import Partition
+from engine.core.placement import part_of
+from engine.router.router import Router
+from engine.runtime.shard import ShardCore
+from engine.core.windows import Recurrence
 
 #: Outcome codes in log records (verdicts, "S" verdict) and in snapshot journals.
 OUTCOME_CODES = {
@@ -419,8 +423,8 @@ class _OneShard:
 def test_a_series_spec_survives_the_log_and_every_snapshot_that_holds_board_records():
     """A recurring board's ``R`` record folds into the router and a shard, and
     their snapshots (which hold specs as board records) give the same spec back."""
-    from engine.board_control import BoardControl
-    from engine.registry import BoardRegistry
+    from engine.router.control import BoardControl
+    from engine.router.registry import BoardRegistry
 
     series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, 2, recurrence=Recurrence("month", "Australia/Lord_Howe", 90, 3))
     plain = BoardSpec("g:m:S1:x", Policy.BEST_SCORE, 2)

@@ -1,4 +1,4 @@
-"""engine.registry: BoardRegistry.apply, the one fold of the router's state.
+"""engine.router.registry: BoardRegistry.apply, the one fold of the router's state.
 
 The sequencer calls it for each record once durable (with the memo its
 decision left) and recovery for each record of the log (without): every
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import records as R
-from engine.columns import ScoreColumns
-from engine.model import BoardSpec, BoardState, HeldEvent, Outcome, Policy, ScoreEvent
-from engine.registry import BoardRegistry
+from engine.core import records as R
+from engine.core.columns import ScoreColumns
+from engine.core.model import BoardSpec, BoardState, HeldEvent, Outcome, Policy, ScoreEvent
+from engine.router.registry import BoardRegistry
 
 B = "g:m:s:reg"
 HELD = R.CODE[Outcome.HELD_FOR_REVIEW]

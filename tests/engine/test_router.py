@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import wire as W
-from engine.board import Board
-from engine.errors import EventNotFound, PlayerNotFound, PlayerNotRanked, ViewExpired
-from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
-from engine.service import LocalService
+from engine.core import wire as W
+from engine.core.board import Board
+from engine.core.errors import EventNotFound, PlayerNotFound, PlayerNotRanked, ViewExpired
+from engine.core.model import BoardSpec, Invalidation, Policy, ScoreEvent
+from engine.runtime.local import LocalService
 from tests import seed_scenarios as seeds
 from tests.client_driver import ClientDriver
 from tests.engine import oracle
@@ -172,7 +172,7 @@ def test_approximate_rank_bound_is_honest(loop):
 
 
 def test_backpressure_answers_overloaded(loop):
-    from engine.errors import Overloaded
+    from engine.core.errors import Overloaded
 
     async def go():
         svc = await LocalService.open(data_dir=None, n_shards=1, max_queued_events=10)
@@ -186,7 +186,7 @@ def test_backpressure_answers_overloaded(loop):
 
 
 def test_one_hot_board_cannot_fill_the_whole_queue(loop):
-    from engine.errors import Overloaded
+    from engine.core.errors import Overloaded
 
     async def go():
         svc = await LocalService.open(data_dir=None, n_shards=1)

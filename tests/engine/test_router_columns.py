@@ -13,11 +13,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import records as R
-from engine.columns import BatchResult, ScoreBatch
-from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
-from engine.router import results_of
-from engine.service import LocalService
+from engine.core import records as R
+from engine.core.columns import BatchResult, ScoreBatch
+from engine.core.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.router.router import results_of
+from engine.runtime.local import LocalService
 
 BOARDS = ("g:m:s:a", "g:m:s:b")
 UNKNOWN = "g:m:s:nope"

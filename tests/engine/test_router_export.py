@@ -2,7 +2,7 @@
 chunk, best first, whatever writes arrive and whatever the view cache evicts
 meanwhile; checked against the brute-force oracle for every policy, 1 and 3
 partitions, ties, non-ASCII ids and metadata. The version is pinned by spill
-files on the shards (engine.export, engine.log.spill): they are gone once the
+files on the shards (engine.core.export, engine.log.spill): they are gone once the
 export ends, however it ends."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import random
 
 import pytest
 
-from engine import export as export_mod
-from engine.errors import BoardNotFound, ValidationFailed
-from engine.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
-from engine.service import LocalService
+from engine.core import export as export_mod
+from engine.core.errors import BoardNotFound, ValidationFailed
+from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
+from engine.runtime.local import LocalService
 from tests.open_files import open_paths
 from tests import snapshot_paging as sp
 from tests.engine import oracle

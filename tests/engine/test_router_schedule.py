@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from engine import records as R
-from engine.errors import BoardExists, BoardNotFound, ValidationFailed
-from engine.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
-from engine.service import LocalService
+from engine.core import records as R
+from engine.core.errors import BoardExists, BoardNotFound, ValidationFailed
+from engine.core.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
+from engine.runtime.local import LocalService
 from tests.service.helpers import crash
 
 BOARD = "arena-clash:solo:S7:global"

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from engine.errors import ValidationFailed, ViewExpired
-from engine.service import LocalService
+from engine.core.errors import ValidationFailed, ViewExpired
+from engine.runtime.local import LocalService
 from tests import snapshot_paging as sp
 
 BOARD = "g:m:s:snap"

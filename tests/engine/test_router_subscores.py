@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.errors import PlayerNotFound, PlayerNotRanked, ValidationFailed
-from engine.model import INT64_MAX, INT64_MIN, BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
-from engine.service import LocalService
+from engine.core.errors import PlayerNotFound, PlayerNotRanked, ValidationFailed
+from engine.core.model import INT64_MAX, INT64_MIN, BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
+from engine.runtime.local import LocalService
 from tests.engine.test_subscores import MAX_TIME, comparator, oracle
 
 BOARD = "g:m:s:subs"

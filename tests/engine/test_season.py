@@ -1,4 +1,4 @@
-"""engine.season: the lifecycle table, the scheduled close (``due``) and the
+"""engine.core.season: the lifecycle table, the scheduled close (``due``) and the
 next season's spec, tested directly (no clock, no router)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import season
-from engine.errors import InvalidTransition, ValidationFailed
-from engine.model import DEFAULT_FINALIZE_AFTER_S, MAX_FINALIZE_AFTER_S, BoardSpec, BoardState, Policy
-from engine.season import ORDER, Due, due, finalize_at, next_season
+from engine.core import season
+from engine.core.errors import InvalidTransition, ValidationFailed
+from engine.core.model import DEFAULT_FINALIZE_AFTER_S, MAX_FINALIZE_AFTER_S, BoardSpec, BoardState, Policy
+from engine.core.season import ORDER, Due, due, finalize_at, next_season
 
 OPEN, FROZEN, FINALIZED, ARCHIVED = ORDER
 
@@ -131,7 +131,7 @@ def test_next_season_of_a_board_id_without_four_parts():
 
 
 def test_the_next_season_of_a_series_is_a_series_with_room_for_its_dates():
-    from engine.windows import Recurrence
+    from engine.core.windows import Recurrence
 
     series = BoardSpec("g:m:daily:x", Policy.BEST_SCORE, recurrence=Recurrence("day", "Europe/Berlin", 240, 7))
     assert next_season(series, "d" * 55, None).recurrence == series.recurrence

@@ -1,13 +1,13 @@
-"""Seed scenarios A-K against the in-process engine (engine.board.Board)."""
+"""Seed scenarios A-K against the in-process engine (engine.core.board.Board)."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.board import Board
-from engine.errors import FlowRankError
-from engine.model import BoardSpec, BoardState, Outcome, Policy
-from engine.timefmt import format_timestamp
+from engine.core.board import Board
+from engine.core.errors import FlowRankError
+from engine.core.model import BoardSpec, BoardState, Outcome, Policy
+from engine.core.timefmt import format_timestamp
 from tests import seed_scenarios as seeds
 from tests.client_driver import entry_json, event_from_json
 

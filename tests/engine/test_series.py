@@ -15,12 +15,12 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pytest
 
-from engine import records as R
-from engine.columns import ScoreBatch
-from engine.errors import BoardExists, ValidationFailed
-from engine.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
-from engine.service import LocalService
-from engine.windows import Recurrence
+from engine.core import records as R
+from engine.core.columns import ScoreBatch
+from engine.core.errors import BoardExists, ValidationFailed
+from engine.core.model import BoardSpec, BoardState, Outcome, Policy, ScoreEvent
+from engine.runtime.local import LocalService
+from engine.core.windows import Recurrence
 from tests.service.helpers import crash, state_of
 
 HOUR = 3_600_000

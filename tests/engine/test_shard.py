@@ -1,4 +1,4 @@
-"""engine.shard.ShardCore: the cache of answers kept for retried batches is
+"""engine.runtime.shard.ShardCore: the cache of answers kept for retried batches is
 bounded by records and by bytes, and a retried batch answers from it unchanged.
 Dead letters: reported until the log holds their record; a replay given the
 log's dead letters skips what they name."""
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import records as R
-from engine import shard as S
-from engine import wire as W
-from engine.columns import ScoreColumns
-from engine.model import BoardSpec, Outcome, Policy, ScoreEvent
-from engine.partition import Partition
-from engine.placement import part_of
-from engine.shard import ShardCore
+from engine.core import records as R
+from engine.runtime import shard as S
+from engine.core import wire as W
+from engine.core.columns import ScoreColumns
+from engine.core.model import BoardSpec, Outcome, Policy, ScoreEvent
+from engine.core.partition import Partition
+from engine.core.placement import part_of
+from engine.runtime.shard import ShardCore
 
 
 def batch(offset: int, n: int) -> list:
@@ -51,7 +51,7 @@ def test_an_archived_boards_partitions_stop_changing_and_its_history_reads_in_ch
     """After the ARCHIVED state record a score batch is only held, as after the
     drop: the journal an archive copies is the same whenever it is built, on a
     live shard, after a snapshot and after a replay of the records."""
-    from engine.journal import JournalColumns
+    from engine.core.journal import JournalColumns
 
     records = [R.board_record(BoardSpec("b", Policy.BEST_SCORE, 2)), batch(1, 30), batch(2, 30),
                [R.STATE, "b", "ARCHIVED"]]

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.board import Board
-from engine.checksum import combine, row_digest
-from engine.columns import ScoreColumns
-from engine.dedup import fingerprint, fingerprints
-from engine.model import INT64_MAX, INT64_MIN, BoardSpec, Outcome, Policy, RowStatus, ScoreEvent
-from engine.partition import Partition
-from engine.placement import part_of
+from engine.core.board import Board
+from engine.core.checksum import combine, row_digest
+from engine.core.columns import ScoreColumns
+from engine.core.dedup import fingerprint, fingerprints
+from engine.core.model import INT64_MAX, INT64_MIN, BoardSpec, Outcome, Policy, RowStatus, ScoreEvent
+from engine.core.partition import Partition
+from engine.core.placement import part_of
 
 BOARD = "g:m:s:subs"
 MAX_TIME = 3

@@ -15,10 +15,10 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.errors import EventNotFound, PlayerNotRanked
-from engine.model import BoardSpec, Invalidation, Policy, RankedEntry, ScoreEvent
-from engine.ranking import first_tied_in_prefix, with_tied_ranks
-from engine.service import LocalService
+from engine.core.errors import EventNotFound, PlayerNotRanked
+from engine.core.model import BoardSpec, Invalidation, Policy, RankedEntry, ScoreEvent
+from engine.core.ranking import first_tied_in_prefix, with_tied_ranks
+from engine.runtime.local import LocalService
 from tests.engine import oracle
 
 BOARD = "g:m:s:ties"

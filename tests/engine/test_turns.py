@@ -1,11 +1,11 @@
-"""engine.turns.RoundBatcher: the adaptive batching the router's shard reads and
+"""engine.router.turns.RoundBatcher: the adaptive batching the router's shard reads and
 a gateway's engine-host calls share."""
 
 from __future__ import annotations
 
 import asyncio
 
-from engine.turns import RoundBatcher
+from engine.router.turns import RoundBatcher
 
 
 class Recorder:

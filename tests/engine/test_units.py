@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.board import Board
-from engine.dedup import DedupWindow, Seen, fingerprint
-from engine.errors import (
+from engine.core.board import Board
+from engine.core.dedup import DedupWindow, Seen, fingerprint
+from engine.core.errors import (
     AlreadyDecided, EventNotFound, InvalidTransition, PlayerNotFound, PlayerNotRanked, ValidationFailed, ViewExpired,
 )
-from engine.model import (
+from engine.core.model import (
     INT64_MAX,
     INT64_MIN,
     BoardSpec,
@@ -19,9 +19,9 @@ from engine.model import (
     RowStatus,
     ScoreEvent,
 )
-from engine.policy import best_score_key, cumulative_key, fastest_time_key
-from engine.season import TRANSITIONS, accepts_scores, next_state
-from engine.timefmt import format_timestamp, parse_timestamp
+from engine.core.policy import best_score_key, cumulative_key, fastest_time_key
+from engine.core.season import TRANSITIONS, accepts_scores, next_state
+from engine.core.timefmt import format_timestamp, parse_timestamp
 
 B = "g:m:s:u"
 

@@ -1,4 +1,4 @@
-"""engine.warm: every kernel warmed, the compile cache's place and key (issue 29).
+"""engine.runtime.warm: every kernel warmed, the compile cache's place and key (issue 29).
 
 Warming is checked in a fresh interpreter: in this one, kernels compiled by
 other tests would hide a kernel the warm round misses."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import warm
+from engine.runtime import warm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def _fresh_python(code: str, env: dict | None = None, timeout: float = 600) -> s
 
 
 def test_every_module_with_a_kernel_is_listed():
-    """A new module with numba kernels must join engine.warm's list (and so be warmed and checked)."""
+    """A new module with numba kernels must join engine.runtime.warm's list (and so be warmed and checked)."""
     found = set()
     for package in ("engine", "gateway"):
         for path in (ROOT / package).rglob("*.py"):
@@ -40,7 +40,7 @@ def test_a_warmed_engine_process_leaves_no_kernel_to_compile(tmp_path):
     """What a shard actor runs (warm_engine) reaches every kernel of the engine but the
     tests' own invariant checks; and it leaves nothing behind in the temp directory."""
     got = json.loads(_fresh_python(
-        "import json; from engine import warm; r = warm.warm_engine(); "
+        "import json; from engine.runtime import warm; r = warm.warm_engine(); "
         "print(json.dumps([warm.unwarmed(warm.ENGINE_KERNEL_MODULES), r.kernels]))",
         env={"TMPDIR": str(tmp_path)}))
     assert got[0] == sorted(warm.TEST_ONLY)
@@ -51,13 +51,13 @@ def test_a_warmed_engine_process_leaves_no_kernel_to_compile(tmp_path):
 def test_unwarmed_counts_a_kernel_only_its_callers_reach():
     """A kernel called only from kernels is warm once a caller is (compiled into it, or loaded with it)."""
     out = _fresh_python(
-        "import json; from engine import warm, dedup; "
-        "before = warm.unwarmed(['engine.dedup']); "
+        "import json; from engine.runtime import warm; from engine.core import dedup; "
+        "before = warm.unwarmed(['engine.core.dedup']); "
         "import numpy as np; t = dedup.DedupTable(10); t.remember('e1', 7); "
-        "print(json.dumps([before, warm.unwarmed(['engine.dedup'])]))")
+        "print(json.dumps([before, warm.unwarmed(['engine.core.dedup'])]))")
     before, after = json.loads(out)
-    assert "engine.dedup._put" in before and "engine.dedup._find" in before
-    assert "engine.dedup._put" not in after and "engine.dedup._find" not in after  # _find: only _put calls it
+    assert "engine.core.dedup._put" in before and "engine.core.dedup._find" in before
+    assert "engine.core.dedup._put" not in after and "engine.core.dedup._find" not in after  # _find: only _put calls it
 
 
 def test_cache_root_resolution():
@@ -75,8 +75,8 @@ def test_cache_key_names_numba_python_machine_and_the_kernel_sources(monkeypatch
     assert key == warm.cache_key()
     assert key.startswith("numba") and f"py{sys.version_info.major}{sys.version_info.minor}" in key
     assert warm.cache_dir_for("/r") == os.path.join("/r", key)
-    # another kernel source (a change in engine.xxh3, which engine.dedup inlines): another folder
-    monkeypatch.setattr(warm, "KERNEL_MODULES", warm.KERNEL_MODULES + ("engine.model",))
+    # another kernel source (a change in engine.core.xxh3, which engine.core.dedup inlines): another folder
+    monkeypatch.setattr(warm, "KERNEL_MODULES", warm.KERNEL_MODULES + ("engine.core.model",))
     assert warm.cache_key() != key
 
 
@@ -84,8 +84,8 @@ def test_use_cache_dir_repoints_kernels_imported_before(tmp_path):
     """A Ray actor imports the kernel modules before its __init__ runs: pointing numba at the
     cache then must still send the next compile there."""
     out = _fresh_python(
-        "import numpy as np, sys; from engine import partition; "
-        f"from engine import warm; warm.use_cache_dir({str(tmp_path)!r}); "
+        "import numpy as np, sys; from engine.core import partition; "
+        f"from engine.runtime import warm; warm.use_cache_dir({str(tmp_path)!r}); "
         "print(partition.distinct(np.array([3, 1, 3], np.int32)))")
     assert out.strip()
     assert list(tmp_path.rglob("partition.distinct-*.nbi")), sorted(p.name for p in tmp_path.rglob("*"))

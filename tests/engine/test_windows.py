@@ -1,8 +1,8 @@
-"""engine.windows: recurring boards' time windows (docs/api.md §15), tested
+"""engine.core.windows: recurring boards' time windows (docs/api.md §15), tested
 directly against a brute-force reference (no clock, no Ray).
 
 The reference shares nothing with the module but the zone rules (the same
-tzdata files, via :func:`engine.windows.zone`): it only ever converts UTC
+tzdata files, via :func:`engine.core.windows.zone`): it only ever converts UTC
 instants to local wall times (never local to UTC, never ``fold``), finds the
 instants whose wall time is a nominal start by trying every offset the zone
 uses nearby, takes the earliest (ambiguous), and when there is none (a gap)
@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine import windows as W
-from engine.errors import ValidationFailed
-from engine.timefmt import MAX_MS, MIN_MS
-from engine.windows import EVERY, Recurrence, Window
+from engine.core import windows as W
+from engine.core.errors import ValidationFailed
+from engine.core.timefmt import MAX_MS, MIN_MS
+from engine.core.windows import EVERY, Recurrence, Window
 
 DAY, HOUR, MINUTE = 86_400_000, 3_600_000, 60_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

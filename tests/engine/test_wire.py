@@ -1,4 +1,4 @@
-"""engine.wire: the one vocabulary the read fan-out and the shard actors share.
+"""engine.core.wire: the one vocabulary the read fan-out and the shard actors share.
 Requests and replies are named tuples that cross Ray as msgpack arrays; named
 again on receipt they equal what the shard actor answered in process."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from engine import records as R
-from engine import wire as W
-from engine.columns import ScoreColumns
-from engine.model import BoardSpec, Policy, ScoreEvent
-from engine.shard import ShardCore
+from engine.core import records as R
+from engine.core import wire as W
+from engine.core.columns import ScoreColumns
+from engine.core.model import BoardSpec, Policy, ScoreEvent
+from engine.runtime.shard import ShardCore
 
 OPS = {"top", "mget", "size", "get", "count", "nbrs", "sample", "hist", "sum", "rows", "hcols", "spill", "spill_read",
        "spill_drop", "drop"}

@@ -1,4 +1,4 @@
-"""engine.xxh3 against the xxhash package (the reference), on every input
+"""engine.core.xxh3 against the xxhash package (the reference), on every input
 length the kernel hashes and on random bytes and seeds; longer inputs are
 flagged, never hashed wrongly."""
 
@@ -9,8 +9,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.dedup import DedupTable
-from engine.xxh3 import MAX_SHORT, xxh3_128_many
+from engine.core.dedup import DedupTable
+from engine.core.xxh3 import MAX_SHORT, xxh3_128_many
 
 
 def _arena(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,5 @@
 """Fixtures for gateway tests: an app over the real engine
-(:class:`engine.service.LocalService`, in memory, two in-process shards, no
+(:class:`engine.runtime.local.LocalService`, in memory, two in-process shards, no
 Ray) and an httpx client per role. There is no second implementation of the
 engine's semantics in the gateway tests."""
 
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from engine.service import LocalService
+from engine.runtime.local import LocalService
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.loopback import free_port
@@ -117,8 +117,8 @@ async def gateway_apps(engine, workers: int, make_settings, **app_kw) -> tuple[l
     does). Returns (apps, remote engines)."""
     if workers == 1:
         return [create_app(make_settings(), engine, **app_kw)], []
-    from engine.engine_host import EngineHost, LocalChannel  # noqa: PLC0415
-    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+    from engine.runtime.host import EngineHost, LocalChannel  # noqa: PLC0415
+    from engine.runtime.remote import RemoteEngine  # noqa: PLC0415
 
     versions = tempfile.mkdtemp(prefix="fr-versions-")
     host = EngineHost(engine, version_path=os.path.join(versions, "versions"))

@@ -4,7 +4,7 @@ Every operation is a request to the real FastAPI app (auth, validation,
 rendering, routes) over httpx's ASGI transport, on the event loop that owns
 the engine behind the app (``LocalService`` or ``ClusterEngine``). Answers are
 the API's JSON as a client sees it; a non-2xx answer raises the matching
-:mod:`engine.errors` class, as :class:`gateway.client.FlowRankClient` does.
+:mod:`engine.core.errors` class, as :class:`gateway.client.FlowRankClient` does.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.timefmt import format_timestamp
+from engine.core.timefmt import format_timestamp
 from gateway import admin_cli
 from gateway.cli import build_parser, main
 from tests.gateway.conftest import ROLE_KEYS, thread_server

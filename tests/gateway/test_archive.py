@@ -13,7 +13,7 @@ import asyncio
 import httpx
 import pytest
 
-from engine.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
+from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
 from gateway.app import create_app
 from gateway.friends import StaticFriends
 from gateway.live import LiveHub

@@ -136,7 +136,7 @@ SERIES = "arena-clash:solo:daily:global"
 async def test_a_recurring_board_carries_its_recurrence_to_the_engine(harness):
     """The recurrence reaches the board's spec (what the log records), defaults filled in;
     a board without one has none."""
-    from engine.windows import Recurrence
+    from engine.core.windows import Recurrence
 
     c = harness.client
     r = await c.post("/v1/boards", json={"board_id": SERIES, "policy": "best_score", "recurrence": {

@@ -55,8 +55,8 @@ def test_results_render_byte_for_byte_as_one_record_per_event():
     import numpy as np
     import orjson
 
-    from engine import records as R
-    from engine.model import EventResult, Outcome
+    from engine.core import records as R
+    from engine.core.model import EventResult, Outcome
     from gateway import render
 
     outcomes = list(Outcome)

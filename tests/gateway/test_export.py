@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from engine.timefmt import format_timestamp, format_timestamps
+from engine.core.timefmt import format_timestamp, format_timestamps
 from gateway.app import create_app
 from tests.gateway.conftest import BOARD, H, Harness, open_engine, settings, thread_server
 
@@ -188,7 +188,7 @@ def test_writes_during_an_export_do_not_change_what_it_returns():
 
 
 def test_format_timestamps_equals_format_timestamp():
-    from engine.timefmt import MAX_MS, MIN_MS
+    from engine.core.timefmt import MAX_MS, MIN_MS
 
     values = [MIN_MS, MAX_MS, -1, 0, 1, 999, 1_793_527_500_000, -62_000_000_000_000, 951_782_400_000]
     values += list(range(1_700_000_000_000, 1_700_000_000_000 + 86_400_000 * 400, 86_400_000 + 1))
@@ -197,7 +197,7 @@ def test_format_timestamps_equals_format_timestamp():
 
 
 def _chunk(entries, ties: bool = False):
-    from engine.export import Block, Chunk, TiedRanks
+    from engine.core.export import Block, Chunk, TiedRanks
 
     rows = Block.of([-e.value for e in entries], [e.achieved_at for e in entries], [e.value for e in entries],
                     [e.achieved_at for e in entries], [e.player_id for e in entries], [e.metadata for e in entries])
@@ -206,7 +206,7 @@ def _chunk(entries, ties: bool = False):
 
 
 def test_csv_rows_write_what_the_csv_module_writes():
-    from engine.model import RankedEntry
+    from engine.core.model import RankedEntry
     from gateway.export_format import csv_bytes as csv_rows
 
     plain = [RankedEntry(i + 1, f"p-{i}", 100 - i, 1_793_527_500_000 + i) for i in range(20)]
@@ -225,7 +225,7 @@ def test_csv_rows_write_what_the_csv_module_writes():
 def test_jsonl_rows_write_what_orjson_writes():
     import orjson
 
-    from engine.model import RankedEntry
+    from engine.core.model import RankedEntry
     from gateway.export_format import jsonl_bytes as jsonl_rows
 
     ids = ["p-1", 'q"x', "back\\slash", "ü ✓", "tab\there", "😀", "a,b", "nl\nx"]
@@ -279,7 +279,7 @@ def test_a_client_that_goes_away_or_a_failure_midway_leaves_no_spill_file(monkey
     import os
     import time
 
-    from engine import export as export_mod
+    from engine.core import export as export_mod
 
     holder: dict = {}
     with thread_server(n_shards=3, wrap=_engine_of(holder)) as url:

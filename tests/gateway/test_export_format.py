@@ -12,8 +12,8 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from engine.export import Block, Chunk
-from engine.timefmt import MAX_MS, MIN_MS, format_timestamp
+from engine.core.export import Block, Chunk
+from engine.core.timefmt import MAX_MS, MIN_MS, format_timestamp
 from gateway.export_format import csv_bytes, jsonl_bytes
 
 I64 = st.integers(-2**63, 2**63 - 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from engine.errors import RateLimited
+from engine.core.errors import RateLimited
 from gateway.app import create_app
 from gateway.auth import Principal, Role
 from gateway.limits import RateLimiter, TokenBucket

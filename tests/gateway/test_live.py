@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from engine.errors import Overloaded
-from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
+from engine.core.errors import Overloaded
+from engine.core.model import BoardSpec, Invalidation, Policy, ScoreEvent
 from gateway.live import LiveHub
 from tests.gateway.conftest import thread_server
 
@@ -54,8 +54,8 @@ async def gateway_side(request):
     """What a hub holds as its engine: the engine itself (one gateway), or a
     RemoteEngine to an EngineHost over it (a worker of ``--workers N``, whose
     commits come through the host's feed)."""
-    from engine.engine_host import EngineHost, LocalChannel  # noqa: PLC0415
-    from engine.remote_engine import RemoteEngine  # noqa: PLC0415
+    from engine.runtime.host import EngineHost, LocalChannel  # noqa: PLC0415
+    from engine.runtime.remote import RemoteEngine  # noqa: PLC0415
 
     remotes = []
 

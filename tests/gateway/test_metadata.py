@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from engine.model import BoardSpec, Invalidation, Policy, ScoreEvent
+from engine.core.model import BoardSpec, Invalidation, Policy, ScoreEvent
 from gateway.live import LiveHub
 from tests.gateway.conftest import BOARD, H
 from tests.gateway.test_live import drain, parse, settle

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.histogram import Histogram
+from engine.core.histogram import Histogram
 from gateway.metrics import EngineStatsCollector, Metrics, quantiles
 from tests.gateway.conftest import BOARD, H
 

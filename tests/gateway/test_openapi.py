@@ -55,7 +55,7 @@ def test_a_recurrence_is_documented_as_exactly_as_the_server_checks_it():
     series is bounded only when a recurrence is given (docs/api.md §15)."""
     import re as _re
 
-    from engine.windows import AT_PATTERN, MAX_SERIES_SEASON, zone_names
+    from engine.core.windows import AT_PATTERN, MAX_SERIES_SEASON, zone_names
 
     schemas = SPEC["components"]["schemas"]
     rec = schemas["RecurrenceIn"]

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from engine.timefmt import format_timestamp
+from engine.core.timefmt import format_timestamp
 from tests.gateway.conftest import BOARD, H
 
 pytestmark = pytest.mark.anyio

@@ -190,10 +190,10 @@ def test_unforeseen_failures_are_one_line_too():
 
 def test_log_corruption_reported_by_a_ray_actor_is_recognised():
     """ClusterEngine opens the log inside an actor: the error comes back as Ray's text."""
-    from engine.errors import LogCorruption
+    from engine.core.errors import LogCorruption
 
     text = ("The actor died because of an error raised in its creation task, ...\n"
-            "engine.errors.LogCorruption: log segment /d/log/00.log: bad CRC at byte offset 40\n")
+            "engine.core.errors.LogCorruption: log segment /d/log/00.log: bad CRC at byte offset 40\n")
     err = se.classify(RuntimeError(text), None)
     assert err.exit_code == se.EXIT_LOG_CORRUPT and "/d/log/00.log: bad CRC at byte offset 40" in err.message
     wrapped = RuntimeError("task failed")

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from engine.errors import Unauthenticated
+from engine.core.errors import Unauthenticated
 from gateway.app import create_app
 from gateway.cli import main as cli_main
 from gateway.tokens import SECRET_FILE, TokenSigner, load_secret

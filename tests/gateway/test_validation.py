@@ -9,7 +9,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.errors import BatchTooLarge, ValidationFailed
+from engine.core.errors import BatchTooLarge, ValidationFailed
 from gateway.validation import (
     CURSOR_PATTERN,
     ID_PATTERN,

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine import warm
+from engine.runtime import warm
 from gateway.app import create_app
 from gateway.warm import Warmup
 from tests.gateway.conftest import open_engine, settings
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.anyio
 def test_a_warmed_gateway_process_leaves_no_kernel_to_compile():
     """A fresh interpreter (kernels compiled by other tests would hide a miss): after
     warm_gateway, every kernel of the code base is warm but the tests' invariant checks."""
-    code = ("import json; from engine import warm; from gateway.warm import warm_gateway; "
+    code = ("import json; from engine.runtime import warm; from gateway.warm import warm_gateway; "
             "warm_gateway(local_engine=True); print(json.dumps(warm.unwarmed()))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

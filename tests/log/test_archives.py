@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.archive import ArchiveRows, encode
-from engine.errors import StorageUnavailable
+from engine.core.archive import ArchiveRows, encode
+from engine.core.errors import StorageUnavailable
 from engine.log.archives import FileArchiveStore, MemoryArchiveStore
-from engine.model import Policy
+from engine.core.model import Policy
 
 BOARD = "g:m:s:ü"
 

@@ -10,7 +10,7 @@ import struct
 import pytest
 import xxhash
 
-from engine.errors import LogCorruption, UnsupportedFormat
+from engine.core.errors import LogCorruption, UnsupportedFormat
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.log.framing import SEGMENT_HEADER, SEGMENT_MAGIC, SEGMENT_VERSION, decode_segment_header
 from engine.log.snapshots import SNAP_VERSION, encode_snapshot

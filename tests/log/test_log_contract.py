@@ -9,7 +9,7 @@ import threading
 import msgpack
 import pytest
 
-from engine.errors import StorageUnavailable
+from engine.core.errors import StorageUnavailable
 from engine.log import EventLog, segment_log
 
 from .conftest import FsyncCounter

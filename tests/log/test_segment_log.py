@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import LogCorruption, StorageUnavailable
+from engine.core.errors import LogCorruption, StorageUnavailable
 from engine.log import SegmentedFileLog
 from engine.log.framing import SEGMENT_HEADER_SIZE, encode_record
 

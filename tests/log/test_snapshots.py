@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from engine.errors import StorageUnavailable
+from engine.core.errors import StorageUnavailable
 from engine.log import FileSnapshotStore, SnapshotStore
 
 from .conftest import FsyncCounter

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from engine.export import Block
+from engine.core.export import Block
 from engine.log.spill import SpillReader, read_frame, remove_spills, reset_dir, spill_path, write_spill
 
 

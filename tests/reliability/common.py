@@ -8,7 +8,7 @@ from typing import AsyncIterator
 
 import httpx
 
-from engine.service import LocalService
+from engine.runtime.local import LocalService
 from gateway.app import create_app
 from gateway.settings import Settings
 

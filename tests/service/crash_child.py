@@ -26,8 +26,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from engine.model import BoardSpec, Policy, ScoreEvent  # noqa: E402
-from engine.service import LocalService  # noqa: E402
+from engine.core.model import BoardSpec, Policy, ScoreEvent  # noqa: E402
+from engine.runtime.local import LocalService  # noqa: E402
 
 BOARDS = [
     BoardSpec("c:best", Policy.BEST_SCORE, shards=3),

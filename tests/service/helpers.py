@@ -15,8 +15,8 @@ import random
 import shutil
 from dataclasses import dataclass, field
 
-from engine.errors import FlowRankError, PlayerNotFound
-from engine.model import (
+from engine.core.errors import FlowRankError, PlayerNotFound
+from engine.core.model import (
     BoardSpec,
     BoardState,
     Invalidation,
@@ -25,7 +25,7 @@ from engine.model import (
     QuarantineDecision,
     ScoreEvent,
 )
-from engine.service import LocalService
+from engine.runtime.local import LocalService
 
 APPLIED = {Outcome.APPLIED_FIRST_SCORE, Outcome.APPLIED_NEW_BEST, Outcome.APPLIED, Outcome.APPLIED_NEW_BEST_TIME,
            Outcome.APPLIED_LATEST}

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from engine.errors import FlowRankError, InvalidTransition, PlayerNotFound, PlayerNotRanked
-from engine.model import BoardState, Invalidation, Outcome, ScoreEvent
+from engine.core.errors import FlowRankError, InvalidTransition, PlayerNotFound, PlayerNotRanked
+from engine.core.model import BoardState, Invalidation, Outcome, ScoreEvent
 from tests.service.helpers import SPECS, Workload, copy_dir, crash, drop_snapshots, open_service, run
 
 BOARDS = [s.board_id for s in SPECS]
@@ -199,7 +199,7 @@ def test_a_crash_while_archiving_is_finished_at_the_next_start(tmp_path, stage):
 
 def test_in_memory_service_archives_too():
     async def go():
-        from engine.service import LocalService
+        from engine.runtime.local import LocalService
 
         svc = await LocalService.open(n_shards=3)
         try:
@@ -236,9 +236,9 @@ def test_an_archive_without_history_answers_every_other_read_and_history_410(mon
     """A board archived by a FlowRank from before the history sections (archive
     format 1, rows only): every other read still answers from it; the
     history is 410 BOARD_ARCHIVED, as it was then."""
-    import engine.board_control as control_mod
-    from engine.errors import BoardArchived
-    from engine.service import LocalService
+    import engine.router.control as control_mod
+    from engine.core.errors import BoardArchived
+    from engine.runtime.local import LocalService
 
     real = control_mod.encode
     monkeypatch.setattr(control_mod, "encode", lambda b, p, v, rows, history=None: real(b, p, v, rows))

@@ -24,9 +24,9 @@ from collections import defaultdict
 
 import pytest
 
-from engine import records as R
+from engine.core import records as R
 from engine.log import SegmentedFileLog
-from engine.model import Outcome
+from engine.core.model import Outcome
 from tests.child_process import Child
 from tests.engine import oracle
 from tests.service.helpers import copy_dir, drop_snapshots, open_service, run, state_of

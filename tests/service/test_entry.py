@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from engine import records as R
-from engine.errors import FlowRankError
+from engine.core import records as R
+from engine.core.errors import FlowRankError
 from engine.log import SegmentedFileLog
-from engine.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
+from engine.core.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
 from tests.service.helpers import crash, drop_snapshots, open_service, run, state_of
 
 RULES = {

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import formats
-from engine import records as R
-from engine.errors import UnsupportedFormat
+from engine.core import formats
+from engine.core import records as R
+from engine.core.errors import UnsupportedFormat
 from engine.log import SegmentedFileLog
 from engine.log.framing import encode_batch
 from engine.log.snapshots import decode_snapshot, encode_snapshot
@@ -40,7 +40,7 @@ def test_there_is_a_fixture_for_todays_formats():
 
     written = [json.loads((p / "expected.json").read_text())["formats"] for p in GOLDEN]
     assert formats_now() in written, (
-        "the on-disk formats changed (engine.formats, SEGMENT_VERSION, SNAP_VERSION): add a golden fixture "
+        "the on-disk formats changed (engine.core.formats, SEGMENT_VERSION, SNAP_VERSION): add a golden fixture "
         "for them with `python -m tests.fixtures.make_golden tests/fixtures/golden_vN` (docs/storage.md)")
 
 

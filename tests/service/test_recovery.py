@@ -14,12 +14,12 @@ import shutil
 
 import pytest
 
-from engine import records as R
-from engine.errors import StorageUnavailable
+from engine.core import records as R
+from engine.core.errors import StorageUnavailable
 from engine.log import InMemoryLog, SegmentedFileLog
-from engine.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, RowStatus, ScoreEvent
-from engine.partition import Partition
-from engine.recovery import DeadLetterIndex
+from engine.core.model import BoardSpec, BoardState, Invalidation, Outcome, Policy, QuarantineDecision, RowStatus, ScoreEvent
+from engine.core.partition import Partition
+from engine.runtime.recovery import DeadLetterIndex
 from tests.open_files import open_paths
 from tests.service.helpers import (
     APPLIED,
@@ -36,8 +36,8 @@ from tests.service.helpers import (
 def test_a_series_keeps_its_recurrence_through_the_log_and_the_snapshots(tmp_path):
     """A board created with a recurrence (docs/api.md §15) is logged as an ``R`` record and comes back
     with it from the snapshots (close and reopen) and from the log alone; other boards stay ``K``."""
-    from engine.model import BoardSpec, Policy
-    from engine.windows import Recurrence
+    from engine.core.model import BoardSpec, Policy
+    from engine.core.windows import Recurrence
 
     series = BoardSpec("g:daily:s1:x", Policy.BEST_SCORE, shards=3,
                        recurrence=Recurrence("week", "America/New_York", 90, 4))
@@ -302,7 +302,7 @@ def test_a_dead_letter_replayed_before_it_was_logged_is_logged_once(tmp_path, mo
     the replay (same bug) dead-letters it again and the next cycle logs it,
     once; a later restart with the same bug logs nothing more, and one with
     the fix reaches the same state."""
-    from engine.sequencer import Sequencer
+    from engine.router.ingest import Sequencer
 
     _poison(monkeypatch)
     real_log_dead_letters = Sequencer._log_dead_letters
@@ -343,7 +343,7 @@ def test_a_dead_letter_replayed_before_it_was_logged_is_logged_once(tmp_path, mo
 
 
 def test_dead_letter_index_scans_once_then_only_what_was_appended():
-    """engine.recovery.DeadLetterIndex: the dead-letter records from any offset,
+    """engine.runtime.recovery.DeadLetterIndex: the dead-letter records from any offset,
     the log read once from the lowest offset asked and then from where it stopped."""
     log = InMemoryLog()
     scans = []

@@ -11,8 +11,8 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import FlowRankError
-from engine.model import BoardSpec, BoardState, Invalidation, Policy, QuarantineDecision, ScoreEvent
+from engine.core.errors import FlowRankError
+from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, QuarantineDecision, ScoreEvent
 from tests.service.helpers import copy_dir, crash, drop_snapshots, open_service, run, state_of
 
 BOARDS = [BoardSpec("h:best", Policy.BEST_SCORE, shards=3, review_above=6),

@@ -1,0 +1,223 @@
+"""``ClusterEngine``: the EngineClient whose shards are Ray actors.
+
+The gateway process is a Ray driver. It runs the :class:`engine.router.router.Router`
+(sequencing, admission, merges) and talks to one ``LogServer`` actor pinned
+to its own node and to ``n`` shard actors spread over the cluster. Calls
+from this one driver reach each sync shard actor in submission order, which
+is what makes a fan-out a consistent cut (docs/consistency.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
+from engine.core.errors import Overloaded
+from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.log.archives import FileArchiveStore
+from engine.router.router import Router, RouterConfig
+from engine.runtime.base import RouterClient
+from engine.runtime.local import _lock
+
+log = logging.getLogger("flowrank.cluster")
+
+
+#: Ray settings of an embedded instance (a joined cluster keeps its own).
+#: ``task_events_max_num_task_in_gcs``: the GCS keeps an event record of the
+#: last N tasks (every actor call is a task) for Ray's state API and
+#: dashboard; at Ray's default (100,000) the gcs_server grew by ~240 MiB
+#: before reaching it under steady ingest (the soak, docs/performance.md).
+#: 1,000 holds it flat at ~65 MiB; `ray list tasks` then shows the last 1,000.
+EMBEDDED_SYSTEM_CONFIG = {"task_events_max_num_task_in_gcs": 1_000}
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = False) -> bool:
+    """Start an embedded local Ray (no address) or join a cluster; returns
+    whether this call started Ray. Keeps the caller's SIGTERM/SIGINT
+    handlers (ray.init installs its own, which defeats graceful shutdown).
+
+    An embedded Ray runs without the dashboard (web UI, job/state/metrics
+    head modules) unless ``dashboard`` is true. Ray 2.60 still starts its
+    API-server process (usage stats only), the raylet's dashboard and
+    runtime-env agents, the log monitor and the autoscaler monitor: ray.init
+    has no switch for those (docs/http.md, "Lean embedded Ray")."""
+    if ray.is_initialized():
+        return False
+    if address is None:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only embedded instance
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
+                 include_dashboard=bool(dashboard),
+                 _system_config=EMBEDDED_SYSTEM_CONFIG if address is None else None,
+                 ignore_reinit_error=True, log_to_driver=False)
+    finally:
+        for s, h in saved.items():
+            if h is not None:
+                signal.signal(s, h)
+    return True
+
+
+class RayShards:
+    """Shard transport over sync Ray actors (order-preserving per caller)."""
+
+    def __init__(self, actors: list):
+        self.actors = actors
+        self.n = len(actors)
+
+    def apply(self, actor: int, through: int, items: list):
+        return _unpacked(self.actors[actor].apply.remote(through, pack(items)))
+
+    def read(self, actor: int, requests: list):
+        return _unpacked(self.actors[actor].read.remote(pack(requests)))
+
+
+async def _unpacked(ref):
+    try:
+        return unpack(await ref)
+    except ray.exceptions.RayError as exc:
+        raise Overloaded(f"A shard actor is restarting or unreachable ({type(exc).__name__}); retry shortly.",
+                         retry_after=1) from exc
+
+
+class RayLog:
+    """LogPort over the LogServer actor."""
+
+    def __init__(self, server):
+        self.server = server
+
+    async def append(self, payloads: list[bytes]) -> int:
+        return await self.server.append.remote(payloads)  # each record packed once, by the sequencer
+
+
+class ClusterEngine(RouterClient):
+    def __init__(self, router: Router, log_server, shards: list, lock_fd, started_ray: bool):
+        self.router = router
+        self.log_server = log_server
+        self.shards = shards
+        self._lock_fd = lock_fd
+        self._started_ray = started_ray
+        self._shard_stats: dict = {}
+        self.recovery_seconds = 0.0
+        self.prune_log = False
+        self.namespace: str | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: str = "./flowrank-data",
+        default_shards: int | None = None,
+        dedup_retention: int = DEFAULT_DEDUP_RETENTION,
+        delta_retention: int = DEFAULT_DELTA_RETENTION,
+        n_shards: int | None = None,
+        ray_address: str | None = None,
+        snapshot_every_events: int = 1_000_000,
+        snapshot_every_seconds: float = 300.0,
+        max_queued_events: int = 200_000,
+        prune_log: bool = False,
+        ray_dashboard: bool = False,
+        wall_clock: Callable[[], int] | None = None,
+        cache_dir: str | None = None,
+    ) -> "ClusterEngine":
+        started = time.monotonic()
+        root = Path(data_dir).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        lock_fd = _lock(root / "LOCK")
+        started_ray = init_ray(ray_address, dashboard=ray_dashboard)  # main thread: ray.init wants it
+        n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        here = ray.get_runtime_context().get_node_id()
+        namespace = ray.get_runtime_context().namespace
+        log_name = f"flowrank-log-{uuid.uuid4().hex[:12]}"
+        log_server = RemoteLogServer.options(
+            name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+        ).remote(str(root))
+        await log_server.end_offset.remote()  # opened (torn tail truncated) before any shard reads it
+        # cache_dir: the numba compile cache each shard actor points its kernels at (engine.runtime.warm)
+        shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
+                  for i in range(n)]
+        await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
+        router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
+            dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
+            archives=FileArchiveStore(root / "archives"),
+            wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
+        eng = cls(router, log_server, shards, lock_fd, started_ray)
+        eng.namespace = namespace
+        eng.default_shards = default_shards or n
+        eng.snapshot_every_events = snapshot_every_events
+        eng.snapshot_every_seconds = snapshot_every_seconds
+        eng.prune_log = prune_log
+        view = RemoteLogView(log_server)
+        await eng._start(view, view)  # the same start sequence as the local service (RouterClient._start)
+        eng.recovery_seconds = time.monotonic() - started
+        eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
+        return eng
+
+    async def warm(self) -> list[dict]:
+        """Every shard actor compiles or loads every kernel, in parallel (engine.runtime.warm);
+        one WarmReport (as a dict) per actor. Calls sent after it wait for it."""
+        return list(await asyncio.gather(*(s.warm.remote() for s in self.shards)))
+
+    async def _take_snapshot(self) -> float:
+        paused = time.monotonic()
+        async with self.router.sequencing():
+            offset, state = self.router.log_offset, self.router.to_state()
+            refs = [s.snapshot.remote() for s in self.shards]  # ordered after every dispatched batch
+        pause = time.monotonic() - paused
+        shard_offsets = await asyncio.gather(*refs)
+        if offset >= 0:
+            await self.log_server.save_snapshot.remote("router", offset + 1, pack(state))
+            if self.prune_log:  # segments wholly before every snapshot
+                await self.log_server.delete_segments_before.remote(min([offset, *shard_offsets]) + 1)
+        return pause
+
+    async def _refresh_stats(self) -> None:
+        while True:
+            try:
+                await self.refresh_stats()
+            except Exception:
+                pass
+            await asyncio.sleep(2.0)
+
+    async def refresh_stats(self) -> None:
+        """Ask every shard actor for its stats now. An actor runs calls in the order they were sent,
+        so the answer includes every batch dispatched to it before this call: a scrape after an
+        acknowledged write sees that write's rows (the 2 s loop only covers stats() between scrapes)."""
+        stats = await asyncio.gather(*(s.stats.remote() for s in self.shards))
+        self._shard_stats = {i: st for i, st in enumerate(stats)}
+
+    def stats(self) -> dict:
+        return self.router_stats() | {
+            "shard_rows": {i: sum(st["rows"].values()) for i, st in self._shard_stats.items()},
+            "dead_letters": [d for st in self._shard_stats.values() for d in st["dead_letters"]],
+        }
+
+    async def shard_pids(self) -> list[int]:
+        return list(await asyncio.gather(*(s.pid.remote() for s in self.shards)))
+
+    async def close(self) -> None:
+        self._stats_task.cancel()
+        await self._stop()
+        try:
+            await self.log_server.close.remote()
+        except Exception:
+            pass
+        for a in [*self.shards, self.log_server]:
+            ray.kill(a)
+        if self.namespace is not None:  # the shard actors' export spill directories on this node (empty by now)
+            shutil.rmtree(spill_dir(self.namespace), ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._started_ray:
+            ray.shutdown()

@@ -1,0 +1,382 @@
+"""Board control: every change to a board's life.
+
+:class:`BoardControl` creates boards, starts the next season, changes a
+board's state (each through the sequencer, so it lands at one log position),
+runs the season timer that makes scheduled transitions, archives an ARCHIVED
+board (its rows to an archive file, then the shard actors drop theirs), and
+keeps the registry's snapshot (``to_state`` / ``load_state``) and versions
+(``sync_versions`` from the shard actors). The registry itself and its one
+fold live in :mod:`engine.router.registry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable, Protocol, Sequence
+
+import numpy as np
+
+from engine.core import records as R
+from engine.core import season
+from engine.core import wire as W
+from engine.core.admission import Admission
+from engine.core.archive import ArchiveHistory, encode, rows_from_wire
+from engine.core.errors import FlowRankError, StorageUnavailable, ValidationFailed
+from engine.core.formats import ROUTER_STATE_FORMAT, state_format
+from engine.core.gc_tuning import release_memory
+from engine.core.journal import JournalColumns
+from engine.log.archives import ArchiveStore, MemoryArchiveStore
+from engine.core.model import (
+    BoardInfo,
+    BoardSpec,
+    BoardState,
+)
+from engine.router.registry import BoardCtl, BoardRegistry
+from engine.core.subscores import check_directions
+from engine.core.windows import instance_id, window_of
+
+
+log = logging.getLogger("flowrank.router")
+
+
+class Writes(Protocol):
+    """What board control needs of the sequencer (:class:`engine.router.ingest.Sequencer`)."""
+
+    closing: bool
+
+    async def submit_board(self, spec: BoardSpec) -> None: ...
+
+    async def submit_state(self, board_id: str, state: BoardState) -> None: ...
+
+    def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future: ...
+
+    def submit_instance(self, series_id: str) -> asyncio.Future: ...
+
+
+class Reads(Protocol):
+    """What board control needs of the read fan-out (:class:`engine.router.reads.ReadFanOut`)."""
+
+    reads: object
+
+    async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict: ...
+
+    async def consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]], ctl: BoardCtl | None = None): ...
+
+    async def board(self, board_id: str) -> BoardInfo: ...
+
+
+class BoardControl:
+    """Board lifecycle: create, next season, state changes (through the
+    sequencer), the season timer, archiving, and the registry's recovery."""
+
+    def __init__(self, registry: BoardRegistry, sequencer: Writes, fanout: Reads,
+                 archives: ArchiveStore | None = None, wall_clock: Callable[[], int] | None = None):
+        self.registry = registry
+        self.boards = registry.boards
+        self.cfg = registry.cfg
+        self.sequencer = sequencer
+        self.fanout = fanout
+        self.archives: ArchiveStore = MemoryArchiveStore() if archives is None else archives
+        # Epoch ms: the only clock scheduled season transitions read (tests pass a fake one).
+        self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
+        self._sched_wake: asyncio.Event | None = None
+        self._keeping = asyncio.Lock()  # enforce_keep, one at a time
+        self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
+        # Awaited before the shard actors drop an archived board's rows: an engine host
+        # (engine.runtime.host) waits there until no gateway's read replica still reads them.
+        self.drop_barriers: list[Callable[[str], Awaitable]] = []
+
+    def start(self) -> list[asyncio.Task]:
+        """Start the season timer; its task."""
+        self._sched_wake = asyncio.Event()
+        return [asyncio.ensure_future(self._season_timer())]
+
+    # ------------------------------------------------------------- recovery
+
+    def to_state(self) -> dict:
+        return {
+            "format": ROUTER_STATE_FORMAT,
+            "log_offset": self.registry.log_offset,
+            "boards": [
+                [R.board_record(c.spec), c.admission.to_state(), c.corrections] for c in self.boards.values()
+            ],
+        }
+
+    def load_state(self, state: dict) -> None:
+        state_format(state, ROUTER_STATE_FORMAT, "router snapshot")
+        self.registry.log_offset = state["log_offset"]
+        for rec, adm, corrections in state["boards"]:
+            spec = R.spec_of(rec)
+            ctl = self.registry.new_ctl(spec)
+            ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
+            ctl.corrections = corrections
+            self.registry.add(ctl)
+
+    async def sync_versions(self) -> None:
+        """Read every board's version from the shard actors (after recovery)
+        and restart each delta ring there: older versions answer with a snapshot."""
+        for ctl in self.boards.values():
+            board_id = ctl.spec.board_id
+            if ctl.admission.state is BoardState.ARCHIVED and ctl.archive is None:
+                ctl.archive = await asyncio.to_thread(self.archives.open, board_id)
+            if ctl.archive is not None:  # its rows live in the archive: the shard actors drop theirs (again)
+                ctl.version = ctl.archive.info.version
+                await self.fanout.fan(ctl, lambda a: W.Drop(W.DROP, board_id))
+            else:
+                answers = await self.fanout.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
+                ctl.version = sum(ans.version for _, ans in answers.values())
+            ctl.ring.reset(ctl.version)
+            ctl.actor_changes.clear()
+            ctl.samples.clear()
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def create_board(self, spec: BoardSpec) -> BoardInfo:
+        """Log the board; a ``closes_at`` already past freezes it (and
+        finalizes it, if that is due too) right after, before this returns."""
+        if spec.shards < 1:
+            raise ValidationFailed("shards must be at least 1.", "shards")
+        check_directions(spec.policy, list(spec.subscores))
+        season.check_schedule(spec.closes_at, spec.finalize_after_s)
+        if spec.subscores and (spec.recurrence is not None or spec.entry is not None):
+            raise ValidationFailed("A board with subscores cannot be recurring or have entry rules yet.", "subscores")
+        if spec.recurrence is not None and spec.entry is not None:
+            raise ValidationFailed("A recurring board cannot have entry rules yet: give them to an ordinary board "
+                                   "(one per season, with next-season) instead.", "entry")
+        await self.sequencer.submit_board(spec)
+        if spec.recurrence is not None:
+            self.wake_season_timer()  # its next wake-up may now be this series' next window
+        if spec.closes_at is not None:
+            await self.close_due([spec.board_id])
+            self.wake_season_timer()  # its next wake-up may now be sooner
+        return await self.fanout.board(spec.board_id)
+
+    async def next_season(self, board_id: str, season_name: str, closes_at: int | None,
+                          finalize_after_s: int | None = None) -> BoardInfo:
+        """Create ``game:mode:<season_name>:scope`` with ``board_id``'s settings
+        (:func:`engine.core.season.next_season`). Raises BoardNotFound, BoardExists,
+        ValidationFailed."""
+        spec = season.next_season(self.registry.ctl(board_id).spec, season_name, closes_at, finalize_after_s)
+        return await self.create_board(spec)
+
+    async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
+        ctl = self.registry.ctl(board_id)
+        await self.sequencer.submit_state(board_id, state)
+        if state is BoardState.ARCHIVED:
+            try:
+                await self._archive(ctl)
+            except Exception:  # the state is durable; the next start builds the archive
+                log.exception("archiving board %r failed; its rows stay on the shard actors until a restart "
+                              "builds the archive", board_id)
+        return await self.fanout.board(board_id)
+
+    # ---------------------------------------------------------------- archive
+
+    async def finish_archiving(self) -> None:
+        """Build the archive of every ARCHIVED board that has none (a crash
+        came between the ARCHIVED record and the archive's rename): the shard
+        actors replayed its rows from the log. Run once the router has started."""
+        for ctl in list(self.boards.values()):
+            if ctl.admission.state is BoardState.ARCHIVED and ctl.archive is None:
+                await self._archive(ctl)
+
+    async def _archive(self, ctl: BoardCtl) -> None:
+        """Write the board's rows to its archive, then have the shard actors drop them.
+
+        Runs after the ARCHIVED record applied, so no later record changes the
+        rows and the archive is the same whenever it is built. Order (docs/
+        recovery.md): read every row in one cut; encode; save (temp file, fsync,
+        rename); read it back; switch the board's reads to it; wait for reads
+        already asking the shard actors; drop. A crash before the rename leaves no
+        archive (the next start builds it); after it, a finished one."""
+        board_id = ctl.spec.board_id
+        if ctl.archive is not None:
+            return
+
+        async def attempt():
+            answers = await self.fanout.fan(ctl, lambda a: W.Rows(W.ROWS, board_id))
+            return {o for o, _ in answers.values()}, answers
+
+        answers = await self.fanout.consistent(attempt, ctl)
+        got = [ans for _, ans in answers.values()]
+        version = sum(ans.version for ans in got)
+        parts = [cols for ans in got for cols in ans.value]
+        if len(parts) != ctl.spec.shards:
+            raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but its archive is missing and the shard actors no "
+                                     "longer hold its rows: restore the archive file from a backup.")
+        found = await asyncio.to_thread(self.archives.open, board_id)  # finished before a crash: keep it
+        if found is None:
+            rows = rows_from_wire(parts)
+            del got, parts, answers
+            history = await self._history_of(ctl)
+            subs = {"subscores": ctl.spec.subscores} if ctl.spec.subscores else {}  # (docs/api.md §14)
+            chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows, history, **subs)
+            del rows, history
+            await asyncio.to_thread(self.archives.save, board_id, chunks)
+            del chunks
+            found = await asyncio.to_thread(self.archives.open, board_id)
+        if found is None or found.info.version != version or found.info.board_id != board_id:
+            raise StorageUnavailable(f"The archive of board {board_id!r} does not hold its rows at version "
+                                     f"{version}; its rows stay on the shard actors.", retry_after=1)
+        ctl.archive = found
+        ctl.version = version
+        for barrier in self.drop_barriers:  # reads in other processes (engine.runtime.replica)
+            await barrier(board_id)
+        while ctl.shard_reads:  # reads that chose the shard actors before the switch
+            await asyncio.sleep(0.002)
+        await self.fanout.fan(ctl, lambda a: W.Drop(W.DROP, board_id))
+        await asyncio.to_thread(release_memory)  # the build's buffers (and in-process shard actors' rows) go back
+        log.info("board %r archived at version %d: %d rows", board_id, version, len(found))
+
+    async def _history_of(self, ctl: BoardCtl) -> ArchiveHistory:
+        """Every journal row of an ARCHIVED board, read from each partition in
+        chunks of ``cfg.history_chunk_rows`` (one read per chunk, its rows as
+        numpy columns). The shard actors no longer change an ARCHIVED board's
+        partitions, so the chunks need no common cut."""
+        board_id, step = ctl.spec.board_id, self.cfg.history_chunk_rows
+        parts = []
+        for part, actor in enumerate(ctl.part_actor):
+            chunks, ids, start, total = [], None, 0, 1
+            while start < total:
+                _, got = await self.fanout.reads.ask(actor, W.HCols(W.HCOLS, board_id, part, start, step))
+                if got.value is None:
+                    raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but partition {part} is no longer on "
+                                             "its shard actor: restore the archive file from a backup.")
+                chunk = W.HistoryChunk._make(got.value)
+                total = chunk.total
+                ids = chunk.ids if chunk.ids is not None else ids
+                cols = JournalColumns.from_wire(chunk.columns)
+                chunks.append(cols)
+                start += max(cols.n, 1)
+            assert ids is not None
+            parts.append((np.frombuffer(ids[0], np.uint8), np.frombuffer(ids[1], "<i8"), chunks))
+        return ArchiveHistory.of_parts(parts)
+
+    # --------------------------------------------------------- season schedule
+
+    async def close_due(self, board_ids: Sequence[str] | None = None, keep_behind: bool = False) -> int | None:
+        """Make every scheduled transition due at the wall clock's now (of
+        ``board_ids``, default every board), each as a STATE record through
+        the sequencer like an admin's request, so it lands at one log
+        position; waits until they are durable. Returns the epoch ms at which
+        the next scheduled transition falls due (None: none). Idempotent: a
+        transition already made (by the schedule or an admin) is not made
+        again. O(boards)."""
+        now = self.wall_clock()
+        waits, wake_at = [], None
+        try:
+            for board_id in list(self.boards if board_ids is None else board_ids):
+                ctl = self.boards.get(board_id)
+                if ctl is None or ctl.spec.closes_at is None:
+                    continue
+                d = season.due(ctl.admission.state, ctl.spec.closes_at, ctl.spec.finalize_after_s, now)
+                if d.transitions:
+                    waits.append(self.sequencer.submit_schedule(board_id, now))  # queued in this turn, in board order
+                if d.wake_at is not None and (wake_at is None or d.wake_at < wake_at):
+                    wake_at = d.wake_at
+        finally:
+            done = await asyncio.gather(*waits, return_exceptions=True)  # what was queued is answered
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if board_ids is None:  # every board: series windows too
+            starts = await self.series_due(now, keep_behind)
+            if starts is not None and (wake_at is None or starts < wake_at):
+                wake_at = starts
+        return wake_at
+
+    async def series_due(self, now: int, keep_behind: bool = False) -> int | None:
+        """What the series owe at ``now`` (docs/api.md §15): every series whose
+        current window has no instance gets it, through the sequencer (a logged
+        submission that creates it only if still missing when its turn comes, so
+        a server that was down creates it at start); then :meth:`enforce_keep`
+        (``keep_behind``: in a task of its own, so that the season timer never
+        waits for an archive to be written before the next scheduled close).
+        Returns when the next window of any series starts (None: no series)."""
+        waits, wake_at = [], None
+        try:
+            for board_id, ctl in list(self.boards.items()):
+                rec = ctl.spec.recurrence
+                if rec is None or ctl.admission.state is BoardState.ARCHIVED:
+                    continue
+                w = window_of(rec, now)
+                if instance_id(board_id, w) not in self.boards:
+                    waits.append(self.sequencer.submit_instance(board_id))
+                if wake_at is None or w.end_ms < wake_at:
+                    wake_at = w.end_ms
+        finally:
+            done = await asyncio.gather(*waits, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if not keep_behind:
+            await self.enforce_keep()
+        elif self.keeping is None or self.keeping.done():
+            self.keeping = asyncio.ensure_future(self.enforce_keep())
+            self.keeping.add_done_callback(_log_failure)
+        return wake_at
+
+    async def enforce_keep(self) -> None:
+        """Whenever more than ``keep`` instances of a series are unarchived,
+        archive the oldest FINALIZED ones (as an admin's ARCHIVED: the state
+        through the sequencer, then the archive) until ``keep`` remain or no
+        FINALIZED one is left to archive."""
+        async with self._keeping:  # one at a time (the timer's and a start's): each sees what the last archived
+            for board_id, ctl in list(self.boards.items()):
+                await self._keep(board_id, ctl)
+
+    async def _keep(self, board_id: str, ctl: BoardCtl) -> None:
+        rec = ctl.spec.recurrence
+        if rec is not None:
+            live = [i for i in self.registry.instances_of(board_id)
+                    if self.boards[i].admission.state is not BoardState.ARCHIVED]
+            excess = len(live) - rec.keep
+            for iid in reversed(live):  # oldest window first
+                if excess <= 0:
+                    break
+                if self.boards[iid].admission.state is BoardState.FINALIZED:
+                    try:
+                        await self.set_state(iid, BoardState.ARCHIVED)
+                    except FlowRankError:  # archived meanwhile (an admin): nothing left to do for it
+                        log.warning("archiving instance %r of series %r for keep=%d failed", iid, board_id,
+                                    rec.keep, exc_info=True)
+                    excess -= 1
+
+    def wake_season_timer(self) -> None:
+        """Have the season timer look at the schedule now (a board was created,
+        or a test moved its fake clock)."""
+        if self._sched_wake is not None:
+            self._sched_wake.set()
+
+    async def _season_timer(self) -> None:
+        """Sleep until the next scheduled transition is due (re-reading the
+        wall clock at least every ``schedule_poll_s``, so a stepped clock is
+        noticed), then make it through :meth:`close_due`."""
+        while not self.sequencer.closing:
+            self._sched_wake.clear()
+            try:
+                wake_at = await self.close_due(keep_behind=True)
+            except Exception:
+                if self.sequencer.closing:
+                    return
+                log.exception("scheduled season transitions failed; retrying")
+                wake_at = None
+            poll = self.cfg.schedule_poll_s
+            delay = poll if wake_at is None else min(poll, max(0.001, (wake_at - self.wall_clock()) / 1000))
+            try:
+                await asyncio.wait_for(self._sched_wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("archiving series instances beyond keep failed; the season timer tries again",
+                  exc_info=task.exception())
+
+
+def epoch_ms() -> int:
+    """The wall clock in epoch milliseconds (the default ``wall_clock``)."""
+    return time.time_ns() // 1_000_000

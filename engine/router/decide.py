@@ -1,0 +1,412 @@
+"""Decide: what a submission becomes in the log, judged against the registry
+plus what earlier submissions of the same cycle decided. Pure.
+
+The sequencer takes a cycle of submissions in queue order (which is log
+order). For each it calls :func:`decide`, which reads the registry
+(:mod:`engine.router.registry`) and the cycle's :class:`Overlay`, and returns the
+records to append with what the answer needs later; it changes neither.
+:meth:`Overlay.note` then adds those records to the overlay, so the next
+submission of the cycle is judged as if they were applied (a board created,
+a state changed, an event id admitted or a held event decided earlier in the
+cycle). After the one durable append, :meth:`engine.router.registry.BoardRegistry.apply`
+folds each record in, the same fold recovery runs over the log. A failed
+append drops the overlay and nothing else: there is nothing to undo.
+
+Submissions are named after the record kinds they are logged as
+(:class:`Submission`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import Enum
+from typing import NamedTuple
+
+import numpy as np
+
+from engine.core import records as R
+from engine.core import season
+from engine.core.admission import ScoreVerdicts
+from engine.core.columns import ScoreBatch, ScoreColumns, concat_columns
+from engine.core.dedup import DedupTable
+from engine.core.entry import EntryTable, join_answer, new_overlay
+from engine.core.entry import lookup as entry_lookup
+from engine.core.errors import BoardExists, BoardNotFound, ValidationFailed
+from engine.core.model import BoardSpec, BoardState, Invalidation, JoinResult, QuarantineDecision
+from engine.core.placement import parts_of
+from engine.router.registry import BoardCtl, BoardRegistry, ScoreMemo
+from engine.core.timefmt import format_timestamp
+from engine.core.windows import Window, horizon, instance_id, window_of, windows_of
+
+_FOREVER = 1 << 62
+
+
+class Submission(str, Enum):
+    """What a queued submission is: named after the log record kind
+    (:data:`engine.core.records.KINDS`) it is logged as."""
+
+    SCORES = "scores"  # a ScoreBatch: one C / M record per board partition with events (one G holding them
+    #                    when the batch fans out), after the W (+ T) records of series instances it creates
+    BOARD = "board"  # a BoardSpec: one K record (a series: its R record and its current window's W record)
+    INSTANCE = "instance"  # a series id from the season timer: the current window's W record, if missing
+    STATE = "state"  # (board_id, BoardState) from an admin: one T record
+    SCHEDULE = "schedule"  # (board_id, now_ms) from the season timer: a T record per transition due (maybe none)
+    DECISION = "decision"  # a QuarantineDecision: one D / E record
+    INVALIDATION = "invalidation"  # an Invalidation: one I record
+    DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
+    JOIN = "join"  # (board_id, player_id): one J record for a new join, none for a player who joined before
+
+
+class ScorePlace(NamedTuple):
+    """Where one board's share of a score submission went: the index of a
+    record in the cycle's decision and the board's row numbers in it, in
+    record order; ``part``: the index of the part within a ``G`` record (-1:
+    the record is the part)."""
+
+    record: int
+    rows: np.ndarray
+    part: int = -1
+
+
+class GroupMemo(NamedTuple):
+    """A ``G`` record's memo: its parts' :class:`ScoreMemo`, in order."""
+
+    parts: list
+
+
+class Decision(NamedTuple):
+    """What one submission becomes: its records in log order, per record the
+    memo its fold can use (None: the fold parses the record) and whether the
+    record's events were all never seen before (the partition may skip the
+    journal's search for old redeliveries: ``ids_new``), and for a score
+    submission, per board of the batch its places (None: unknown board,
+    answered REJECTED_UNKNOWN_SEASON and not logged); ``answer``: what the
+    caller is answered once the records are durable, when the decision
+    already knows it (a join's :class:`engine.core.model.JoinResult`). ``routed``:
+    for a score submission with events sent to a series, the batch as its
+    events landed (each on its window's instance; ``places`` then follow its
+    boards)."""
+
+    records: list
+    memos: list
+    ids_new: list
+    places: list | None = None
+    answer: object = None
+    routed: ScoreBatch | None = None
+
+
+class Overlay:
+    """What the submissions decided so far in one cycle add to the registry,
+    before it is durable: boards created, season states reached, event ids
+    remembered, held events decided, corrections counted. Lives for one cycle."""
+
+    def __init__(self, registry: BoardRegistry):
+        self.registry = registry
+        self.new: dict[str, BoardCtl] = {}
+        self.states: dict[str, BoardState] = {}
+        self._ids: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # per board: (words, fps) noted, not in a table yet
+        self._tables: dict[str, DedupTable] = {}
+        self.decided: dict[str, set[str]] = {}
+        self.corrections: Counter = Counter()
+        self.entry: dict[str, EntryTable] = {}  # per board: the entry table's overlay (engine.core.entry)
+
+    def ctl(self, board_id: str) -> BoardCtl | None:
+        got = self.registry.boards.get(board_id)
+        return got if got is not None else self.new.get(board_id)
+
+    def need(self, board_id: str) -> BoardCtl:
+        got = self.ctl(board_id)
+        return got if got is not None else self.registry.ctl(board_id)  # raises BoardNotFound
+
+    def state(self, ctl: BoardCtl) -> BoardState:
+        return self.states.get(ctl.spec.board_id, ctl.admission.state)
+
+    def earlier(self, board_id: str) -> DedupTable | None:
+        """The event ids that earlier submissions of the cycle remembered on
+        this board, as a table ``Admission.decide_columns`` looks in (None:
+        none). Built only when a second submission of the cycle touches the
+        board, so a cycle of one batch per board builds none."""
+        pending = self._ids.pop(board_id, None)
+        table = self._tables.get(board_id)
+        if pending:
+            if table is None:
+                table = self._tables[board_id] = DedupTable(_FOREVER, board_id)
+            for words, fps in pending:
+                table.remember_words(words, fps)
+        return table
+
+    def entry_over(self, ctl: BoardCtl, create: bool = False) -> EntryTable | None:
+        """The board's entry overlay: players joined or counted earlier in the cycle (None: none yet)."""
+        board_id = ctl.spec.board_id
+        got = self.entry.get(board_id)
+        if got is None and create:
+            got = self.entry[board_id] = new_overlay(ctl.admission.entry)
+        return got
+
+    def note(self, decision: Decision) -> None:
+        """Add a decision's records to the overlay, so later submissions of
+        the cycle are judged as if they were applied."""
+        for rec, memo in zip(decision.records, decision.memos):
+            kind = rec.kind
+            if kind in R.BOARD_KINDS:
+                spec = R.spec_of(rec)
+                self.new[spec.board_id] = self.registry.new_ctl(spec)
+            elif kind == R.STATE:
+                self.states[rec.board_id] = BoardState(rec.state)
+            elif kind in R.SCORE_BATCHES and memo is not None:
+                self._remember(rec.board_id, memo)
+            elif kind == R.GROUP and memo is not None:
+                for part, part_memo in zip(R.group_parts(rec), memo.parts):
+                    self._remember(part.board_id, part_memo)
+            elif kind in R.DECISIONS:
+                self.decided.setdefault(rec.board_id, set()).add(rec.event_id)
+                ctl = self.ctl(rec.board_id)
+                if ctl is not None and ctl.spec.entry is not None:
+                    ctl.admission.fold_decided_row(rec.player_id, rec.value, rec.decision, self.entry_over(ctl, True))
+            elif kind == R.JOIN:
+                ctl = self.need(rec.board_id)
+                over = self.entry_over(ctl, True)
+                assert over is not None
+                over.fold_join(rec.player_id, rec.position, base=ctl.admission.entry)
+            elif kind == R.INVALIDATE:
+                self.corrections[rec.board_id] += 1
+
+
+    def _remember(self, board_id: str, memo: ScoreMemo) -> None:
+        keep = memo_remembered(memo)
+        if len(keep):
+            self._ids.setdefault(board_id, []).append((memo.words[keep], memo.fps[keep]))
+            _note_entry_scores(self, board_id, memo)
+
+
+def _note_entry_scores(ov: Overlay, board_id: str, memo: ScoreMemo) -> None:
+    ctl = ov.ctl(board_id)
+    if ctl is not None and ctl.spec.entry is not None and ctl.spec.entry.limits:
+        ctl.admission.fold_entry(memo.cols, memo.verdicts, ov.entry_over(ctl, True))
+
+
+def memo_remembered(memo: ScoreMemo) -> np.ndarray:
+    """Positions of a decided score record's events that the board remembers."""
+    return ScoreVerdicts(memo.verdicts, memo.words, memo.fps).remembered()
+
+
+def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
+    """The records one submission becomes, judged against the registry and
+    the overlay ``ov``. Pure: changes neither. ``now_ms``: the server's wall
+    clock as the sequencer read it for this cycle (series windows). Raises the
+    submission's FlowRankError (BoardExists, BoardNotFound, InvalidTransition,
+    AlreadyDecided, EventNotFound, ValidationFailed for an event too far
+    ahead of its series' current window) when it cannot be logged."""
+    if kind == Submission.SCORES:
+        return _decide_scores(ov, payload, now_ms)
+    if kind == Submission.BOARD:
+        spec: BoardSpec = payload
+        if ov.ctl(spec.board_id) is not None:
+            raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
+        records = [R.board_record(spec)]
+        if spec.recurrence is not None:  # the series and, in the same cycle, its current window's instance
+            w = window_of(spec.recurrence, now_ms)
+            if ov.ctl(instance_id(spec.board_id, w)) is not None:
+                raise BoardExists(f"Board {instance_id(spec.board_id, w)!r} (this series' current window) already "
+                                  "exists.", "board_id")
+            records.extend(_new_instance(spec, w, now_ms))
+        return _plain(records)
+    if kind == Submission.INSTANCE:
+        series_id: str = payload
+        ctl = ov.need(series_id)
+        if ctl.spec.recurrence is None:
+            raise BoardNotFound(f"Board {series_id!r} is not a series.", "board_id")
+        w = window_of(ctl.spec.recurrence, now_ms)
+        if ov.ctl(instance_id(series_id, w)) is not None:
+            return _plain([])
+        return _plain(_new_instance(ctl.spec, w, now_ms))
+    if kind == Submission.STATE:
+        board_id, wanted = payload
+        ctl = ov.need(board_id)
+        season.next_state(ov.state(ctl), wanted)  # raises InvalidTransition
+        return _plain([R.StateRecord(R.STATE, board_id, wanted.value)])
+    if kind == Submission.SCHEDULE:  # what the schedule owes at the instant close_due read the clock
+        board_id, now = payload
+        ctl = ov.need(board_id)
+        spec = ctl.spec
+        moves = season.due(ov.state(ctl), spec.closes_at, spec.finalize_after_s, now).transitions
+        return _plain([R.StateRecord(R.STATE, board_id, target.value) for target in moves])
+    if kind == Submission.DECISION:
+        d: QuarantineDecision = payload
+        ctl = ov.need(d.board_id)
+        held = ctl.admission.check_decision(d.event_id, ov.decided.get(d.board_id, ()), ov.state(ctl))
+        return _plain([R.decide_record(d.board_id, d.event_id, d.decision, d.reason, d.moderator, held)])
+    if kind == Submission.INVALIDATION:
+        inv: Invalidation = payload
+        ctl = ov.need(inv.board_id)
+        ctl.admission.check_corrections_allowed(ov.state(ctl))
+        cid = R.correction_id(inv.event_id, ctl.corrections + ov.corrections[inv.board_id] + 1)
+        return _plain([R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator)])
+    if kind == Submission.DEAD_LETTERS:
+        return _plain(list(payload))
+    if kind == Submission.JOIN:
+        return _decide_join(ov, *payload)
+    raise ValueError(kind)
+
+
+def _decide_join(ov: Overlay, board_id: str, player_id: str) -> Decision:
+    """A join (docs/api.md §16): a player who joined before (durably, or
+    earlier in the cycle) gets their position and no record; else the board
+    must be OPEN and not full, and the join is one J record at the next
+    position. Raises BoardNotFound, BoardNotOpen, BoardFull."""
+    ctl = ov.need(board_id)
+    over = ov.entry_over(ctl)
+    table = ctl.admission.entry
+    joined = (over if over is not None else table).joined
+    known = entry_lookup(table, over, player_id)
+    had = join_answer(ctl.spec.entry, known, joined, ov.state(ctl) is BoardState.OPEN)
+    if had is not None:
+        return Decision([], [], [], answer=JoinResult(player_id, had, False))
+    return Decision([R.join_record(board_id, player_id, joined)], [None], [False],
+                    answer=JoinResult(player_id, joined, True))
+
+
+def _plain(records: list) -> Decision:
+    return Decision(records, [None] * len(records), [False] * len(records))
+
+
+def instance_spec(series: BoardSpec, w: Window) -> BoardSpec:
+    """The spec of window ``w``'s instance of the series ``series``: the
+    series' settings, closing at the window's end."""
+    return BoardSpec(instance_id(series.board_id, w), series.policy, series.shards, series.max_plausible_time_ms,
+                     series.review_above, w.end_ms, series.finalize_after_s, series=series.board_id,
+                     window=(w.start_ms, w.end_ms))
+
+
+def _new_instance(series: BoardSpec, w: Window, now_ms: int) -> list:
+    """The records creating ``w``'s instance at ``now_ms``: its ``W`` record,
+    then the season moves already due (FROZEN when its window has ended,
+    FINALIZED ``finalize_after_s`` later)."""
+    spec = instance_spec(series, w)
+    moves = season.due(BoardState.OPEN, spec.closes_at, spec.finalize_after_s, now_ms).transitions
+    return [R.board_record(spec)] + [R.StateRecord(R.STATE, spec.board_id, m.value) for m in moves]
+
+
+def _route(ov: Overlay, batch: ScoreBatch, now_ms: int, records: list, created: dict) -> ScoreBatch | None:
+    """Send every event addressed to a series to its window's instance (one
+    :func:`engine.core.windows.windows_of` per series of the batch), adding the
+    records of instances created on demand to ``records`` and their control
+    state and season state to ``created``. Returns the batch as its events
+    land, one entry per board in order of first appearance (None: no event
+    was sent to a series). Raises ValidationFailed naming the first event (in
+    request order) more than one window ahead."""
+    if not any((c := ov.ctl(cols.board_id)) is not None and c.spec.recurrence is not None for cols in batch.boards):
+        return None
+    pieces: dict[str, list] = {}
+    too_far: tuple[int, int] | None = None  # (request index, horizon) of the first event too far ahead
+    for cols, pos in zip(batch.boards, batch.positions):
+        ctl = ov.ctl(cols.board_id)
+        rec = None if ctl is None else ctl.spec.recurrence
+        if ctl is None or rec is None:
+            pieces.setdefault(cols.board_id, []).append((cols, pos))
+            continue
+        limit = horizon(rec, now_ms)
+        late = np.flatnonzero(cols.achieved >= limit)
+        if len(late):
+            first = batch.request_index(int(pos[late].min()))  # positions grow with request order
+            if too_far is None or first < too_far[0]:
+                too_far = (first, limit)
+            continue
+        starts, ends, dates = windows_of(rec, cols.achieved)
+        if int(dates.min()) == int(dates.max()):
+            groups = [(0, np.arange(len(cols)))]
+        else:
+            _, first_rows, which = np.unique(dates, return_index=True, return_inverse=True)
+            order = np.argsort(which, kind="stable")
+            bounds = np.searchsorted(which[order], np.arange(len(first_rows) + 1))
+            groups = sorted((int(first_rows[k]), order[bounds[k]:bounds[k + 1]]) for k in range(len(first_rows)))
+            # (instances in order of their first event)
+        for at, rows in groups:
+            w = Window(int(starts[at]), int(ends[at]), int(dates[at]))
+            iid = instance_id(ctl.spec.board_id, w)
+            if iid not in created and ov.ctl(iid) is None:
+                made = _new_instance(ctl.spec, w, now_ms)
+                records.extend(made)
+                state = BoardState(made[-1].state) if len(made) > 1 else BoardState.OPEN
+                created[iid] = (ov.registry.new_ctl(R.spec_of(made[0])), state)
+            whole = len(rows) == len(cols)
+            pieces.setdefault(iid, []).append((cols if whole else cols.take(rows), pos if whole else pos[rows]))
+    if too_far is not None:
+        raise ValidationFailed(f"achieved_at is more than one window ahead of its series' current window (windows "
+                               f"starting at {format_timestamp(too_far[1])} or later are not open yet).",
+                               f"events[{too_far[0]}].achieved_at")
+    boards, positions = [], []
+    for board_id, got in pieces.items():
+        if len(got) == 1:
+            cols, pos = got[0]
+            boards.append(cols if cols.board_id == board_id else ScoreColumns(board_id, *cols[1:]))
+            positions.append(pos)
+            continue
+        cols = concat_columns(board_id, [c for c, _ in got])
+        pos = np.concatenate([p for _, p in got])
+        order = np.argsort(pos, kind="stable")  # one board's events in submission order
+        boards.append(cols.take(order))
+        positions.append(pos[order])
+    return ScoreBatch(batch.event_ids, boards, positions, batch.origin)
+
+
+def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
+    """Events sent to a series go to their windows' instances first
+    (:func:`_route`, creating missing ones). Then each board's events are
+    decided in order (one pass over its columns), and each partition's share
+    becomes one columnar record; when the batch fans out (an event for
+    several boards), those records travel as one ``G`` record, so a torn log
+    tail keeps all of them or none."""
+    records: list = []
+    created: dict[str, tuple[BoardCtl, BoardState]] = {}
+    routed = _route(ov, batch, now_ms, records, created)
+    memos: list = [None] * len(records)
+    ids_new: list = [False] * len(records)
+    places: list = []
+    lead = len(records)
+    for cols in (batch if routed is None else routed).boards:
+        made = created.get(cols.board_id)
+        ctl = made[0] if made is not None else ov.ctl(cols.board_id)
+        if ctl is None:
+            places.append(None)
+            continue
+        state = made[1] if made is not None else ov.state(ctl)
+        fresh = ctl.admission.remembers_every_id
+        got = ctl.admission.decide_columns(cols, earlier=ov.earlier(cols.board_id), state=state,
+                                           entry_over=ov.entry_over(ctl))
+        n_parts = ctl.spec.shards
+        mine = []
+        if n_parts == 1:
+            split = [np.arange(len(cols))]
+            parts = [0]
+        else:
+            owner = parts_of(cols.player_ids, n_parts)
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(n_parts + 1))
+            split, parts = [], []
+            for part in range(n_parts):
+                rows = order[bounds[part]:bounds[part + 1]]
+                if len(rows):
+                    split.append(rows)
+                    parts.append(part)
+        for part, rows in zip(parts, split):
+            whole = len(rows) == len(cols)
+            sub = cols if whole else cols.take(rows)
+            verdicts = got.verdicts if whole else got.verdicts[rows]
+            records.append(R.scores_record(sub, part, verdicts))
+            memos.append(ScoreMemo(sub, verdicts, got.words if whole else got.words[rows],
+                                   got.fps if whole else got.fps[rows]))
+            ids_new.append(fresh)
+            mine.append(ScorePlace(len(records) - 1, rows))
+        places.append(mine)
+    if batch.origin is not None and len(records) - lead > 1:  # a fan-out: its score records as one G record
+        parts = records[lead:]
+        group_memo = GroupMemo(memos[lead:])
+        fresh_all = all(ids_new[lead:])
+        del records[lead:], memos[lead:], ids_new[lead:]
+        records.append(R.group_record(parts))
+        memos.append(group_memo)
+        ids_new.append(fresh_all)
+        places = [None if mine is None else [ScorePlace(lead, p.rows, p.record - lead) for p in mine]
+                  for mine in places]
+    return Decision(records, memos, ids_new, places, routed=routed)

@@ -1,0 +1,858 @@
+"""Read fan-out: every board read the router answers, from the shard actors or an archive.
+
+A read goes to the shard actors that host the board's partitions, one request
+each, and merges their replies with the comparator (:mod:`engine.core.ranking`).
+:class:`TurnBatcher` coalesces the requests of one event-loop turn into one
+call per shard actor per round; :class:`CutLock` lets a multi-step read keep
+the sequencer from dispatching a batch between its steps; pinned page-1 views
+serve later pages and snapshot pages at one version. An ARCHIVED board answers
+from its archive (:mod:`engine.core.archive`) without asking any shard actor.
+
+Consistency (docs/consistency.md): a shard transport submits calls in order
+and every shard actor runs one caller's calls in submission order (sync Ray
+actors do), and every batch goes to every shard actor. So a read whose calls
+are all submitted in one step sees the same prefix of batches on every actor:
+a consistent cut, whose version is the sum of the actors' local versions.
+Reads that need two steps (rank: find the key, then count above it) hold the
+:class:`CutLock` so no batch is dispatched between the steps. Every reply
+carries the actor's applied log offset; replies with different offsets (an
+actor that replayed ahead after a restart) are retried (:meth:`ReadFanOut.consistent`).
+
+Requests and replies are the named tuples of :mod:`engine.core.wire`. Naming: a
+board has ``spec.shards`` *partitions*; a *shard actor* (``actor``) hosts some
+partitions of many boards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import functools
+import logging
+import time
+import uuid
+from collections import OrderedDict, defaultdict
+from dataclasses import replace
+from typing import AsyncIterator, Awaitable, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from engine.core import checksum as checksum_mod
+from engine.core import wire as W
+from engine.core.archive import ArchiveView
+from engine.router.registry import BoardCtl, BoardRegistry, CutLock, KeySample, RouterConfig
+from engine.core.export import Block, Chunk, Merge, TiedRanks, key_subscores, raw_subscores
+from engine.core.errors import (
+    BoardArchived,
+    BoardNotFound,
+    FlowRankError,
+    Overloaded,
+    PlayerNotFound,
+    PlayerNotRanked,
+    StorageUnavailable,
+    ValidationFailed,
+    ViewExpired,
+)
+from engine.log.spill import SpillReader
+from engine.core.model import (
+    InstanceInfo,
+    BoardInfo,
+    Changes,
+    Checksum,
+    HeldEvent,
+    HistoryEntry,
+    Page,
+    PlayerView,
+    Policy,
+    RowStatus,
+)
+from engine.core.placement import part_of
+from engine.core.ranking import (
+    better_primary_probe,
+    first_tied_in_prefix,
+    merge_top,
+    merge_window,
+    rank_locally,
+    with_tied_ranks,
+)
+from engine.router.turns import RoundBatcher
+from engine.core.wire import ShardTransport
+
+log = logging.getLogger("flowrank.router")
+
+
+def _with_attempts(read):
+    """A player read that also carries the player's admitted attempts, on a
+    board with ``max_attempts`` (docs/api.md §16): the router's entry table
+    as of the read's answer (it counts every event durable before it)."""
+
+    @functools.wraps(read)
+    async def wrapped(self, board_id: str, player_id: str, *args, **kwargs) -> PlayerView:
+        view = await read(self, board_id, player_id, *args, **kwargs)
+        ctl = self.registry.boards.get(board_id)
+        rules = None if ctl is None else ctl.spec.entry
+        if ctl is None or rules is None or rules.max_attempts is None:
+            return view
+        got = ctl.admission.entry.get(player_id)
+        return replace(view, attempts=0 if got is None else got.attempts)
+
+    return wrapped
+
+
+class TurnBatcher:
+    """Batches read requests into one call per shard actor per *round*
+    (:class:`engine.router.turns.RoundBatcher`): requests of one event-loop turn go
+    out together, and a round submits its calls to every shard actor in one
+    synchronous step, so the requests of one fan-out always see the same cut
+    (no batch dispatch can fall between them). A request is an
+    :mod:`engine.core.wire` request; its future gets ``(offset, reply)``: the
+    actor's applied log offset and the named reply.
+    """
+
+    def __init__(self, transport: ShardTransport, max_rounds: int = 2):
+        self.t = transport
+        self.turns: RoundBatcher[tuple] = RoundBatcher(self._send, max_rounds)
+
+    def ask(self, actor: int, req: tuple) -> asyncio.Future:
+        return self.turns.submit(actor, req)
+
+    def _send(self, actor, items: list) -> Awaitable[None]:
+        return self._deliver(self.t.read(actor, [r for r, _ in items]), items)  # the call starts now: one cut
+
+    @staticmethod
+    async def _deliver(aw, items):
+        try:
+            got = W.ReadAnswer._make(await aw)
+        except BaseException as exc:  # the shard actor failed: every waiter learns it
+            err = exc if isinstance(exc, FlowRankError) else Overloaded(
+                f"A shard is unavailable ({type(exc).__name__}); retry shortly.", retry_after=1)
+            for _, fut in items:
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        for (req, fut), ans in zip(items, got.replies):
+            if not fut.done():
+                fut.set_result((got.offset, W.reply(req.op, ans)))
+
+
+class ReadFanOut:
+    """Every board read: fan-out to the shard actors hosting the board's
+    partitions, merge, views; archived boards from their archive."""
+
+    def __init__(self, transport: ShardTransport, registry: BoardRegistry, config: RouterConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.t = transport
+        self.registry = registry
+        self.boards = registry.boards
+        self.cfg = config or registry.cfg
+        self.clock = clock  # monotonic seconds: view ages
+        # Epoch ms: which instance a read on a series answers from (the router shares board control's).
+        self.wall_clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+        self.reads = TurnBatcher(transport)
+        self.cut = CutLock()
+        self.views: OrderedDict[tuple[str, int], tuple[float, list]] = OrderedDict()
+        self._view_builds: dict[str, asyncio.Future] = {}  # board -> done when its page-1 fan-out ends
+        # (board, player) -> the wire key their row had when last read: a guess
+        # that lets an exact rank count on every shard actor in the same round as
+        # the owner's read of the row; used only when the row read confirms it.
+        self.rank_keys = registry.rank_keys
+
+    async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict:
+        """One request per shard actor (``make(actor)``), all submitted in the
+        same turn: a cut. ``{actor: (offset, reply)}``."""
+        actors = ctl.actors if actors is None else actors
+        futs = {a: self.reads.ask(a, make(a)) for a in actors}
+        return {a: await f for a, f in futs.items()}
+
+    async def consistent(self, attempt: Callable[[], Awaitable[tuple[set, object]]], ctl: BoardCtl | None = None):
+        """Run a read until every shard actor answered from the same log offset.
+        ``ctl``: the board read (counted in ``shard_reads`` meanwhile, so an
+        archive drops the shard actors' rows only once no read still needs them)."""
+        if ctl is not None:
+            ctl.shard_reads += 1
+        try:
+            for i in range(self.cfg.read_retries):
+                offsets, result = await attempt()
+                if len(offsets) <= 1:
+                    return result
+                await asyncio.sleep(0.002 * (i + 1))  # a shard actor replayed ahead: let dispatch catch up
+            raise Overloaded("Shards are recovering; retry shortly.", retry_after=1)
+        finally:
+            if ctl is not None:
+                ctl.shard_reads -= 1
+
+    async def list_boards(self) -> list[BoardInfo]:
+        return [await self.board(b) for b in sorted(self.boards)]
+
+    async def board(self, board_id: str) -> BoardInfo:
+        ctl = self.registry.ctl(board_id)
+        s = ctl.spec
+        if s.recurrence is not None:  # a series: its settings, and the version and size of its current instance
+            current = self.registry.current_instance(board_id, self.wall_clock())
+            now = None if current is None else await self.board(current)
+            return BoardInfo(s.board_id, s.policy, ctl.admission.state, 0 if now is None else now.version,
+                             0 if now is None else now.size, s.shards, s.max_plausible_time_ms, s.review_above,
+                             s.closes_at, s.finalize_after_s, recurrence=s.recurrence.to_json(), current=current)
+        if ctl.archive is not None:
+            info = ctl.archive.info
+            return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
+                             s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
+                             subscores=s.subscores, entry=s.entry, series=s.series, window=s.window)
+
+        async def attempt():
+            answers = await self.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
+            version = sum(ans.version for _, ans in answers.values())
+            size = sum(ans.value for _, ans in answers.values())
+            return {o for o, _ in answers.values()}, (version, size)
+
+        version, size = await self.consistent(attempt, ctl)
+        s = ctl.spec
+        return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
+                         s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
+                         subscores=s.subscores, entry=s.entry, series=s.series, window=s.window)
+
+    async def instances(self, board_id: str) -> list[InstanceInfo]:
+        """A series' instances, latest window first (docs/api.md §15);
+        BoardNotFound when ``board_id`` is no series."""
+        if self.registry.ctl(board_id).spec.recurrence is None:
+            raise BoardNotFound(f"Board {board_id!r} is not a series (it has no recurrence).", "board_id")
+        ids = self.registry.instances_of(board_id)
+        infos = await asyncio.gather(*(self.board(i) for i in ids))
+        return [InstanceInfo(i.board_id, i.window[0], i.window[1], i.state, i.size)  # type: ignore[index]
+                for i in infos]
+
+    def resolve(self, board_id: str) -> str:
+        """The board a read of ``board_id`` answers from: itself, or for a
+        series the instance of the window containing the server's current time
+        (docs/api.md §15). BoardNotFound for a series with no instance yet."""
+        ctl = self.boards.get(board_id)
+        if ctl is None or ctl.spec.recurrence is None:
+            return board_id
+        got = self.registry.current_instance(board_id, self.wall_clock())
+        if got is None:
+            raise BoardNotFound(f"Series {board_id!r} has no instance for the current window yet.", "board_id")
+        return got
+
+    async def top(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
+                  ties: bool = False) -> Page:
+        """:meth:`top_of` the board a read of ``board_id`` answers from (for a
+        series, its current instance, named in the page)."""
+        resolved = self.resolve(board_id)
+        page = await self.top_of(resolved, offset, limit, at_version, ties)
+        return page if resolved == board_id else replace(page, board_id=resolved)
+
+    async def top_of(self, board_id: str, offset: int, limit: int, at_version: int | None = None,
+                     ties: bool = False) -> Page:
+        """Ranks offset+1 .. offset+limit. Every page is cut from a prefix of
+        the ranking that starts at rank 1, so tied ranks (``ties``) come from
+        that prefix too, with no further call to a shard actor."""
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:
+            return Page(self._archive_version(ctl, at_version, "page"), _archive_page(ctl.archive, offset, limit, ties))
+        # A view materialised at the board's current version answers without
+        # asking a shard actor: it is the state at a version every acknowledged
+        # write has reached (ctl.version moves before acknowledgements go out).
+        wanted = ctl.version if at_version is None else at_version
+        view = self.view(board_id, wanted)
+        if view is not None and (offset + limit <= len(view) or view.complete):
+            return Page(wanted, _page_of(view, offset, limit, ties))
+        pin = offset == 0 and at_version is None
+        building = self._view_builds.get(board_id) if pin else None
+        if building is not None:
+            # One fan-out builds a board's view; the reads that arrive meanwhile
+            # wait for it and use it if it is at the version current *now*
+            # (which every acknowledged write has reached), else fetch their own.
+            await asyncio.wait([building])
+            wanted = ctl.version
+            view = self.view(board_id, wanted)
+            if view is not None and (limit <= len(view) or view.complete):
+                return Page(wanted, _page_of(view, 0, limit, ties))
+        n = offset + limit
+        fetch = min(max(n, limit * self.cfg.pinned_pages), self.cfg.max_view_entries) if pin else n
+        if pin and board_id not in self._view_builds:
+            done = self._view_builds[board_id] = asyncio.get_running_loop().create_future()
+            try:
+                return await self._top_fetched(ctl, board_id, offset, limit, at_version, ties, pin, fetch)
+            finally:
+                del self._view_builds[board_id]
+                done.set_result(None)
+        return await self._top_fetched(ctl, board_id, offset, limit, at_version, ties, pin, fetch)
+
+    async def _top_fetched(self, ctl: BoardCtl, board_id: str, offset: int, limit: int, at_version: int | None,
+                           ties: bool, pin: bool, fetch: int) -> Page:
+        """A top page from one fan-out of ``fetch`` entries per shard actor (and,
+        for page 1, the view it leaves for the pages and reads after it)."""
+        version, lists = await self._tops(ctl, fetch)
+        if at_version is not None and version != at_version:
+            raise ViewExpired("That page's version is no longer retained: fetch page 1 again.", "cursor")
+        merged = merge_top(lists, 0, fetch) if lists else []
+        if pin and len(merged) > limit:
+            complete = len(merged) < fetch
+            self.remember_view(board_id, version, merged, complete)
+        return Page(version, _page_of(merged, offset, limit, ties))
+
+    async def _tops(self, ctl: BoardCtl, n: int) -> tuple[int, list]:
+        """Each shard actor's best ``n`` ranked entries of the board, in one
+        consistent cut: ``(version, [ranking entries per actor])``."""
+
+        async def attempt():
+            answers = await self.fan(ctl, lambda a: W.Top(W.TOP, ctl.spec.board_id, n))
+            version = sum(ans.version for _, ans in answers.values())
+            lists = [_wire_entries(ans.value) for _, ans in answers.values()]
+            return {o for o, _ in answers.values()}, (version, lists)
+
+        return await self.consistent(attempt, ctl)
+
+    def view(self, board_id: str, version: int):
+        key = (board_id, version)
+        hit = self.views.get(key)
+        if hit is None:
+            return None
+        born, entries = hit
+        if self.clock() - born > self.cfg.view_ttl_s:
+            del self.views[key]
+            return None
+        return entries
+
+    def remember_view(self, board_id: str, version: int, entries: list, complete: bool) -> None:
+        self.views[(board_id, version)] = (self.clock(), _View(entries, complete))
+        self.views.move_to_end((board_id, version))
+        while len(self.views) > self.cfg.max_views:
+            self.views.popitem(last=False)
+
+    async def _locate(self, ctl: BoardCtl, player_id: str) -> tuple[int, W.RowWire, int]:
+        """The shard actor owning the player's partition, the player's row, and
+        how many rows rank before it there."""
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
+        _, got = await self.reads.ask(owner, W.Get(W.GET, ctl.spec.board_id, player_id))
+        if got.row is None:
+            raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
+        return owner, W.RowWire(*got.row), got.local
+
+    @_with_attempts
+    async def player(self, board_id: str, player_id: str, ties: bool = False) -> PlayerView:
+        """Exact rank in one parallel round when the player's rank key is known:
+        the owner's row and local count, and on every other shard actor the
+        count of keys before the key the row had when last read, all in one
+        cut. The row read confirms the guess; if the key moved since (or was
+        never seen) a second round counts with the row's key (with ``ties``,
+        the same round also counts strictly better primary values everywhere)."""
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:
+            arch, i = self._archived_row(ctl, player_id)
+            view = arch.player(arch.info.version, i)
+            return replace(view, tied_rank=arch.tied_rank(i)) if ties and view.rank is not None else view
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
+        others = [a for a in ctl.actors if a != owner]
+
+        def counts(key: list | None) -> tuple[dict, dict]:
+            """Submit (not await) the other actors' counts for ``key`` (their
+            sizes for an unranked row) and, with ``ties``, the better-primary counts."""
+            futs = {a: self.reads.ask(a, W.Count(W.COUNT, board_id, key) if key else W.Size(W.SIZE, board_id))
+                    for a in others}
+            probe = list(better_primary_probe(key[0], key[1:-2])) if ties and key else None
+            tfuts = {a: self.reads.ask(a, W.Count(W.COUNT, board_id, probe)) for a in ctl.actors} if probe else {}
+            return futs, tfuts
+
+        async def attempt():
+            await self.cut.acquire_read()
+            try:
+                guess = self.rank_keys.get(board_id, player_id)
+                got = self.reads.ask(owner, W.Get(W.GET, board_id, player_id))
+                futs, tfuts = counts(guess) if guess is not None else ({}, {})  # same turn as the row read
+                off, mine = await got
+                row = None if mine.row is None else W.RowWire(*mine.row)
+                key = None if row is None else row.key
+                if row is None or guess is None or key != guess:
+                    await asyncio.gather(*futs.values(), *tfuts.values(), return_exceptions=True)
+                    if row is None:
+                        self.rank_keys.forget(board_id, player_id)
+                        raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
+                    self.rank_keys.put(board_id, player_id, key)
+                    futs, tfuts = counts(key)  # the guess missed: a second round with the row's key
+                answers = {a: await f for a, f in futs.items()}
+                tanswers = {a: await f for a, f in tfuts.items()}
+            finally:
+                await self.cut.release_read()
+            version = mine.version + sum(ans.version for _, ans in answers.values())
+            rank = 1 + mine.local + sum(ans.value for _, ans in answers.values()) if row.ranked else None
+            offsets = {off} | {o for o, _ in answers.values()} | {o for o, _ in tanswers.values()}
+            view = _player_view(version, row, rank)
+            if tanswers:
+                view = replace(view, tied_rank=1 + sum(ans.value for _, ans in tanswers.values()))
+            return offsets, view
+
+        return await self.consistent(attempt, ctl)
+
+    @_with_attempts
+    async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:
+        """Exact count on the shard actor owning the player's partition plus, for every other actor,
+        an estimate from a sorted sample of its keys (every ``step``-th key).
+        The estimate on an actor is off by less than ``step`` when the sample
+        is fresh, plus one per change on that actor since: the stated bound
+        is the sum, so the exact rank always lies within it."""
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:  # exact, and no slower
+            arch, i = self._archived_row(ctl, player_id)
+            return replace(arch.player(arch.info.version, i), approximate=True, rank_error_bound=0)
+        owner, row, local = await self._locate(ctl, player_id)
+        key = row.key
+        if key is None:
+            return _player_view(ctl.version, row, None, approximate=True, bound=0)
+        est, bound = 1 + local, 0
+        for a in ctl.actors:
+            if a == owner:
+                continue
+            sample = ctl.samples.get(a)
+            drift = ctl.actor_changes[a] - sample.changes if sample else None
+            if sample is None or drift > max(sample.step, 64):
+                _, sized = await self.reads.ask(a, W.Size(W.SIZE, board_id))
+                step = max(1, -(-sized.value // self.cfg.approx_sample_points))
+                changes_now = ctl.actor_changes[a]
+                _, sampled = await self.reads.ask(a, W.Sample(W.SAMPLE, board_id, step))
+                ctl.samples[a] = sample = KeySample(changes_now, step, sampled.keys)
+                drift = ctl.actor_changes[a] - sample.changes
+            step = sample.step
+            below = bisect.bisect_left(sample.keys, key)
+            # The true count on this actor lies in [below*step, below*step + parts*(step-1)]
+            # at sampling time, and each later change moves it by at most one.
+            spread = ctl.parts_on[a] * (step - 1)
+            est += below * step + spread // 2
+            bound += spread - spread // 2 + drift
+        return _player_view(ctl.version, row, est, approximate=True, bound=bound)
+
+    async def around(self, board_id: str, player_id: str, radius: int, ties: bool = False) -> Page:
+        """The window around a player. With ``ties``, a second round in the
+        same read cut counts the values strictly better than the window's first."""
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:
+            arch, i = self._archived_row(ctl, player_id)
+            if i >= arch.ranked:
+                raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.", "player_id")
+            entries = arch.entries(i - radius, i + radius + 1)
+            if ties:
+                entries = with_tied_ranks(entries, arch.tied_rank(entries[0].rank - 1))
+            return Page(arch.info.version, tuple(entries))
+
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
+
+        def window(key: list) -> dict:
+            return {a: self.reads.ask(a, W.Nbrs(W.NBRS, board_id, key, radius, radius)) for a in ctl.actors}
+
+        async def attempt():
+            await self.cut.acquire_read()
+            try:
+                # As player(): with the last seen key, the row read and the
+                # windows go out in one round; a moved key costs a second.
+                guess = self.rank_keys.get(board_id, player_id)
+                got = self.reads.ask(owner, W.Get(W.GET, board_id, player_id))
+                futs = window(guess) if guess is not None else {}
+                off, mine = await got
+                row = None if mine.row is None else W.RowWire(*mine.row)
+                key = None if row is None else row.key
+                if key is None or key != guess:
+                    await asyncio.gather(*futs.values(), return_exceptions=True)
+                    self.rank_keys.put(board_id, player_id, key)
+                    if row is None:
+                        raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
+                    if key is None:
+                        raise PlayerNotRanked(f"Player {player_id!r} is not ranked on board {board_id!r}.",
+                                              "player_id")
+                    futs = window(key)
+                answers = {a: await f for a, f in futs.items()}
+                rank = 1 + sum(ans.above for _, ans in answers.values())
+                conv = _wire_entries
+                me = (tuple(row.key or ()), row.value, row.achieved_at, row.metadata,
+                      None if row.subscores is None else tuple(row.subscores))
+                entries = merge_window(rank, me, [conv(a.before) for _, a in answers.values()],
+                                       [conv(a.after) for _, a in answers.values()], radius)
+                offsets = {off} | {o for o, _ in answers.values()}
+                if ties:
+                    probe = list(better_primary_probe(self._wire_primary(ctl, entries[0].value),
+                                                      self._wire_mid(ctl, entries[0].subscores)))
+                    better = await self.fan(ctl, lambda a: W.Count(W.COUNT, board_id, probe))
+                    offsets |= {o for o, _ in better.values()}
+                    entries = with_tied_ranks(entries, 1 + sum(ans.value for _, ans in better.values()))
+            finally:
+                await self.cut.release_read()
+            version = sum(ans.version for _, ans in answers.values())
+            return offsets, Page(version, tuple(entries))
+
+        return await self.consistent(attempt, ctl)
+
+    @staticmethod
+    def _archived_row(ctl: BoardCtl, player_id: str) -> tuple[ArchiveView, int]:
+        arch = ctl.archive
+        assert arch is not None
+        i = arch.find(player_id)
+        if i < 0:
+            raise PlayerNotFound(f"Player {player_id!r} has no row on board {ctl.spec.board_id!r}.", "player_id")
+        return arch, i
+
+    @staticmethod
+    def _archive_version(ctl: BoardCtl, at_version: int | None, what: str) -> int:
+        """An archived board's version; a cursor pinned to another one is expired."""
+        assert ctl.archive is not None
+        version = ctl.archive.info.version
+        if at_version is not None and at_version != version:
+            raise ViewExpired(f"That {what}'s version is no longer retained: fetch page 1 again.", "cursor")
+        return version
+
+    @staticmethod
+    def _wire_primary(ctl: BoardCtl, value: int) -> int:
+        """The first item of a wire key with this value (negated on descending boards)."""
+        return value if ctl.spec.policy is Policy.FASTEST_TIME else -value
+
+    @staticmethod
+    def _wire_mid(ctl: BoardCtl, subscores) -> list[int]:
+        """The subscores of a wire key with these subscores (each negated when descending)."""
+        return [s if d == "asc" else -s for s, d in zip(subscores or (), ctl.spec.subscores)]
+
+    async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:
+            local = ctl.archive.subset(player_ids)
+            return Page(ctl.archive.info.version, tuple(with_tied_ranks(local, 1) if ties else local))
+        by_actor: dict[int, list[str]] = defaultdict(list)
+        for pid in dict.fromkeys(player_ids):
+            by_actor[ctl.part_actor[part_of(pid, ctl.spec.shards)]].append(pid)
+
+        async def attempt():
+            answers = await self.fan(ctl, lambda a: W.MGet(W.MGET, board_id, by_actor.get(a, [])))
+            version = sum(ans.version for _, ans in answers.values())
+            entries = [e for _, ans in answers.values() for e in _wire_entries(ans.value)]
+            local = rank_locally(entries)
+            return {o for o, _ in answers.values()}, Page(version, tuple(with_tied_ranks(local, 1) if ties else local))
+
+        return await self.consistent(attempt, ctl)
+
+    async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
+                      cursor: tuple[int, int] | None = None, deltas_only: bool = False,
+                      ties: bool = False) -> Changes:
+        """Contiguous deltas after ``since_version``, or one page of a snapshot
+        (with ``ties``, its entries carry competition ranks, from the view).
+
+        A snapshot is the whole ranked board at one version, served ``limit``
+        rows (1..``max_snapshot_page``) at a time. Page 1 materialises the
+        board once per (board, version) into the shared view cache; when rows
+        remain it carries ``next_cursor = (version, offset)``, and a call with
+        ``cursor`` serves the next page from that same version (``since_version``
+        is then ignored) or raises ViewExpired once the view is gone and the
+        board has moved on. Following the cursors yields every ranked row of
+        the snapshot's version exactly once, in rank order, whatever writes
+        arrive in between. ``deltas_only``: when the deltas are gone, answer an
+        empty snapshot at the current version without asking any shard actor (the
+        live hub, which keeps its own window). Page 1 costs O(n log k) for n
+        ranked rows in k partitions; later pages O(limit).
+        """
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        cap = self.cfg.max_snapshot_page
+        limit = cap if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= cap:
+            raise ValidationFailed(f"limit must be an integer in 1..{cap}.", "limit")
+        if cursor is None:
+            if since_version is None or since_version < 0:
+                raise ValidationFailed("since_version must be >= 0.", "since_version")
+            deltas = ctl.ring.since(since_version)
+            if deltas is not None:
+                return Changes("deltas", ctl.ring.version, from_version=since_version, deltas=tuple(deltas))
+            if deltas_only:
+                return Changes("snapshot", ctl.version)
+            at_version, offset = None, 0
+        else:
+            at_version, offset = cursor
+        if ctl.archive is not None:  # a board that no longer changes: pages straight from its archive
+            version = self._archive_version(ctl, at_version, "snapshot")
+            entries = _archive_page(ctl.archive, offset, limit, ties)
+            more = offset + limit < ctl.archive.ranked
+            return Changes("snapshot", version, entries=entries, next_cursor=(version, offset + limit) if more else None)
+        version, view = await self._snapshot_view(ctl, at_version, keep=offset + limit)
+        entries = _page_of(view, offset, limit, ties)
+        more = offset + limit < len(view)
+        return Changes("snapshot", version, entries=entries, next_cursor=(version, offset + limit) if more else None)
+
+    async def _snapshot_view(self, ctl: BoardCtl, at_version: int | None, keep: int) -> tuple[int, list]:
+        """The whole ranked board at ``at_version`` (None: now), from the view
+        cache or materialised in one consistent cut. One view per (board,
+        version) serves every client paging that version; it is cached when
+        rows remain beyond ``keep`` and lives by the cache's rules (``view_ttl_s``,
+        ``max_views``, ``max_snapshot_rows``), least recently read evicted first.
+        Raises ViewExpired when ``at_version`` is neither cached nor current."""
+        board_id = ctl.spec.board_id
+        wanted = ctl.version if at_version is None else at_version
+        view = self.view(board_id, wanted)
+        if view is not None and view.complete:
+            self.views.move_to_end((board_id, wanted))  # being paged: evict it last
+            return wanted, view
+        if at_version is not None:
+            # Cheap check first: only a board still at that version can be re-read.
+            if (await self.board(board_id)).version != at_version:
+                raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
+        version, lists = await self._tops(ctl, _ALL)
+        if at_version is not None and version != at_version:
+            raise ViewExpired("That snapshot's version is no longer retained: ask /changes again.", "cursor")
+        view = _View(merge_top(lists, 0, sum(map(len, lists))) if lists else [], True)
+        if len(view) > keep:
+            self.remember_view(board_id, version, view, True)
+            self._trim_views(self.cfg.max_snapshot_rows)
+        return version, view
+
+    async def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False) -> AsyncIterator[Chunk]:
+        """Every ranked row of the board at one version, best first, as column
+        chunks of at most ``page_rows`` rows (docs/api.md §13, export).
+
+        The version is pinned without a copy of the board here: in one
+        consistent cut every shard actor writes its partitions' ranked rows, in rank
+        order, to spill files (:meth:`_spill`); this iterator then merges them
+        a block at a time (:class:`engine.core.export.Merge`) and removes them when
+        it ends, however it ends. Writes made meanwhile never show. An
+        ARCHIVED board's chunks are slices of its archive. The first chunk
+        comes even when the board is empty, so a caller learns the version
+        before any row. ``ties``: chunks carry ``tied_rank`` (§13). Raises
+        BoardNotFound on the first step. Memory: a block per partition and
+        the chunk in hand, whatever the board's size; time O(n log k) for n
+        rows over k partitions (the shard actors' writing included).
+        """
+        if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
+            raise ValidationFailed("page_rows must be a positive integer.", "page_rows")
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        tied = TiedRanks() if ties else None
+        if ctl.archive is not None:  # slices of the archive: nothing spilled
+            arch = ctl.archive
+            for start in range(0, max(arch.ranked, 1), page_rows):
+                rows = _archive_block(arch, start, min(start + page_rows, arch.ranked))
+                yield Chunk(arch.info.version, start + 1, rows, tied.of(start + 1, rows.value, rows.sub) if tied else None,
+                            raw_subscores(rows.sub, arch.subscore_directions)
+                            if rows.sub is not None else (np.zeros((0, len(ctl.spec.subscores)), np.int64)
+                                                          if ctl.spec.subscores else None))
+            return
+        version, files = await self._spill(ctl, min(page_rows, self.cfg.export_block_rows))
+        sources = await self._spill_sources(ctl, files)
+        try:
+            merge = Merge([f.rows for f in files])
+            rank = 1
+            while True:
+                for s in merge.wants():
+                    merge.feed(s, await sources[s].next())
+                got = merge.take()
+                if got is None:
+                    break
+                for a in range(0, got.rows, page_rows):
+                    part = got.slice(a, min(a + page_rows, got.rows))
+                    yield Chunk(version, rank, part, tied.of(rank, part.value, part.sub) if tied else None,
+                                raw_subscores(part.sub, ctl.spec.subscores))
+                    rank += part.rows
+            if rank == 1:  # (a board with subscores says so even empty: an empty subscores column)
+                k = len(ctl.spec.subscores)
+                yield Chunk(version, 1, Block.empty(), tied.of(1, Block.empty().value) if tied else None,
+                            np.zeros((0, k), np.int64) if k else None)
+        finally:
+            await self._close_sources(ctl, sources, files[0].token if files else None)
+
+    async def _spill(self, ctl: BoardCtl, block_rows: int) -> tuple[int, list]:
+        """One consistent cut in which every shard actor writes the board's
+        partitions to spill files: ``(version, [_Spilled])``. A cut whose
+        actors answered from different log offsets is removed and taken again
+        (:meth:`consistent`)."""
+        board_id = ctl.spec.board_id
+
+        async def attempt():
+            token = uuid.uuid4().hex
+            try:
+                answers = await self.fan(ctl, lambda a: W.Spill(W.SPILL, board_id, token, block_rows))
+            except BaseException:
+                await self._drop_spills(ctl, token)
+                raise
+            offsets = {o for o, _ in answers.values()}
+            if len(offsets) > 1:
+                await self._drop_spills(ctl, token)
+            version = sum(ans.version for _, ans in answers.values())
+            files = [_Spilled(a, token, *W.SpillFile._make(f)) for a, (_, ans) in answers.items() for f in ans.value]
+            return offsets, (version, files)
+
+        return await self.consistent(attempt, ctl)
+
+    async def _spill_sources(self, ctl: BoardCtl, files: list) -> list:
+        """A block source per spill file: the file itself when this process
+        can open it (its name removed at once, so the data goes with the last
+        close whatever happens), else frames asked of its shard actor."""
+        sources: list = []
+        try:
+            for f in files:
+                reader = SpillReader.open(f.path, f.token) if self.cfg.export_read_files else None
+                sources.append(_FileSource(reader) if reader is not None else
+                               _ShardSource(self.reads, f.actor, ctl.spec.board_id, f.token, f.partition))
+        except BaseException:
+            await self._close_sources(ctl, sources, None)
+            await self._drop_spills(ctl, files[0].token)
+            raise
+        return sources
+
+    async def _close_sources(self, ctl: BoardCtl, sources: list, token: str | None) -> None:
+        """Close the open files; shard actors still holding files of ``token`` remove them."""
+        for src in sources:
+            if isinstance(src, _FileSource):
+                src.close()
+        remote = {src.actor for src in sources if isinstance(src, _ShardSource)}
+        if token is not None and remote:
+            await self._drop_spills(ctl, token, remote)
+
+    async def _drop_spills(self, ctl: BoardCtl, token: str, actors: set | None = None) -> None:
+        """Ask shard actors to remove the spill files of ``token`` (best effort: a
+        shard actor that is down empties its spill directory when it starts)."""
+        for a in ctl.actors if actors is None else sorted(actors):
+            try:
+                await self.reads.ask(a, W.SpillDrop(W.SPILL_DROP, ctl.spec.board_id, token))
+            except Exception:
+                log.warning("could not remove export spill files %s on shard actor %d", token, a)
+
+    def _trim_views(self, max_rows: int) -> None:
+        """Evict least recently used views until they hold at most ``max_rows``
+        rows together (the newest view always stays)."""
+        total = sum(len(v) for _, v in self.views.values())
+        while total > max_rows and len(self.views) > 1:
+            _, (_, old) = self.views.popitem(last=False)
+            total -= len(old)
+
+    async def quarantine(self, board_id: str) -> list[HeldEvent]:
+        return list(self.registry.ctl(self.resolve(board_id)).admission.held.values())
+
+    async def history(self, board_id: str, player_id: str) -> list[HistoryEntry]:
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:
+            got = ctl.archive.history(player_id)
+            if got is None:  # written by a FlowRank before archives kept the history (format 1)
+                raise BoardArchived(f"Board {board_id!r} was archived without its event history (archive format 1); "
+                                    "the event log still holds every event.", "board_id")
+            return got
+        owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
+        _, got = await self.reads.ask(owner, W.Hist(W.HIST, board_id, player_id))
+        items = [W.HistoryItem._make(h) for h in got.value]
+        return [HistoryEntry(h.event_id, h.kind, h.value, h.achieved_at, h.outcome, h.invalidated, h.metadata)
+                for h in items]
+
+    async def checksum(self, board_id: str) -> Checksum:
+        board_id = self.resolve(board_id)
+        ctl = self.registry.ctl(board_id)
+        if ctl.archive is not None:
+            return Checksum(ctl.archive.info.version, ctl.archive.info.checksum)
+
+        async def attempt():
+            answers = await self.fan(ctl, lambda a: W.Sum(W.SUM, board_id))
+            version = sum(ans.version for _, ans in answers.values())
+            total = checksum_mod.combine(int(ans.value, 16) for _, ans in answers.values())
+            return {o for o, _ in answers.values()}, Checksum(version, checksum_mod.render(total))
+
+        return await self.consistent(attempt, ctl)
+
+_ALL = 1 << 62  # a "top" read of every row
+
+
+class _View(list):
+    def __init__(self, entries, complete: bool):
+        super().__init__(entries)
+        self.complete = complete
+
+
+def _page_of(prefix, offset: int, limit: int, ties: bool) -> tuple:
+    """``prefix[offset:offset + limit]`` of a ranking prefix that starts at rank 1."""
+    page = prefix[offset:offset + limit]
+    if ties and page:
+        page = with_tied_ranks(page, first_tied_in_prefix(prefix, offset))
+    return tuple(page)
+
+
+class _FileSource:
+    """Blocks of a spill file this process opened."""
+
+    def __init__(self, reader: SpillReader) -> None:
+        self.reader = reader
+
+    async def next(self) -> Block:
+        block = self.reader.next()
+        if block is None:
+            raise StorageUnavailable("An export's spill file ended early; retry the export.")
+        return block
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class _ShardSource:
+    """Blocks of a spill file on a shard actor this process cannot open (another
+    node): one read per block, the file's frames as the actor reads them."""
+
+    def __init__(self, reads: TurnBatcher, actor: int, board_id: str, token: str, partition: int) -> None:
+        self.reads, self.actor, self.board_id, self.token, self.partition = reads, actor, board_id, token, partition
+        self.at: int | None = None
+
+    async def next(self) -> Block:
+        _, got = await self.reads.ask(self.actor, W.SpillRead(W.SPILL_READ, self.board_id, self.token, self.partition,
+                                                             self.at))
+        raw, at = got.value
+        if not raw:
+            raise StorageUnavailable("An export's spill file ended early; retry the export.")
+        self.at = at
+        return Block.decode(raw)
+
+
+def _archive_block(arch: ArchiveView, start: int, stop: int) -> Block:
+    """Ranked rows ``start .. stop - 1`` of an archive as an export block (views of its columns)."""
+    value, achieved = arch.value[start:stop], arch.achieved[start:stop]
+    descending = arch.info.policy is not Policy.FASTEST_TIME
+    io, mo = arch.id_offsets[start:stop + 1], arch.meta_offsets[start:stop + 1]
+    if stop <= start:
+        io = mo = np.zeros(1, np.int64)
+    sub = None if arch.subs is None else key_subscores(arch.subs[start:stop], arch.subscore_directions)
+    return Block(np.invert(value) if descending else value, achieved if descending else arch.submitted[start:stop],
+                 value, achieved, arch.id_bytes[io[0]:io[-1]], io - io[0], arch.meta_bytes[mo[0]:mo[-1]], mo - mo[0],
+                 sub)
+
+
+def _archive_page(arch: ArchiveView, offset: int, limit: int, ties: bool) -> tuple:
+    """Ranks offset+1 .. offset+limit of an archive (with ``ties``, competition ranks)."""
+    page = arch.top(offset, limit)
+    if ties and page:
+        page = with_tied_ranks(page, arch.tied_rank(offset))
+    return tuple(page)
+
+
+def _wire_entries(es: list) -> list:
+    """Wire entries (:class:`engine.core.wire.Entry`, as sent) as ranking entries
+    ``(key, value, achieved_at, metadata)`` (metadata None when the row has none).
+    Unpacked in the Entry's field order (asserted below): this runs per entry of
+    every top read, and builds no Entry. A board with subscores sends two more
+    fields (docs/api.md §14): the key is then ``(primary, *mid, tie, player_id)``."""
+    if es and len(es[0]) > 6:
+        return [((primary, *mid, tie, player_id), value, achieved_at, metadata, tuple(subs))
+                for primary, tie, player_id, value, achieved_at, metadata, mid, subs in es]
+    return [((primary, tie, player_id), value, achieved_at, metadata)
+            for primary, tie, player_id, value, achieved_at, metadata in es]
+
+
+assert W.Entry._fields == ("primary", "tie", "player_id", "value", "achieved_at", "metadata", "mid", "subscores")
+
+
+class _Spilled(NamedTuple):
+    """One partition's spill file of an export's cut, on shard actor ``actor``."""
+
+    actor: int
+    token: str
+    partition: int
+    path: str
+    rows: int
+
+
+def _player_view(version: int, row: W.RowWire, rank: int | None, approximate: bool = False,
+                 bound: int | None = None) -> PlayerView:
+    status = RowStatus.ACTIVE if row.ranked else RowStatus.INVALIDATED
+    return PlayerView(version, row.player_id, rank if row.ranked else None, row.value, row.achieved_at, status,
+                      row.row_version, approximate, bound if approximate else None, metadata=row.metadata,
+                      subscores=None if row.subscores is None else tuple(row.subscores))

@@ -1,0 +1,139 @@
+"""``RouterClient``: what every router-backed engine shares.
+
+:class:`engine.runtime.local.LocalService` (shards in this process) and
+:class:`engine.cluster.ClusterEngine` (shards in Ray actors) differ only in
+how they build the router's transport and log, and how they snapshot; the
+engine's operations go to :class:`engine.router.router.Router` through the one
+forwarder (:func:`engine.router.api.forward`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Sequence
+
+from engine.core.columns import ScoreBatch
+from engine.core.histogram import Histogram
+from engine.router.api import forward
+from engine.runtime.recovery import recover_router
+from engine.core.model import ScoreEvent
+from engine.router.router import Router
+
+log = logging.getLogger("flowrank.service")
+
+
+@forward(lambda self, name: getattr(self.router, name))
+class RouterClient:
+    router: Router
+    snapshot_every_events: int = 1_000_000
+    snapshot_every_seconds: float = 300.0
+
+    def _init_snapshots(self) -> None:
+        self._events_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        self._snapshot_lock = asyncio.Lock()
+        self.snapshot_pauses: list[float] = []
+        self.snapshot_pause_histogram = Histogram()
+        self._snapshot_task = asyncio.ensure_future(self._snapshot_loop())
+
+    # ---------------------------------------- the engine's API: forwarded to the router (engine.router.api.forward)
+
+    async def submit(self, events: Sequence[ScoreEvent]):
+        results = await self.router.submit(events)
+        self._events_since_snapshot += len(events)
+        return results
+
+    async def submit_columns(self, batch: ScoreBatch):
+        result = await self.router.submit_columns(batch)
+        self._events_since_snapshot += len(batch)
+        return result
+
+    def export(self, board_id: str, page_rows: int = 10_000, ties: bool = False):
+        return self.router.export(board_id, page_rows, ties)
+
+    def subscribe(self, listener):
+        return self.router.subscribe(listener)
+
+    async def ready(self) -> bool:
+        """Writes can be accepted: not draining, and the log made the last
+        batch durable (or its failure is older than a short cool-down)."""
+        return self.router.accepting_writes()
+
+    def router_stats(self) -> dict:
+        m = self.router.metrics
+        return {
+            "queue_depth": self.router.queue_depth(),
+            "fsync_seconds": list(m["fsync_seconds"]),
+            "ingest_to_rank_seconds": list(m["ingest_to_rank_seconds"]),
+            "outcomes": dict(m["outcomes"]),
+            "storage_errors": m["storage_errors"],
+            "snapshot_pause_seconds": list(self.snapshot_pauses),
+            # counted since start, for Prometheus histograms (engine.core.histogram)
+            "histograms": {**{k: h.snapshot() for k, h in self.router.histograms.items()},
+                           "snapshot_pause_seconds": self.snapshot_pause_histogram.snapshot()},
+        }
+
+    async def refresh_stats(self) -> None:
+        """Bring :meth:`stats` up to date before a scrape. Here everything is read live; the Ray
+        engine overrides it to ask its shard actors (``shard_rows``, ``dead_letters``)."""
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def _start(self, event_log, store) -> None:
+        """The one start sequence of every router-backed engine, once its shards
+        have recovered: the router's snapshot and log tail folded in
+        (:func:`engine.runtime.recovery.recover_router`), its versions read from the
+        shards, its tasks started, archives a crash left unbuilt built, the
+        scheduled moves that fell due while it was down made (before any write),
+        then periodic snapshots."""
+        router = self.router
+        await asyncio.to_thread(recover_router, router, event_log, store)
+        await router.sync_versions()
+        router.start()
+        await router.finish_archiving()
+        await router.close_due()
+        self._init_snapshots()
+
+    async def _stop(self) -> None:
+        """The one stop sequence: no more periodic snapshots, every queued write
+        answered, then a last snapshot (a failure only costs replay time)."""
+        self._stop_snapshots()
+        await self.router.stop()
+        try:
+            await self.snapshot()
+        except Exception:
+            log.exception("final snapshot failed; recovery will replay the log instead")
+
+    # ------------------------------------------------------------ snapshots
+
+    async def snapshot(self) -> float:
+        """Snapshot router and shards; returns how long ingestion paused."""
+        async with self._snapshot_lock:
+            pause = await self._take_snapshot()
+            self.snapshot_pauses.append(pause)
+            self.snapshot_pause_histogram.observe(pause)
+            del self.snapshot_pauses[:-256]
+            self._events_since_snapshot = 0
+            self._last_snapshot = time.monotonic()
+            return pause
+
+    async def _take_snapshot(self) -> float:
+        raise NotImplementedError
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            due = self._events_since_snapshot >= self.snapshot_every_events or (
+                self._events_since_snapshot and time.monotonic() - self._last_snapshot >= self.snapshot_every_seconds
+            )
+            if due:
+                try:
+                    await self.snapshot()
+                except Exception:
+                    log.exception("periodic snapshot failed; will retry")
+
+    def _stop_snapshots(self) -> None:
+        if self._snapshot_task is not None:
+            self._snapshot_task.cancel()

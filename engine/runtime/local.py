@@ -1,0 +1,214 @@
+"""The engine service: router + shards + log + snapshots, in one process.
+
+``LocalService`` implements :class:`engine.router.api.EngineClient` with every
+shard an in-process :class:`engine.runtime.shard.ShardCore`. It is the embedded
+engine (tests, a single-process deployment) and it shares all of its logic
+with the Ray cluster client (:mod:`engine.cluster`), which only swaps the
+shard transport and the log adapter. Recovery, snapshots and retention
+live here and in :mod:`engine.runtime.recovery`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import msgpack
+
+from engine.core.errors import Overloaded
+from engine.core.formats import LOG_FORMAT
+from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
+from engine.log.archives import FileArchiveStore, MemoryArchiveStore
+from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.core.journal import TAIL_ROWS, JournalPlace
+from engine.runtime.recovery import DeadLetterIndex, recover_shard
+from engine.router.router import Router, RouterConfig
+from engine.runtime.base import RouterClient
+from engine.runtime.shard import ShardCore
+
+log = logging.getLogger("flowrank.service")
+
+
+@dataclass
+class ServiceConfig:
+    data_dir: str | None = None  # None: log and snapshots in memory (tests)
+    n_shards: int = 2  # shard count (in-process partitions hosts)
+    default_shards: int = 1  # partitions of a new board when the caller gives none
+    dedup_retention: int = DEFAULT_DEDUP_RETENTION
+    delta_retention: int = DEFAULT_DELTA_RETENTION
+    snapshot_every_events: int = 1_000_000
+    snapshot_every_seconds: float = 300.0
+    prune_log: bool = False  # delete segments wholly before every snapshot (keeps an audit window otherwise)
+    segment_bytes: int = 64 * 2**20
+    max_queued_events: int = 200_000
+    fault_hook: Callable[[str, str], None] | None = None  # test seam: engine.log FaultHook for log + snapshots
+    journal_tail_rows: int = TAIL_ROWS  # journal rows per partition kept in memory (the rest under data_dir/journal)
+    wall_clock: Callable[[], int] | None = None  # epoch ms for scheduled season closes (None: time.time); a test seam
+    # shard calls and answers cross msgpack, as they do across Ray (engine.runtime.warm: the shard kernels then see
+    # exactly the argument types a shard actor sees)
+    packed_wire: bool = False
+
+
+class InProcessShards:
+    """Shard transport (:class:`engine.core.wire.ShardTransport`) whose shard actors
+    are objects in this process: a call runs at submission, so submission
+    order is execution order. ``packed``: calls and answers go through msgpack
+    as they do to a shard actor over Ray (:mod:`engine.cluster.actors`)."""
+
+    def __init__(self, cores: list[ShardCore], packed: bool = False):
+        self.cores = cores
+        self.n = len(cores)
+        self.packed = packed
+
+    def apply(self, actor: int, through: int, items: list):
+        if self.packed:
+            return _done(lambda: _wire(self.cores[actor].apply(through, _wire(items))))
+        return _done(lambda: self.cores[actor].apply(through, items))
+
+    def read(self, actor: int, requests: list):
+        if self.packed:
+            return _done(lambda: _wire(self.cores[actor].read(_wire(requests))))
+        return _done(lambda: self.cores[actor].read(requests))
+
+
+def _wire(obj):
+    """``obj`` as the other side of a Ray call gets it (engine.cluster.actors.pack / unpack)."""
+    return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False, strict_map_key=False)
+
+
+def _done(fn):
+    fut = asyncio.get_running_loop().create_future()
+    try:
+        fut.set_result(fn())
+    except BaseException as exc:  # surfaces at await, like a remote call would
+        fut.set_exception(exc)
+    return fut
+
+
+class DirectLog:
+    """LogPort over an EventLog in this process; fsync runs in a thread."""
+
+    def __init__(self, event_log):
+        self.event_log = event_log
+
+    async def append(self, payloads: list[bytes]) -> int:
+        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads)
+        return offsets[0]
+
+
+class LocalService(RouterClient):
+    """EngineClient with every shard in this process."""
+
+    def __init__(self, cfg: ServiceConfig, event_log, store, cores: list[ShardCore], router: Router, lock_fd):
+        self.cfg = cfg
+        self.event_log = event_log
+        self.store = store
+        self.cores = cores
+        self.router = router
+        self._lock_fd = lock_fd
+        self.default_shards = cfg.default_shards  # partitions of a board created without "shards"
+        self.snapshot_every_events = cfg.snapshot_every_events
+        self.snapshot_every_seconds = cfg.snapshot_every_seconds
+        self.recovery_seconds = 0.0
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: str | None = None,
+        default_shards: int = 1,
+        dedup_retention: int = DEFAULT_DEDUP_RETENTION,
+        delta_retention: int = DEFAULT_DELTA_RETENTION,
+        n_shards: int | None = None,
+        **options,
+    ) -> "LocalService":
+        cfg = ServiceConfig(
+            data_dir=data_dir, default_shards=default_shards, dedup_retention=dedup_retention,
+            delta_retention=delta_retention, n_shards=n_shards or max(default_shards, 2), **options,
+        )
+        started = time.monotonic()
+        lock_fd = None
+        if data_dir is None:
+            event_log, store = InMemoryLog(), InMemorySnapshotStore()
+        else:
+            root = Path(data_dir)
+            root.mkdir(parents=True, exist_ok=True)
+            lock_fd = _lock(root / "LOCK")
+            event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", segment_bytes=cfg.segment_bytes,
+                                              fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
+            store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
+        dead = DeadLetterIndex(event_log)  # one scan of the log for the dead letters every shard's replay skips
+        cores = [(await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
+                     None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows),
+                     dead)).core
+                 for i in range(cfg.n_shards)]
+        for i, core in enumerate(cores):  # export spill files (stale ones from a crash go now); else a temp dir
+            if data_dir is not None:
+                core.use_spill_dir(str(Path(data_dir) / "spill" / f"shard-{i}"))
+        transport = InProcessShards(cores, packed=cfg.packed_wire)
+        archives = MemoryArchiveStore() if data_dir is None else FileArchiveStore(
+            Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
+        router = Router(transport, DirectLog(event_log), RouterConfig(
+            dedup_retention=dedup_retention, delta_retention=delta_retention,
+            max_queued_events=cfg.max_queued_events), archives=archives, wall_clock=cfg.wall_clock)
+        svc = cls(cfg, event_log, store, cores, router, lock_fd)
+        await svc._start(event_log, store)
+        svc.recovery_seconds = time.monotonic() - started
+        return svc
+
+    def stats(self) -> dict:
+        return self.router_stats() | {
+            "shard_rows": {i: sum(c.stats()["rows"].values()) for i, c in enumerate(self.cores)},
+            "dead_letters": [d for c in self.cores for d in c.dead_letters],
+            "log_end_offset": self.event_log.end_offset(),
+        }
+
+    # ------------------------------------------------------------ snapshots
+
+    async def _take_snapshot(self) -> float:
+        """Copy router and shard states between two cycles, write them off-loop."""
+        paused = time.monotonic()
+        async with self.router.sequencing():
+            router_state = (self.router.log_offset, self.router.to_state())
+            shard_states = [(c.applied_offset, c.to_state()) for c in self.cores]
+        pause = time.monotonic() - paused
+        await asyncio.to_thread(self._write_snapshots, router_state, shard_states)
+        return pause
+
+    def _write_snapshots(self, router_state, shard_states) -> None:
+        if router_state[0] < 0:  # empty log: nothing to snapshot (a store refuses offset -1)
+            return
+        # A snapshot named N holds the state after every record < N (docs/storage.md).
+        self.store.save("router", router_state[0] + 1, router_state[1])
+        for i, (offset, state) in enumerate(shard_states):
+            self.store.save(f"shard-{i}", offset + 1, state)
+        if self.cfg.prune_log and hasattr(self.event_log, "delete_segments_before"):
+            oldest = min([router_state[0]] + [o for o, _ in shard_states])
+            self.event_log.delete_segments_before(oldest + 1)
+
+    async def close(self) -> None:
+        """Drain in-flight batches, snapshot, close the log, release the lock."""
+        await self._stop()
+        close = getattr(self.event_log, "close", None)
+        if close:
+            close()
+        for core in self.cores:
+            core.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Overloaded(f"Another FlowRank process holds {path}; one writer per data directory.") from None
+    return fd
