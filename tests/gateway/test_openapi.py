@@ -65,8 +65,9 @@ def test_a_recurrence_is_documented_as_exactly_as_the_server_checks_it():
     assert rec["properties"]["at"]["pattern"] == AT_PATTERN
     assert (rec["properties"]["keep"]["minimum"], rec["properties"]["keep"]["maximum"]) == (1, 1000)
     create = schemas["BoardCreate"]
-    assert create["if"]["required"] == ["recurrence"]
-    season_rule = _re.compile(create["then"]["properties"]["board_id"]["pattern"])
+    series_rule = next(c for c in create["allOf"] if c["if"].get("required") == ["recurrence"])
+    assert series_rule["then"]["properties"]["entry"] == {"type": "null"}  # no entry rules on a series (yet)
+    season_rule = _re.compile(series_rule["then"]["properties"]["board_id"]["pattern"])
     assert season_rule.search("g:m:" + "s" * MAX_SERIES_SEASON + ":x")
     assert not season_rule.search("g:m:" + "s" * (MAX_SERIES_SEASON + 1) + ":x")
 
