@@ -610,7 +610,7 @@ def register(sub) -> None:
                    help="seconds from --closes-at to FINALIZED (server default 3600)")
     c.add_argument("--subscores", type=_directions, default=None,
                    help="subscores' directions, compared after the value: e.g. desc,asc (at most 3; "
-                        "best_score and fastest_time boards)")
+                        "best_score, fastest_time and latest boards)")
     w = c.add_argument_group("recurring board (a series of time windows, one board per window)")
     w.add_argument("--recurrence", choices=EVERY, default=None,
                    help="windows start every day, every Monday or on the 1st of every month")

@@ -230,8 +230,8 @@ class BoardCreate(BaseModel):
         None, description="Seconds after `closes_at` at which the board moves to FINALIZED (default 3600).")
     subscores: list[Literal["desc", "asc"]] | None = Field(
         None, max_length=3, description="0-3 subscores, each `desc` (higher first) or `asc` (lower first), "
-        "compared after the primary value and before the policy's tie keys (§14); `best_score` and "
-        "`fastest_time` only (`[]` is the same as none). Every event on the board then carries that many.")
+        "compared after the primary value and before the policy's tie keys (§14); `best_score`, "
+        "`fastest_time` and `latest` only (`[]` is the same as none). Every event on the board then carries that many.")
     recurrence: RecurrenceIn | None = Field(
         None, description="Makes the board a series of time windows, one instance board per window "
                           f"(docs/api.md §15); its id's season part is then at most {MAX_SERIES_SEASON} characters.")

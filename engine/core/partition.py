@@ -767,6 +767,9 @@ class Partition:
         if self._pol == POL_LATEST:  # the latest valid event (policy.latest_order, on the ids' UTF-8 bytes)
             last = max(cand, key=lambda c: (c[1], c[2], j.id_bytes(c[3])))
             self.src[p] = last[3]  # before _set_row: it may find the content unchanged
+            if self.k:  # the payload starts with the event's subscores
+                subs, meta = self._split(j.meta_bytes(last[3]))
+                return self._set_row(p, last[:3], meta, subs)
             return self._set_row(p, last[:3], j.meta_bytes(last[3]))
         pid = self.players.id_of(p)
         if self.k:

@@ -1,8 +1,8 @@
 """Subscores (docs/api.md §14): what a board may declare and what its events must carry.
 
 A board declares 0-3 subscores, each ``"desc"`` (higher first) or ``"asc"``
-(lower first), on the ``best_score`` and ``fastest_time`` policies (and
-``latest``, once it exists: add it to :data:`POLICIES_WITH_SUBSCORES`); ``[]``
+(lower first), on the ``best_score``, ``fastest_time`` and ``latest``
+policies (:data:`POLICIES_WITH_SUBSCORES`); ``[]``
 is the same as none. Every event on such a board carries exactly that many
 signed 64-bit integers; on a board without subscores an event carries none.
 Both rules are checked before anything is logged: a batch with one bad event
@@ -27,7 +27,7 @@ from engine.core.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS, BoardSpec, Pol
 #: The policies whose boards may declare subscores. The comparator of each is
 #: (primary, subscores..., its tie keys): a new policy that keeps one best row
 #: per player (``latest``) joins here and in the partition's apply kernel.
-POLICIES_WITH_SUBSCORES = frozenset({Policy.BEST_SCORE, Policy.FASTEST_TIME})
+POLICIES_WITH_SUBSCORES = frozenset({Policy.BEST_SCORE, Policy.FASTEST_TIME, Policy.LATEST})
 
 
 def check_directions(policy: Policy, raw: object, field: str = "subscores") -> tuple[str, ...]:

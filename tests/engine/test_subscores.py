@@ -237,3 +237,39 @@ def test_a_batch_without_the_boards_subscores_is_refused_whole():
     with pytest.raises(ValueError):
         p.apply_columns(ScoreColumns.from_events([ScoreEvent(BOARD, "e1", "p", 1, 1, 1)]))
     assert len(p) == 0 and len(p.journal) == 0
+
+
+def latest_oracle(dirs, events, invalid=frozenset()) -> list[tuple]:
+    """A ``latest`` board with subscores: each player's row is their latest valid
+    event (achieved_at, then submitted_at, then the greater event id by code
+    point), ranked by the value, the subscores in their directions, then the
+    row's achieved_at and the player id."""
+    first: dict[str, ScoreEvent] = {}
+    for ev in events:
+        first.setdefault(ev.event_id, ev)
+    latest: dict[str, tuple] = {}
+    for ev in first.values():
+        if ev.event_id in invalid:
+            continue
+        order = (ev.achieved_at, ev.submitted_at, ev.event_id)
+        if ev.player_id not in latest or order > latest[ev.player_id][0]:
+            latest[ev.player_id] = (order, ev)
+    rows = sorted(((comparator(Policy.LATEST, dirs, ev.value, ev.achieved_at, ev.submitted_at, ev.subscores), pid, ev)
+                   for pid, (_, ev) in latest.items()), key=lambda r: (r[0], r[1]))
+    return [(pid, ev.value, tuple(ev.subscores), key[-1]) for key, pid, ev in rows]
+
+
+@given(boards(min_size=1), st.randoms(use_true_random=False), st.data())
+def test_a_latest_board_with_subscores_equals_the_reference_under_any_arrival(board, rnd, data):
+    """§14: ``latest`` may declare subscores too; its row is the latest event
+    whatever their order, and they rank it; invalidating the row's event falls
+    back to the latest remaining valid one, with its subscores."""
+    _, dirs, events = board
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    b = build(Policy.LATEST, dirs, shuffled)
+    assert ranked(b.partition.top(0, 10_000), Policy.LATEST) == latest_oracle(dirs, events)
+    gone = data.draw(st.sampled_from(sorted({ev.event_id for ev in events})))
+    b.invalidate(gone)
+    b._check()
+    assert ranked(b.partition.top(0, 10_000), Policy.LATEST) == latest_oracle(dirs, events, {gone})
