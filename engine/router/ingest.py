@@ -555,16 +555,18 @@ class Sequencer:
                 counts[names[code]] += k
         changes.sort(key=lambda c: c[0])  # boards in the order of their first change, as listeners saw them
         for _first, ctl, cols, brows, values, achieved, actors in changes:
-            self._note_score_changes(ctl, cols, brows, values, achieved, actors, new_deltas, bool(self.listeners))
-            self._guess_rank_keys(ctl, cols, brows, values, achieved)
+            pid_col = self._note_score_changes(ctl, cols, brows, values, achieved, actors, new_deltas,
+                                               bool(self.listeners))
+            self._guess_rank_keys(ctl, cols, brows, pid_col, values, achieved)
         return BatchResult(codes, versions, board_ids)
 
     @staticmethod
     def _note_score_changes(ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,
-                            achieved: np.ndarray, actors: np.ndarray, new_deltas, listening: bool) -> None:
+                            achieved: np.ndarray, actors: np.ndarray, new_deltas, listening: bool) -> list[str]:
         """The deltas of one board's changed rows (in submission order), whose
         versions the caller has already stepped ``ctl.version`` past: a row's
-        metadata is now its event's (the new best, or the latest applied delta)."""
+        metadata is now its event's (the new best, or the latest applied delta).
+        Returns the changed rows' player ids, in that order."""
         k = len(brows)
         first = ctl.version - k + 1
         for a, c in zip(*np.unique(actors, return_counts=True)):
@@ -584,9 +586,10 @@ class Sequencer:
             new_deltas[ctl.spec.board_id].extend(
                 Delta(v, (RowChange(p, value, at, active, meta, s),)) for v, p, value, at, meta, s in zip(
                     range(first, first + k), pid_col, values.tolist(), achieved.tolist(), metas or [None] * k, ss))
+        return pid_col
 
-    def _guess_rank_keys(self, ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, values: np.ndarray,
-                         achieved: np.ndarray) -> None:
+    def _guess_rank_keys(self, ctl: BoardCtl, cols: ScoreColumns, brows: np.ndarray, pid_col: list[str],
+                         values: np.ndarray, achieved: np.ndarray) -> None:
         """Every changed row's new rank key becomes its player's guess
         (:mod:`engine.core.rank_keys`), so the first exact-rank or around read
         after a write needs one round, not two. Columnar: one numpy pass and
@@ -601,10 +604,10 @@ class Sequencer:
         else:  # (-value, achieved_at of the row)
             ok = values != INT64_MIN
             primary, secondary = -values, achieved
-        pids = cols.player_ids
-        if ok is not None and not ok.all():
-            brows, primary, secondary = brows[ok], primary[ok], secondary[ok]
-        self.registry.rank_keys.put_many(ctl.spec.board_id, [pids[r] for r in brows.tolist()], primary, secondary)
+        if ok is not None and not ok.all():  # rare: only then a second list of ids
+            pid_col = [p for p, keep in zip(pid_col, ok.tolist()) if keep]
+            primary, secondary = primary[ok], secondary[ok]
+        self.registry.rank_keys.put_many(ctl.spec.board_id, pid_col, primary, secondary)
 
     def _finish_record(self, rec: R.Record, got: list, new_deltas) -> object:
         kind = rec.kind
