@@ -34,6 +34,7 @@ from engine.core import records as R
 from engine.core.columns import ScoreColumns
 from engine.core.dedup import DedupTable, Seen, fingerprint, fingerprints
 from engine.core.entry import ENTRY_CODES, EntryTable, judge, makes_row
+from engine.core.league import LeagueTable
 from engine.core.errors import AlreadyDecided, EventNotFound, InvalidTransition
 from engine.core.model import BoardSpec, BoardState, HeldEvent, Outcome, ScoreEvent
 from engine.core.players import BatchIds
@@ -81,6 +82,8 @@ class Admission:
         self.quarantined = DedupTable(_FOREVER, spec.board_id)
         self.freeze_position: int | None = None
         self.entry = EntryTable()  # joins, attempts and rows (engine.core.entry; docs/api.md §16)
+        # cohorts and tiers of a league board (engine.core.league; docs/api.md §16), else None
+        self.league: LeagueTable | None = None if spec.league is None else LeagueTable(spec.league)
 
     @property
     def remembers_every_id(self) -> bool:
@@ -169,6 +172,8 @@ class Admission:
             fps = fingerprints(cols, (ids.players, ids.player_offs))
         self.dedup.remember_words(words[keep], fps[keep])
         self.fold_entry(cols, verdicts)
+        if self.league is not None:  # the players of admitted events enter the league (in record order)
+            self.league.place_admitted(cols.player_ids, verdicts)
         kept = verdicts[keep]
         held = keep[(kept == HELD_CODES[0]) | (kept == HELD_CODES[1])]
         if not len(held):
@@ -216,6 +221,14 @@ class Admission:
         if held is not None:
             self.decided[event_id] = (decision, held)
             self.fold_decided_row(held.player_id, held.value, decision)
+            if decision == "apply" and self.league is not None:
+                self.league.place([held.player_id])
+
+    def apply_join(self, player_id: str, position: int) -> None:
+        """Fold a logged join in: the player's position, and on a league their cohort."""
+        self.entry.fold_join(player_id, position)
+        if self.league is not None:
+            self.league.place([player_id])
 
     # --------------------------------------------------------------- snapshots
 
@@ -235,6 +248,8 @@ class Admission:
         }
         if len(self.entry):  # additive: absent, no player joined or was counted (docs/storage.md)
             out["entry"] = self.entry.to_state()
+        if self.league is not None and len(self.league.players):  # additive, like "entry"
+            out["league"] = self.league.to_state()
         return out
 
     @classmethod
@@ -251,6 +266,8 @@ class Admission:
         a.held = {x[0]: held(x) for x in state["held"]}
         if "entry" in state:
             a.entry = EntryTable.from_state(state["entry"])
+        if "league" in state and spec.league is not None:
+            a.league = LeagueTable.from_state(spec.league, state["league"])
         a.decided = {eid: (d, held(h)) for eid, d, h in state["decided"]}
         every = [h for _, h in a.decided.values()] + list(a.held.values())
         if every:
@@ -261,6 +278,8 @@ class Admission:
         self.dedup._check()
         self.quarantined._check()
         self.entry._check()
+        if self.league is not None:
+            self.league._check()
         assert not (set(self.held) & set(self.decided))
         for h in self.held.values():
             assert h.reason in (Outcome.HELD_FOR_CORRECTION, Outcome.HELD_FOR_REVIEW)

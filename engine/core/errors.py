@@ -56,6 +56,10 @@ class EventNotFound(FlowRankError):
     code, status = "EVENT_NOT_FOUND", 404
 
 
+class CohortNotFound(FlowRankError):
+    code, status = "COHORT_NOT_FOUND", 404
+
+
 class BoardExists(FlowRankError):
     code, status = "BOARD_EXISTS", 409
 
@@ -122,6 +126,12 @@ class Overloaded(FlowRankError):
 
 class StorageUnavailable(Overloaded):
     """The event log cannot make writes durable right now (disk full, read-only)."""
+
+
+class AwardsPending(Overloaded):
+    """A board with prizes became FINALIZED and its awards are not all logged
+    yet: corrections (and ARCHIVED) wait for them, so that awards are the
+    ranking at the FINALIZED record (docs/api.md §16). Retry shortly."""
 
 
 class LogCorruption(FlowRankError):

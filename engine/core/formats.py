@@ -32,13 +32,17 @@ from engine.core.errors import UnsupportedFormat
 #: + R, W and G (a series, one window's instance of it, the score records of a request that fans out to
 #: several boards; docs/api.md §15); + O and J (a board with entry options, a join; codes 17-19, §16);
 #: + U, N and F (a board with subscores, its score frames and decisions; docs/api.md §14).
-LOG_FORMAT = 5
+#: 6: + Q and A (the tiers a league's next season carries, a board's awards at FINALIZED) and the O record's
+#: "league" and "prizes" options (docs/api.md §16).
+LOG_FORMAT = 6
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).
 #: 4: board specs may be U records (subscores), and a held event with subscores has them as an
 #: 8th item (its metadata then always a 7th).
-ROUTER_STATE_FORMAT = 4
+#: 5: a board with prizes has its awards as a 4th item ([spec record, admission, corrections, awards]), and
+#: the admission of a league board its cohorts (``"league"``).
+ROUTER_STATE_FORMAT = 5
 #: ``ShardCore.to_state``: specs, partitions (each with its own format), dead letters (and,
 #: additive since log format 4, ``dead_logged``: the dead letters the log holds a record of).
 SHARD_STATE_FORMAT = 1

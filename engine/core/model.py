@@ -8,6 +8,7 @@ Parsing and formatting timestamps for people lives in :mod:`engine.core.timefmt`
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -139,6 +140,37 @@ class EntrySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class LeagueSpec:
+    """A league (docs/api.md §16, "Leagues"): players placed in cohorts of at
+    most ``cohort_size`` within ``tiers`` tiers (1 the lowest); at most
+    ``promote`` of a cohort's ranked members are in its promote zone and
+    ``demote`` in its demote zone (:mod:`engine.core.league`)."""
+
+    cohort_size: int
+    tiers: int = 1
+    promote: int = 0
+    demote: int = 0
+
+    def to_json(self) -> dict:
+        return {"cohort_size": self.cohort_size, "tiers": self.tiers, "promote": self.promote,
+                "demote": self.demote}
+
+
+@dataclass(frozen=True, slots=True)
+class Prize:
+    """One prize range (docs/api.md §16, "Prizes"): players whose strict rank
+    (cohort-local on a league) is in ``first .. last`` get ``reward``, kept as
+    its canonical compact JSON text (so a spec stays hashable)."""
+
+    first: int
+    last: int
+    reward: str
+
+    def to_json(self) -> dict:
+        return {"ranks": [self.first, self.last], "reward": json.loads(self.reward)}
+
+
+@dataclass(frozen=True, slots=True)
 class BoardSpec:
     """A board's immutable configuration (docs/api.md §5, §13).
 
@@ -160,6 +192,8 @@ class BoardSpec:
     finalize_after_s: int = DEFAULT_FINALIZE_AFTER_S
     recurrence: Recurrence | None = None
     entry: EntrySpec | None = None  # competition entry (docs/api.md §16); None: none of its rules
+    league: LeagueSpec | None = None  # cohorts and tiers (docs/api.md §16); None: not a league
+    prizes: tuple[Prize, ...] = ()  # awarded at FINALIZED (docs/api.md §16); () none
     series: str | None = None
     window: tuple[int, int] | None = None
     #: per subscore, its direction ("desc" | "asc"), compared after the primary
@@ -246,6 +280,8 @@ class BoardInfo:
     series: str | None = None  # an instance: its series
     window: tuple[int, int] | None = None  # an instance: (starts_at, ends_at), epoch ms
     subscores: tuple[str, ...] = ()  # the board's declared subscore directions (docs/api.md §14)
+    league: LeagueSpec | None = None  # a league's settings (docs/api.md §16)
+    prizes: tuple[Prize, ...] = ()  # its prize ranges (docs/api.md §16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +302,39 @@ class Page:
     version: int
     entries: tuple[RankedEntry, ...]
     board_id: str | None = None  # read on a series: the instance that answered (docs/api.md §15)
+
+
+@dataclass(frozen=True, slots=True)
+class CohortView:
+    """A league cohort read (docs/api.md §16): its ranked members with local
+    ranks, and per entry its zone ("promote" | "demote" | None)."""
+
+    version: int
+    tier: int
+    cohort: str
+    members: int
+    entries: tuple[RankedEntry, ...]
+    zones: tuple[str | None, ...]
+
+
+class Award(NamedTuple):
+    """One award as the awards read shows it (docs/api.md §16)."""
+
+    award_id: str
+    player_id: str
+    rank: int
+    cohort: str | None
+    reward: str  # compact JSON text of the reward object
+    delivery: str  # "pending" | "delivered" | "failed"
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwardsPage:
+    """A page of a board's awards in award order; ``next_cursor``: the index of the next award (None: last page)."""
+
+    awards: tuple[Award, ...]
+    next_cursor: int | None
 
 
 @dataclass(frozen=True, slots=True)

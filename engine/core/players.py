@@ -198,6 +198,16 @@ class BatchIds(NamedTuple):
         return cls(*encode_ids(player_ids), *encode_ids(event_ids))
 
 
+def ids_of(buf: np.ndarray, offs: np.ndarray) -> list[str]:
+    """The ids held as one UTF-8 buffer with offsets, decoded (one str each)."""
+    raw = np.asarray(buf, np.uint8).tobytes()
+    b = np.asarray(offs, np.int64).tolist()
+    try:
+        return [raw[b[k]:b[k + 1]].decode() for k in range(len(b) - 1)]
+    except UnicodeDecodeError:  # a lone surrogate
+        return [decode_id(raw[b[k]:b[k + 1]]) for k in range(len(b) - 1)]
+
+
 def decode_id(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogatepass")
 
@@ -268,13 +278,7 @@ class PlayerTable:
         idx = np.asarray(idx, dtype=np.int64)
         if not len(idx):
             return []
-        out, bounds = gather(self.arena, self.offs, idx)
-        raw = out.tobytes()
-        b = bounds.tolist()
-        try:
-            return [raw[b[k]:b[k + 1]].decode() for k in range(len(idx))]
-        except UnicodeDecodeError:  # a lone surrogate
-            return [decode_id(raw[b[k]:b[k + 1]]) for k in range(len(idx))]
+        return ids_of(*gather(self.arena, self.offs, idx))
 
     def nbytes(self) -> int:
         """Bytes in use (arena and offsets as filled, the whole slot table)."""

@@ -17,6 +17,7 @@ outcomes, whatever the current dedup settings. Nothing here reads a clock.
 
 from __future__ import annotations
 
+import json
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -24,7 +25,7 @@ import numpy as np
 from engine.core.columns import ScoreColumns
 from engine.core.errors import UnsupportedFormat
 from engine.core.formats import LOG_FORMAT
-from engine.core.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
+from engine.core.model import BoardSpec, EntrySpec, LeagueSpec, Outcome, Policy, Prize, ScoreEvent
 from engine.core.entry import ENTRY_CODES, ENTRY_OUTCOMES
 from engine.core.windows import Recurrence
 
@@ -44,6 +45,10 @@ BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, INSTANCE, OPTIONS_BOARD, "U"})  
 JOIN = "J"
 #: The score records of one submission that fans out to several boards (docs/api.md §15), as one record.
 GROUP = "G"
+#: The tiers a league board's next season carries (docs/api.md §16): logged right after the new board's record.
+CARRY = "Q"
+#: One part of the awards computed when a board with prizes became FINALIZED (docs/api.md §16).
+AWARDS = "A"
 SCORES_META, DECIDE_META = "M", "E"
 #: Both columnar score kinds (``M`` is ``C`` plus the events' metadata).
 SCORE_BATCHES = (SCORES, SCORES_META, "N")  # "N": SCORES_SUBS, below
@@ -87,11 +92,24 @@ KINDS: dict[str, RecordKind] = {
                                                 "options"),
                               "a board with options: the fields of R (recurrence nil for none), then a map of "
                               "options whose keys a reader must all know (else UnsupportedFormat): \"entry\" "
-                              "{join_required, max_players, max_attempts} in that key order (docs/api.md §16). "
+                              "{join_required, max_players, max_attempts}, \"league\" {cohort_size, tiers, promote, "
+                              "demote}, \"prizes\" [{ranks: [from, to], reward}] (each in that key order; a key "
+                              "only when the board has that option; docs/api.md §16). "
                               "Written only for a board that has an option, so other boards' records are unchanged"),
     JOIN: RecordKind("join", ("board_id", "player_id", "position"),
                      "a player joined a competition (docs/api.md §16) at this 0-based position in the order of "
                      "joining; logged once per player and board, changes no board version"),
+    CARRY: RecordKind("carried tiers", ("board_id", "player_ids", "tiers"),
+                      "the tiers a league board made by next-season carries (docs/api.md §16), logged right after "
+                      "its board record: per player who had entered the previous season's board, its id and its "
+                      "tier there after the promote and demote zones moved it (int8 bytes, 1 the lowest)"),
+    AWARDS: RecordKind("awards", ("board_id", "version", "part", "parts", "player_ids", "ranks", "tiers", "numbers",
+                                  "prizes"),
+                       "part ``part`` (0-based) of ``parts`` of the awards of a board with prizes, computed from the "
+                       "ranking at its FINALIZED record (board version ``version``) and logged after it, in award "
+                       "order (docs/api.md §16): per award the player id, its strict rank (cohort-local on a "
+                       "league; little-endian int64 bytes), its cohort's tier (int8) and number (int32; both 0 off "
+                       "leagues) and the index of its prize range in the board's prizes (int16)"),
     INSTANCE: RecordKind("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
                                             "closes_at", "finalize_after_s", "series", "starts_at", "ends_at"),
                          "one window's board of a series (docs/api.md §15): the fields of K (closes_at is the "
@@ -222,6 +240,30 @@ class JoinRecord(NamedTuple):
     board_id: str
     player_id: str
     position: int
+
+
+class CarryRecord(NamedTuple):
+    """``Q``: the tiers a league board's next season carries."""
+
+    kind: str
+    board_id: str
+    player_ids: list
+    tiers: bytes
+
+
+class AwardsRecord(NamedTuple):
+    """``A``: one part of a board's awards, in award order."""
+
+    kind: str
+    board_id: str
+    version: int
+    part: int
+    parts: int
+    player_ids: list
+    ranks: bytes
+    tiers: bytes
+    numbers: bytes
+    prizes: bytes
 
 
 class InstanceBoardRecord(NamedTuple):
@@ -398,7 +440,7 @@ TYPES: dict[str, type] = {
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, BOARD_SUBS: SubscoresBoardRecord,
     SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
-    OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord,
+    OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord, CARRY: CarryRecord, AWARDS: AwardsRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
@@ -407,7 +449,7 @@ assert set(TYPES) == set(KINDS), "every kind needs a record type"
 Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
           | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
           | DeadLetterRecord | OptionsBoardRecord | JoinRecord | SubscoresBoardRecord | ScoresSubsRecord
-          | DecisionSubsRecord)
+          | DecisionSubsRecord | CarryRecord | AwardsRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -503,10 +545,10 @@ def board_record(spec: BoardSpec) -> (ScheduledBoardRecord | SeriesBoardRecord |
               spec.closes_at, spec.finalize_after_s)
     if spec.subscores:
         return SubscoresBoardRecord(BOARD_SUBS, *fields, list(spec.subscores))
-    if spec.entry is not None:
+    options = options_of(spec)
+    if options:
         return OptionsBoardRecord(OPTIONS_BOARD, *fields,
-                                  None if spec.recurrence is None else spec.recurrence.to_json(),
-                                  {"entry": spec.entry.to_json()})
+                                  None if spec.recurrence is None else spec.recurrence.to_json(), options)
     if spec.recurrence is not None:
         return SeriesBoardRecord(SERIES, *fields, spec.recurrence.to_json())
     if spec.series is not None and spec.window is not None:
@@ -529,19 +571,57 @@ def spec_of(rec) -> BoardSpec:
     if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord, OptionsBoardRecord)):
         raw = rec.recurrence if isinstance(rec, (SeriesBoardRecord, OptionsBoardRecord)) else None
         recurrence = Recurrence.parse(raw) if raw is not None else None
-        entry = _entry_of(rec.board_id, rec.options) if isinstance(rec, OptionsBoardRecord) else None
+        opts = _options_in(rec.board_id, rec.options) if isinstance(rec, OptionsBoardRecord) else {}
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
-                         rec.closes_at, rec.finalize_after_s, recurrence, entry)
+                         rec.closes_at, rec.finalize_after_s, recurrence, **opts)
     return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above)
 
 
-def _entry_of(board_id: str, options: dict) -> EntrySpec | None:
-    unknown = set(options) - {"entry"}
+def options_of(spec: BoardSpec) -> dict:
+    """The options map of an ``O`` record for ``spec`` (empty: the board needs no ``O`` record)."""
+    out: dict = {}
+    if spec.entry is not None:
+        out["entry"] = spec.entry.to_json()
+    if spec.league is not None:
+        out["league"] = spec.league.to_json()
+    if spec.prizes:
+        out["prizes"] = [p.to_json() for p in spec.prizes]
+    return out
+
+
+def _options_in(board_id: str, options: dict) -> dict:
+    """BoardSpec keyword arguments of an ``O`` record's options."""
+    unknown = set(options) - {"entry", "league", "prizes"}
     if unknown:
         raise UnsupportedFormat(f"board {board_id!r} has options {sorted(unknown)} that this FlowRank version does "
                                 "not know; it was written by a newer FlowRank")
+    out: dict = {}
     raw = options.get("entry")
-    return None if raw is None else EntrySpec(bool(raw["join_required"]), raw["max_players"], raw["max_attempts"])
+    if raw is not None:
+        out["entry"] = EntrySpec(bool(raw["join_required"]), raw["max_players"], raw["max_attempts"])
+    raw = options.get("league")
+    if raw is not None:
+        out["league"] = LeagueSpec(int(raw["cohort_size"]), int(raw["tiers"]), int(raw["promote"]),
+                                   int(raw["demote"]))
+    raw = options.get("prizes")
+    if raw:
+        out["prizes"] = tuple(Prize(int(p["ranks"][0]), int(p["ranks"][1]), canonical_json(p["reward"]))
+                              for p in raw)
+    return out
+
+
+def canonical_json(value) -> str:
+    """Compact JSON text (keys in their given order, UTF-8 kept as is): how a prize's reward is kept."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def carry_record(board_id: str, player_ids: list, tiers: np.ndarray) -> CarryRecord:
+    return CarryRecord(CARRY, board_id, player_ids, np.asarray(tiers, np.int8).tobytes())
+
+
+def carried_of(rec) -> tuple[list, np.ndarray]:
+    rec = parse(rec)
+    return rec.player_ids, np.frombuffer(rec.tiers, np.int8)
 
 
 def join_record(board_id: str, player_id: str, position: int) -> JoinRecord:

@@ -20,11 +20,13 @@ from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 from engine.core.columns import BatchResult, ScoreBatch
 from engine.core.export import Chunk
 from engine.core.model import (
+    AwardsPage,
     BoardInfo,
     BoardSpec,
     BoardState,
     Changes,
     Checksum,
+    CohortView,
     DecisionResult,
     Delta,
     EventResult,
@@ -103,6 +105,14 @@ class EngineClient(Protocol):
 
     async def ranked_subset(self, board_id: str, player_ids: Sequence[str], ties: bool = False) -> Page:
         """ACTIVE rows among ``player_ids`` ranked locally 1..k by the board comparator."""
+
+    async def cohort(self, board_id: str, player_id: str | None = None, cohort: str | None = None,
+                     ties: bool = False) -> CohortView:
+        """A league cohort (docs/api.md §16), by id or as a player's: ranked
+        locally with zones. Raises BoardNotFound, CohortNotFound, PlayerNotFound."""
+
+    async def awards(self, board_id: str, start: int = 0, limit: int = 100) -> AwardsPage:
+        """A page of the board's awards from index ``start`` (docs/api.md §16). Raises BoardNotFound."""
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False,

@@ -22,7 +22,9 @@ from engine.core import records as R
 from engine.core import season
 from engine.core import wire as W
 from engine.core.admission import Admission
-from engine.core.archive import ArchiveHistory, encode, rows_from_wire
+from engine.core.archive import ArchiveHistory, encode, rank_order, rows_from_wire
+from engine.core.league import check_league, next_tiers
+from engine.core.prizes import AwardTable, award_records, check_prizes, compute_awards
 from engine.core.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.core.formats import ROUTER_STATE_FORMAT, state_format
 from engine.core.gc_tuning import release_memory
@@ -33,6 +35,7 @@ from engine.core.model import (
     BoardSpec,
     BoardState,
 )
+from engine.router.decide import Submission
 from engine.router.registry import BoardCtl, BoardRegistry
 from engine.core.subscores import check_directions
 from engine.core.windows import instance_id, window_of
@@ -47,6 +50,8 @@ class Writes(Protocol):
     closing: bool
 
     async def submit_board(self, spec: BoardSpec) -> None: ...
+
+    async def enqueue(self, kind, payload, n: int): ...
 
     async def submit_state(self, board_id: str, state: BoardState) -> None: ...
 
@@ -83,6 +88,8 @@ class BoardControl:
         self.wall_clock: Callable[[], int] = wall_clock or epoch_ms
         self._sched_wake: asyncio.Event | None = None
         self._keeping = asyncio.Lock()  # enforce_keep, one at a time
+        self._awarding: dict[str, asyncio.Lock] = {}  # settle_awards, one run per board at a time
+        self._settling: set[asyncio.Task] = set()  # awards the season timer's FINALIZED moves owe
         self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
         # Awaited before the shard actors drop an archived board's rows: an engine host
         # (engine.runtime.host) waits there until no gateway's read replica still reads them.
@@ -100,18 +107,21 @@ class BoardControl:
             "format": ROUTER_STATE_FORMAT,
             "log_offset": self.registry.log_offset,
             "boards": [
-                [R.board_record(c.spec), c.admission.to_state(), c.corrections] for c in self.boards.values()
+                [R.board_record(c.spec), c.admission.to_state(), c.corrections]
+                + ([c.awards.to_state()] if c.awards is not None else []) for c in self.boards.values()
             ],
         }
 
     def load_state(self, state: dict) -> None:
         state_format(state, ROUTER_STATE_FORMAT, "router snapshot")
         self.registry.log_offset = state["log_offset"]
-        for rec, adm, corrections in state["boards"]:
+        for rec, adm, corrections, *awards in state["boards"]:
             spec = R.spec_of(rec)
             ctl = self.registry.new_ctl(spec)
             ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
             ctl.corrections = corrections
+            if awards and spec.prizes:
+                ctl.awards = AwardTable.from_state(spec.board_id, spec.prizes, awards[0])
             self.registry.add(ctl)
 
     async def sync_versions(self) -> None:
@@ -140,11 +150,7 @@ class BoardControl:
             raise ValidationFailed("shards must be at least 1.", "shards")
         check_directions(spec.policy, list(spec.subscores))
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
-        if spec.subscores and (spec.recurrence is not None or spec.entry is not None):
-            raise ValidationFailed("A board with subscores cannot be recurring or have entry rules yet.", "subscores")
-        if spec.recurrence is not None and spec.entry is not None:
-            raise ValidationFailed("A recurring board cannot have entry rules yet: give them to an ordinary board "
-                                   "(one per season, with next-season) instead.", "entry")
+        check_competition(spec)
         await self.sequencer.submit_board(spec)
         if spec.recurrence is not None:
             self.wake_season_timer()  # its next wake-up may now be this series' next window
@@ -158,12 +164,26 @@ class BoardControl:
         """Create ``game:mode:<season_name>:scope`` with ``board_id``'s settings
         (:func:`engine.core.season.next_season`). Raises BoardNotFound, BoardExists,
         ValidationFailed."""
-        spec = season.next_season(self.registry.ctl(board_id).spec, season_name, closes_at, finalize_after_s)
-        return await self.create_board(spec)
+        ctl = self.registry.ctl(board_id)
+        spec = season.next_season(ctl.spec, season_name, closes_at, finalize_after_s)
+        if ctl.admission.league is None:
+            return await self.create_board(spec)
+        check_competition(spec)  # a league's next season carries its players' tiers (docs/api.md §16)
+        rows, _ = await self._rows(ctl)
+        league = ctl.admission.league
+        order = rank_order(ctl.spec.policy, rows, ctl.spec.subscores)[:int(np.count_nonzero(rows.active))]
+        moves = await asyncio.to_thread(next_tiers, league, rows.id_bytes, rows.id_offsets, order)
+        await self.sequencer.enqueue(Submission.LEAGUE_BOARD, (spec, moves), 1)
+        if spec.closes_at is not None:
+            await self.close_due([spec.board_id])
+            self.wake_season_timer()
+        return await self.fanout.board(spec.board_id)
 
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         ctl = self.registry.ctl(board_id)
         await self.sequencer.submit_state(board_id, state)
+        if state is BoardState.FINALIZED:
+            await self.settle_awards(board_id)
         if state is BoardState.ARCHIVED:
             try:
                 await self._archive(ctl)
@@ -171,6 +191,66 @@ class BoardControl:
                 log.exception("archiving board %r failed; its rows stay on the shard actors until a restart "
                               "builds the archive", board_id)
         return await self.fanout.board(board_id)
+
+    # ----------------------------------------------------------------- awards
+
+    async def settle_awards(self, board_id: str) -> None:
+        """Compute and log the awards of a board with prizes that became
+        FINALIZED without them (docs/api.md §16): every row read in one cut
+        once the FINALIZED record applied (no correction is decided between
+        that record and the awards, :mod:`engine.router.decide`, so these are
+        the rows at its log position), ranked, awarded, then logged as ``A``
+        records, one submission per part so ingest goes on in between.
+        Idempotent; one run per board at a time."""
+        ctl = self.registry.ctl(board_id)
+        if not ctl.awards_due:
+            return
+        lock = self._awarding.setdefault(board_id, asyncio.Lock())
+        async with lock:
+            if not ctl.awards_due or ctl.awards is None:
+                return
+            rows, version = await self._rows(ctl)
+            spec, league = ctl.spec, ctl.admission.league
+
+            def compute() -> list:
+                order = rank_order(spec.policy, rows, spec.subscores)[:int(np.count_nonzero(rows.active))]
+                return award_records(board_id, version, compute_awards(spec.prizes, rows.id_bytes, rows.id_offsets,
+                                                                       order, league))
+
+            parts = await asyncio.to_thread(compute)
+            del rows
+            for rec in parts[len(ctl.awards.offsets):]:
+                await self.sequencer.enqueue(Submission.AWARDS, (board_id, [rec]), 1)
+            log.info("board %r finalized: %d awards logged in %d parts", board_id, len(ctl.awards), len(parts))
+
+    async def finish_awards(self) -> None:
+        """Log the awards a crash left unlogged (a board FINALIZED whose awards are not all in the log). At start."""
+        for board_id, ctl in list(self.boards.items()):
+            if ctl.awards_due:
+                await self.settle_awards(board_id)
+
+    def _settle_later(self, board_id: str) -> None:
+        task = asyncio.ensure_future(self.settle_awards(board_id))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        task.add_done_callback(_log_awards_failure)
+
+    async def _rows(self, ctl: BoardCtl, missing: str | None = None):
+        """Every row of the board, read in one cut: (ArchiveRows, version).
+        ``missing``: the StorageUnavailable message when the shard actors no longer hold them."""
+        board_id = ctl.spec.board_id
+
+        async def attempt():
+            answers = await self.fanout.fan(ctl, lambda a: W.Rows(W.ROWS, board_id))
+            return {o for o, _ in answers.values()}, answers
+
+        answers = await self.fanout.consistent(attempt, ctl)
+        got = [ans for _, ans in answers.values()]
+        version = sum(ans.version for ans in got)
+        parts = [cols for ans in got for cols in ans.value]
+        if len(parts) != ctl.spec.shards:
+            raise StorageUnavailable(missing or f"The rows of board {board_id!r} are no longer on the shard actors.")
+        return rows_from_wire(parts), version
 
     # ---------------------------------------------------------------- archive
 
@@ -195,21 +275,11 @@ class BoardControl:
         if ctl.archive is not None:
             return
 
-        async def attempt():
-            answers = await self.fanout.fan(ctl, lambda a: W.Rows(W.ROWS, board_id))
-            return {o for o, _ in answers.values()}, answers
-
-        answers = await self.fanout.consistent(attempt, ctl)
-        got = [ans for _, ans in answers.values()]
-        version = sum(ans.version for ans in got)
-        parts = [cols for ans in got for cols in ans.value]
-        if len(parts) != ctl.spec.shards:
-            raise StorageUnavailable(f"Board {board_id!r} is ARCHIVED but its archive is missing and the shard actors no "
-                                     "longer hold its rows: restore the archive file from a backup.")
+        rows, version = await self._rows(ctl, f"Board {board_id!r} is ARCHIVED but its archive is missing and the "
+                                              "shard actors no longer hold its rows: restore the archive file from a "
+                                              "backup.")
         found = await asyncio.to_thread(self.archives.open, board_id)  # finished before a crash: keep it
         if found is None:
-            rows = rows_from_wire(parts)
-            del got, parts, answers
             history = await self._history_of(ctl)
             subs = {"subscores": ctl.spec.subscores} if ctl.spec.subscores else {}  # (docs/api.md §14)
             chunks = await asyncio.to_thread(encode, board_id, ctl.spec.policy, version, rows, history, **subs)
@@ -281,6 +351,10 @@ class BoardControl:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+        for board_id in list(self.boards if board_ids is None else board_ids):
+            ctl = self.boards.get(board_id)
+            if ctl is not None and ctl.awards_due:  # finalized by the schedule: its awards, behind the timer
+                self._settle_later(board_id)
         if board_ids is None:  # every board: series windows too
             starts = await self.series_due(now, keep_behind)
             if starts is not None and (wake_at is None or starts < wake_at):
@@ -369,6 +443,27 @@ class BoardControl:
                 await asyncio.wait_for(self._sched_wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
+
+
+def check_competition(spec: BoardSpec) -> None:
+    """ValidationFailed for competition settings a board cannot have (docs/api.md §16), or cannot have yet."""
+    if spec.league is not None:
+        check_league(spec.league)
+    check_prizes(spec.prizes)
+    options = spec.entry is not None or spec.league is not None or bool(spec.prizes)
+    if spec.subscores and (spec.recurrence is not None or options):
+        raise ValidationFailed("A board with subscores cannot be recurring or have entry rules, a league or prizes "
+                               "yet.", "subscores")
+    if spec.recurrence is not None and options:
+        field = "entry" if spec.entry is not None else "league" if spec.league is not None else "prizes"
+        raise ValidationFailed(f"A recurring board cannot have {field} yet: give it to an ordinary board (one per "
+                               "season, with next-season) instead.", field)
+
+
+def _log_awards_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("computing awards failed; the next start (or the next admin move) logs them",
+                  exc_info=task.exception())
 
 
 def _log_failure(task: asyncio.Task) -> None:

@@ -31,9 +31,10 @@ from engine.core.columns import ScoreBatch, ScoreColumns, concat_columns
 from engine.core.dedup import DedupTable
 from engine.core.entry import EntryTable, join_answer, new_overlay
 from engine.core.entry import lookup as entry_lookup
-from engine.core.errors import BoardExists, BoardNotFound, ValidationFailed
+from engine.core.errors import AwardsPending, BoardExists, BoardNotFound, ValidationFailed
 from engine.core.model import BoardSpec, BoardState, Invalidation, JoinResult, QuarantineDecision
 from engine.core.placement import parts_of
+from engine.core.players import ids_of
 from engine.router.registry import BoardCtl, BoardRegistry, ScoreMemo
 from engine.core.timefmt import format_timestamp
 from engine.core.windows import Window, horizon, instance_id, window_of, windows_of
@@ -55,6 +56,8 @@ class Submission(str, Enum):
     INVALIDATION = "invalidation"  # an Invalidation: one I record
     DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
     JOIN = "join"  # (board_id, player_id): one J record for a new join, none for a player who joined before
+    LEAGUE_BOARD = "league_board"  # (BoardSpec, TierMoves): next-season of a league: its O record, then one Q record
+    AWARDS = "awards"  # (board_id, A records): the parts of a FINALIZED board's awards not logged yet
 
 
 class ScorePlace(NamedTuple):
@@ -224,6 +227,8 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
         board_id, wanted = payload
         ctl = ov.need(board_id)
         season.next_state(ov.state(ctl), wanted)  # raises InvalidTransition
+        if wanted is BoardState.ARCHIVED:
+            _no_awards_due(ov, ctl)
         return _plain([R.StateRecord(R.STATE, board_id, wanted.value)])
     if kind == Submission.SCHEDULE:  # what the schedule owes at the instant close_due read the clock
         board_id, now = payload
@@ -234,11 +239,13 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
     if kind == Submission.DECISION:
         d: QuarantineDecision = payload
         ctl = ov.need(d.board_id)
+        _no_awards_due(ov, ctl)
         held = ctl.admission.check_decision(d.event_id, ov.decided.get(d.board_id, ()), ov.state(ctl))
         return _plain([R.decide_record(d.board_id, d.event_id, d.decision, d.reason, d.moderator, held)])
     if kind == Submission.INVALIDATION:
         inv: Invalidation = payload
         ctl = ov.need(inv.board_id)
+        _no_awards_due(ov, ctl)
         ctl.admission.check_corrections_allowed(ov.state(ctl))
         cid = R.correction_id(inv.event_id, ctl.corrections + ov.corrections[inv.board_id] + 1)
         return _plain([R.InvalidationRecord(R.INVALIDATE, inv.board_id, inv.event_id, cid, inv.reason, inv.moderator)])
@@ -246,7 +253,27 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
         return _plain(list(payload))
     if kind == Submission.JOIN:
         return _decide_join(ov, *payload)
+    if kind == Submission.LEAGUE_BOARD:
+        spec, moves = payload
+        if ov.ctl(spec.board_id) is not None:
+            raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
+        ids = ids_of(moves.id_bytes, moves.id_offsets)
+        return _plain([R.board_record(spec), R.carry_record(spec.board_id, ids, moves.tiers)])
+    if kind == Submission.AWARDS:
+        board_id, parts = payload
+        ctl = ov.need(board_id)
+        done = 0 if ctl.awards is None else len(ctl.awards.offsets)
+        return _plain([rec for rec in parts if rec.part >= done] if ctl.awards_due else [])
     raise ValueError(kind)
+
+
+def _no_awards_due(ov: Overlay, ctl: BoardCtl) -> None:
+    """AwardsPending when the board (as the cycle has it) is FINALIZED with prizes whose awards are not all logged:
+    nothing that changes its rows (or archives it) comes between its FINALIZED record and its awards."""
+    awards = ctl.awards
+    if awards is not None and not awards.complete and ov.state(ctl) in (BoardState.FINALIZED, BoardState.ARCHIVED):
+        raise AwardsPending(f"Board {ctl.spec.board_id!r} is FINALIZED and its awards are being computed; retry in a "
+                            "moment.", None, retry_after=1)
 
 
 def _decide_join(ov: Overlay, board_id: str, player_id: str) -> Decision:

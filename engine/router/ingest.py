@@ -37,6 +37,7 @@ from engine.core import wire as W
 from engine.router.decide import Overlay, ScorePlace, Submission, decide
 from engine.core.columns import BatchResult, ScoreBatch, ScoreColumns
 from engine.core.errors import (
+    AwardsPending,
     EventNotFound,
     FlowRankError,
     Overloaded,
@@ -214,12 +215,25 @@ class Sequencer:
         if d.decision not in ("apply", "reject"):
             raise ValidationFailed("decision must be 'apply' or 'reject'.", "decision")
         self.registry.ctl(d.board_id)
-        return await self.enqueue(Submission.DECISION, d, 1)
+        return await self._after_awards(Submission.DECISION, d)
 
     async def invalidate(self, inv: Invalidation) -> InvalidationResult:
         ctl = self.registry.ctl(inv.board_id)
         ctl.admission.check_corrections_allowed()
-        return await self.enqueue(Submission.INVALIDATION, inv, 1)
+        return await self._after_awards(Submission.INVALIDATION, inv)
+
+    async def _after_awards(self, kind: Submission, payload, patience_s: float = 30.0):
+        """Enqueue a correction; while its board's awards are being logged
+        (AwardsPending, docs/api.md §16), wait and try again for up to ``patience_s``."""
+        waited = 0.0
+        while True:
+            try:
+                return await self.enqueue(kind, payload, 1)
+            except AwardsPending:
+                if waited >= patience_s:
+                    raise
+                await asyncio.sleep(0.05)
+                waited += 0.05
 
     async def submit_board(self, spec) -> None:
         """Log a new board (BoardExists if the id is taken when its turn comes)."""
@@ -233,7 +247,7 @@ class Sequencer:
 
     async def submit_state(self, board_id: str, state: BoardState) -> None:
         """Log an admin's state change (the move must be allowed when its turn comes)."""
-        await self.enqueue(Submission.STATE, (board_id, state), 1)
+        await self._after_awards(Submission.STATE, (board_id, state))
 
     def submit_schedule(self, board_id: str, now_ms: int) -> asyncio.Future:
         """Queue (now, never refused for a full queue) the scheduled moves due

@@ -45,6 +45,7 @@ from engine.core.export import Block, Chunk, Merge, TiedRanks, key_subscores, ra
 from engine.core.errors import (
     BoardArchived,
     BoardNotFound,
+    CohortNotFound,
     FlowRankError,
     Overloaded,
     PlayerNotFound,
@@ -54,7 +55,11 @@ from engine.core.errors import (
     ViewExpired,
 )
 from engine.log.spill import SpillReader
+from engine.core.league import parse_cohort_id, zone
 from engine.core.model import (
+    Award,
+    AwardsPage,
+    CohortView,
     InstanceInfo,
     BoardInfo,
     Changes,
@@ -197,7 +202,8 @@ class ReadFanOut:
             info = ctl.archive.info
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
                              s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
-                             subscores=s.subscores, entry=s.entry, series=s.series, window=s.window)
+                             subscores=s.subscores, entry=s.entry, series=s.series, window=s.window,
+                             league=s.league, prizes=s.prizes)
 
         async def attempt():
             answers = await self.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
@@ -209,7 +215,8 @@ class ReadFanOut:
         s = ctl.spec
         return BoardInfo(s.board_id, s.policy, ctl.admission.state, version, size, s.shards,
                          s.max_plausible_time_ms, s.review_above, s.closes_at, s.finalize_after_s,
-                         subscores=s.subscores, entry=s.entry, series=s.series, window=s.window)
+                         subscores=s.subscores, entry=s.entry, series=s.series, window=s.window,
+                         league=s.league, prizes=s.prizes)
 
     async def instances(self, board_id: str) -> list[InstanceInfo]:
         """A series' instances, latest window first (docs/api.md §15);
@@ -529,6 +536,47 @@ class ReadFanOut:
             return {o for o, _ in answers.values()}, Page(version, tuple(with_tied_ranks(local, 1) if ties else local))
 
         return await self.consistent(attempt, ctl)
+
+    async def cohort(self, board_id: str, player_id: str | None = None, cohort: str | None = None,
+                     ties: bool = False) -> CohortView:
+        """A league cohort (docs/api.md §16), named by ``cohort`` ("<tier>-<n>")
+        or as ``player_id``'s: its members ranked locally like a friends view
+        (one round to the partitions), each with its zone. Raises
+        BoardNotFound, CohortNotFound (no such cohort, or no league),
+        PlayerNotFound (the player has not entered)."""
+        ctl = self.registry.ctl(self.resolve(board_id))
+        league = ctl.admission.league
+        if league is None:
+            raise CohortNotFound(f"Board {board_id!r} is not a league: it has no cohorts.", "cohort")
+        if player_id is not None:
+            g = league.cohort_of(player_id)
+            if g is None:
+                raise PlayerNotFound(f"Player {player_id!r} has not entered board {board_id!r}.", "player_id")
+        else:
+            where = None if cohort is None else parse_cohort_id(cohort)
+            g = None if where is None else league.find(*where)
+            if g is None:
+                raise CohortNotFound(f"Board {board_id!r} has no cohort {cohort!r}.", "cohort")
+        got = league.get(g)
+        page = await self.ranked_subset(ctl.spec.board_id, got.members, ties)
+        k = len(page.entries)
+        return CohortView(page.version, got.tier, got.cohort_id, len(got.members), page.entries,
+                          tuple(zone(e.rank, k, got.tier, league.spec) for e in page.entries))
+
+    async def awards(self, board_id: str, start: int = 0, limit: int = 100) -> AwardsPage:
+        """A page of the board's awards in award order (docs/api.md §16), each
+        with its webhook delivery state. A board without prizes, or whose
+        awards are not logged yet, has none."""
+        ctl = self.registry.ctl(board_id)
+        table = ctl.awards
+        rows = [] if table is None else table.page(start, limit)
+        delivery = self.registry.delivery
+        states = delivery(ctl.spec.board_id, [table.part_of(r.seq) for r in rows]) if rows and delivery else None
+        out = tuple(Award(r.award_id, r.player_id, r.rank, r.cohort, r.reward,
+                          *(states[i] if states is not None else ("pending", 0)))
+                    for i, r in enumerate(rows))
+        end = start + len(rows)
+        return AwardsPage(out, end if table is not None and end < len(table) else None)
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False,

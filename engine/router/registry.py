@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from engine.core.columns import ScoreColumns
 from engine.core.errors import BoardNotFound
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION, BoardSpec, BoardState
 from engine.core.placement import actor_of
+from engine.core.prizes import AwardTable
 from engine.core.rank_keys import RankKeyCache
 from engine.core.windows import instance_id, window_of
 
@@ -92,6 +93,13 @@ class BoardCtl:
     part_actor: list[int] = field(default_factory=list)  # partition -> actor hosting it
     archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
     shard_reads: int = 0  # reads asking the shard actors now (an archive waits for them before the drop)
+    awards: AwardTable | None = None  # a board with prizes: its awards as logged (docs/api.md §16)
+
+    @property
+    def awards_due(self) -> bool:
+        """A board with prizes that became FINALIZED (or later) without all its awards logged yet."""
+        return (self.awards is not None and not self.awards.complete
+                and self.admission.state in (BoardState.FINALIZED, BoardState.ARCHIVED))
 
 
 class BoardRegistry:
@@ -111,6 +119,9 @@ class BoardRegistry:
         self.rank_keys = RankKeyCache(self.cfg.rank_key_cache)
         # series id -> {window start (epoch ms): instance id} of its instances (docs/api.md §15)
         self.instances: dict[str, dict[int, str]] = {}
+        # the webhook outbox's delivery state of awards (docs/api.md §16), set when webhooks are on:
+        # (board_id, [(log offset of the award's A record, index within it)]) -> [(delivery, attempts)]
+        self.delivery: Callable[[str, list], list] | None = None
 
     def add(self, ctl: BoardCtl) -> None:
         """Keep a new board's control state (and index it under its series, for an instance)."""
@@ -148,7 +159,8 @@ class BoardRegistry:
         """Control state for a new board: each partition placed on its shard actor."""
         part_actor = [actor_of(spec.board_id, p, self.n_actors) for p in range(spec.shards)]
         return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
-                        sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor)
+                        sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor,
+                        awards=AwardTable(spec.board_id, spec.prizes) if spec.prizes else None)
 
     def apply(self, offset: int, rec, memo=None) -> None:
         """Fold one logged record in: the same call for a record just made
@@ -184,7 +196,13 @@ class BoardRegistry:
                 elif kind == R.INVALIDATE:
                     ctl.corrections += 1
                 elif kind == R.JOIN:  # docs/api.md §16: changes no board version
-                    ctl.admission.entry.fold_join(rec.player_id, rec.position)
+                    ctl.admission.apply_join(rec.player_id, rec.position)
+                elif kind == R.CARRY:
+                    if ctl.admission.league is not None:
+                        ctl.admission.league.carry(*R.carried_of(rec))
+                elif kind == R.AWARDS:
+                    if ctl.awards is not None:
+                        ctl.awards.fold(offset, rec)
         self.log_offset = offset
 
     def _apply_scores(self, rec, memo) -> None:

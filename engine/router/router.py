@@ -84,7 +84,7 @@ class Router:
         self.sequencing, self.accepting_writes, self.queue_depth = seq.sequencing, seq.accepting_writes, seq.queue_depth
         self.close_due, self.wake_season_timer = ctl.close_due, ctl.wake_season_timer
         self.to_state, self.load_state, self.sync_versions = ctl.to_state, ctl.load_state, ctl.sync_versions
-        self.finish_archiving = ctl.finish_archiving
+        self.finish_archiving, self.finish_awards = ctl.finish_archiving, ctl.finish_awards
 
     @property
     def log_offset(self) -> int:

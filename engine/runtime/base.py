@@ -92,6 +92,7 @@ class RouterClient:
         await asyncio.to_thread(recover_router, router, event_log, store)
         await router.sync_versions()
         router.start()
+        await router.finish_awards()
         await router.finish_archiving()
         await router.close_due()
         self._init_snapshots()

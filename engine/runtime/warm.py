@@ -48,7 +48,7 @@ from typing import Iterable, Mapping
 #: Every module that defines numba kernels (tests/engine/test_warm.py checks the list against the code).
 ENGINE_KERNEL_MODULES = (
     "engine.core.xxh3", "engine.core.players", "engine.core.dedup", "engine.core.rank_index", "engine.core.partition",
-    "engine.core.journal", "engine.core.archive", "engine.core.entry",
+    "engine.core.journal", "engine.core.archive", "engine.core.entry", "engine.core.league",
 )
 GATEWAY_KERNEL_MODULES = ("gateway.export_format",)
 KERNEL_MODULES = ENGINE_KERNEL_MODULES + GATEWAY_KERNEL_MODULES
@@ -439,6 +439,16 @@ async def exercise(engine, again: bool = False) -> None:
     await engine.submit_columns(ScoreBatch.from_events(_events(entered, 12, "e", False)))
     await engine.submit(_events(entered, 2, "s", True))
     await _reads(engine, entered)
+    league = f"warm:league:{suffix}:global"  # a league with prizes (engine.core.league): placement, cohorts, awards
+    await engine.create_board(BoardSpec(league, Policy.BEST_SCORE, shards=2, league=M.LeagueSpec(3, 2, 1, 1),
+                                        prizes=(M.Prize(1, 2, '{"gems":1}'),)))
+    await engine.join(league, PLAYERS[0])
+    await engine.submit_columns(ScoreBatch.from_events(_events(league, 12, "e", False)))
+    await engine.cohort(league, player_id=PLAYERS[0])
+    for state in (BoardState.FROZEN, BoardState.FINALIZED):
+        await engine.set_state(league, state)
+    await engine.awards(league, 0, 10)
+    await engine.next_season(league, f"next{suffix}", None)
     for policy, dirs in ((Policy.BEST_SCORE, ("desc", "asc")), (Policy.FASTEST_TIME, ("asc",))):  # subscores (§14)
         subbed = f"warm:subs-{policy.value}:{suffix}:global"
         await engine.create_board(BoardSpec(subbed, policy, shards=2, review_above=10_000, subscores=dirs))

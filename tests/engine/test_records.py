@@ -25,7 +25,7 @@ from engine.core import records as R
 from engine.core.columns import ScoreColumns
 from engine.core.errors import UnsupportedFormat
 from engine.log.framing import encode_record, unpack_payload
-from engine.core.model import BoardSpec, BoardState, EntrySpec, HeldEvent, Outcome, Policy, ScoreEvent
+from engine.core.model import BoardSpec, BoardState, EntrySpec, HeldEvent, LeagueSpec, Outcome, Policy, Prize, ScoreEvent
 from engine.core.partition import Partition
 from engine.core.placement import part_of
 from engine.router.router import Router
@@ -86,6 +86,8 @@ RECORD_KINDS = {
     "W": ("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                              "finalize_after_s", "series", "starts_at", "ends_at")),
     "G": ("score group", ("parts",)),
+    "Q": ("carried tiers", ("board_id", "player_ids", "tiers")),
+    "A": ("awards", ("board_id", "version", "part", "parts", "player_ids", "ranks", "tiers", "numbers", "prizes")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -99,7 +101,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 5, "ROUTER_STATE_FORMAT": 4, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
+FORMATS = {"LOG_FORMAT": 6, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
@@ -198,6 +200,8 @@ LISTS = {
     "O": ["O", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0, None,
           {"entry": {"join_required": True, "max_players": 100, "max_attempts": None}}],
     "J": ["J", "b", "p1", 4],
+    "Q": ["Q", "b", ["p1", "p2"], b"\x02\x01"],
+    "A": ["A", "b", 12, 0, 1, ["p1"], b"\x01" + bytes(7), b"\x02", b"\x03" + bytes(3), b"\x00\x00"],
     "W": ["W", "g:m:d.20261207:x", "best_score", 2, 1000, None, 1_793_527_500_000, 3600, "g:m:d:x",
           1_793_441_100_000, 1_793_527_500_000],
     "G": ["G", [["C", "b", 1, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"],
@@ -252,9 +256,14 @@ def test_an_options_board_record_keeps_recurrence_and_entry_and_refuses_unknown_
     rec = R.board_record(both)
     assert rec[0] == R.OPTIONS_BOARD
     assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == both
-    newer = list(rec[:-1]) + [{"entry": rec.options["entry"], "league": {"cohort_size": 10}}]
-    with pytest.raises(UnsupportedFormat, match="league"):
+    newer = list(rec[:-1]) + [{"entry": rec.options["entry"], "bracket": {"size": 10}}]
+    with pytest.raises(UnsupportedFormat, match="bracket"):
         R.spec_of(newer)
+    league = BoardSpec("g:m:s:x", Policy.BEST_SCORE, 2, league=LeagueSpec(50, 5, 10, 10),
+                       prizes=(Prize(1, 1, '{"gems":100,"note":"é"}'), Prize(2, 10, '{}')))
+    rec = R.board_record(league)
+    assert rec[0] == R.OPTIONS_BOARD and list(rec.options) == ["league", "prizes"]
+    assert R.spec_of(msgpack.unpackb(msgpack.packb(rec, use_bin_type=True))) == league
 
 
 def test_parse_refuses_a_list_of_another_layout_or_kind():
@@ -269,7 +278,8 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
-                   "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "U": None, "N": None, "F": "e1"}
+                   "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "U": None, "N": None, "F": "e1",
+                   "Q": None, "A": None}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -329,6 +339,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
                                                                   b"", (1,))),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
+        R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]),
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
     for rec in others:

@@ -1,0 +1,206 @@
+"""Prizes and awards (docs/api.md §16, "Prizes"). Pure.
+
+A board's prizes are up to :data:`MAX_PRIZES` non-overlapping 1-based rank
+ranges, each with a reward (a JSON object of at most
+:data:`MAX_REWARD_BYTES` bytes compact). When the board becomes FINALIZED,
+:func:`compute_awards` turns the ranking at that log position into awards:
+one per ranked player whose strict rank (cohort-local on a league) falls in
+a range, in award order (rank order; on a league by tier, then cohort
+number, then local rank). The router logs them after the FINALIZED record
+as ``A`` records (:func:`award_records`, in parts, so no single append
+holds ingest back for long) and folds them into an :class:`AwardTable`,
+which answers the paged awards read. Awards never change afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from engine.core import records as R
+from engine.core.errors import ValidationFailed
+from engine.core.league import LeagueTable, cohort_id, local_ranks
+from engine.core.model import Prize
+from engine.core.players import PlayerTable, encode_ids, gather, ids_of
+
+MAX_PRIZES = 100
+MAX_REWARD_BYTES = 1024
+#: awards per ``A`` record: one part's append stays a few MiB
+AWARDS_PER_RECORD = 50_000
+
+
+def check_prizes(prizes: Sequence[Prize]) -> None:
+    """ValidationFailed (field ``prizes[i]...``) unless the ranges are valid and do not overlap."""
+    if len(prizes) > MAX_PRIZES:
+        raise ValidationFailed(f"A board has at most {MAX_PRIZES} prize ranges.", "prizes")
+    for i, p in enumerate(prizes):
+        if not 1 <= p.first <= p.last:
+            raise ValidationFailed("ranks must be [from, to] with 1 <= from <= to.", f"prizes[{i}].ranks")
+        if len(p.reward.encode()) > MAX_REWARD_BYTES:
+            raise ValidationFailed(f"reward must encode to at most {MAX_REWARD_BYTES} bytes of compact JSON.",
+                                   f"prizes[{i}].reward")
+    ranges = sorted((p.first, p.last, i) for i, p in enumerate(prizes))
+    for (_, last, _), (first, _, j) in zip(ranges, ranges[1:]):
+        if first <= last:
+            raise ValidationFailed("Prize rank ranges must not overlap.", f"prizes[{j}].ranks")
+
+
+def prize_of(prizes: Sequence[Prize], ranks: np.ndarray) -> np.ndarray:
+    """Per rank, the index of the prize range holding it (-1: none). O(n log p)."""
+    if not prizes or not len(ranks):
+        return np.full(len(ranks), -1, np.int64)
+    by_first = sorted(range(len(prizes)), key=lambda i: prizes[i].first)
+    firsts = np.array([prizes[i].first for i in by_first], np.int64)
+    lasts = np.array([prizes[i].last for i in by_first], np.int64)
+    at = np.searchsorted(firsts, ranks, side="right") - 1
+    ok = (at >= 0) & (ranks <= lasts[np.maximum(at, 0)])
+    out = np.full(len(ranks), -1, np.int64)
+    out[ok] = np.asarray(by_first, np.int64)[at[ok]]
+    return out
+
+
+class Awards(NamedTuple):
+    """Awards as columns, in award order: ids (one UTF-8 buffer with offsets),
+    strict ranks, cohort tier and number (0 off leagues), prize index."""
+
+    id_bytes: np.ndarray
+    id_offsets: np.ndarray
+    ranks: np.ndarray
+    tiers: np.ndarray
+    numbers: np.ndarray
+    prizes: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.ranks)
+
+
+def compute_awards(prizes: Sequence[Prize], row_bytes: np.ndarray, row_offsets: np.ndarray, order: np.ndarray,
+                   league: LeagueTable | None = None) -> Awards:
+    """The awards of a board whose ranked rows, in rank order, are ``order``
+    (positions into the rows' ids ``row_bytes`` / ``row_offsets``; rows
+    invalidated are not ranked and not in it). On a league, ranks are local
+    to each cohort and awards come by tier, cohort number, local rank.
+    O(n log n) in numpy."""
+    order = np.asarray(order, np.int64)
+    if league is None:
+        top = max((p.last for p in prizes), default=0)
+        rows = order[:top]
+        ranks = np.arange(1, len(rows) + 1, dtype=np.int64)
+        tiers = np.zeros(len(rows), np.int8)
+        numbers = np.zeros(len(rows), np.int32)
+    else:
+        ranked_b, ranked_o = gather(row_bytes, row_offsets, order)
+        g = league.cohort_columns(ranked_b, ranked_o)
+        at, ranks, _ = local_ranks(g)
+        tiers = league.c_tier[g[at]].astype(np.int8)
+        numbers = league.c_number[g[at]].astype(np.int32)
+        by = np.lexsort((ranks, numbers, tiers))
+        rows, ranks, tiers, numbers = order[at[by]], ranks[by], tiers[by], numbers[by]
+    prize = prize_of(prizes, ranks)
+    won = np.flatnonzero(prize >= 0)
+    buf, offs = gather(row_bytes, row_offsets, rows[won])
+    return Awards(buf, offs, ranks[won], tiers[won], numbers[won], prize[won].astype(np.int16))
+
+
+def award_records(board_id: str, version: int, awards: Awards, per_record: int = AWARDS_PER_RECORD) -> list:
+    """The ``A`` records of a board's awards, in parts of at most ``per_record``
+    (at least one record, so an empty award set is logged too)."""
+    parts = max(1, -(-awards.n // per_record))
+    out = []
+    for k in range(parts):
+        lo, hi = k * per_record, min(awards.n, (k + 1) * per_record)
+        o = awards.id_offsets
+        ids = ids_of(awards.id_bytes[o[lo]:o[hi]], o[lo:hi + 1] - o[lo])
+        out.append(R.AwardsRecord(R.AWARDS, board_id, int(version), k, parts, ids,
+                                  awards.ranks[lo:hi].astype("<i8").tobytes(),
+                                  awards.tiers[lo:hi].astype(np.int8).tobytes(),
+                                  awards.numbers[lo:hi].astype("<i4").tobytes(),
+                                  awards.prizes[lo:hi].astype("<i2").tobytes()))
+    return out
+
+
+class AwardRow(NamedTuple):
+    """One award as the awards read shows it (before its delivery state)."""
+
+    award_id: str
+    player_id: str
+    rank: int
+    cohort: str | None
+    reward: str  # compact JSON text of the prize's reward
+    seq: int  # its position among the board's awards (0-based, award order)
+
+
+class AwardTable:
+    """A board's awards as logged (``A`` records folded in part order), with
+    the log offset of each part (the webhook outbox names messages by it)."""
+
+    def __init__(self, board_id: str, prizes: Sequence[Prize]) -> None:
+        self.board_id = board_id
+        self.prizes = tuple(prizes)
+        self.version = 0
+        self.parts = 0  # how many parts the awards have (0: none logged yet)
+        self.players = PlayerTable()  # award i's player is player i (a player has at most one award per board)
+        self.ranks = np.zeros(0, np.int64)
+        self.tiers = np.zeros(0, np.int8)
+        self.numbers = np.zeros(0, np.int32)
+        self.prize = np.zeros(0, np.int16)
+        self.offsets: list[int] = []  # per part folded: its record's log offset
+        self.firsts: list[int] = []  # per part folded: the index of its first award
+
+    @property
+    def complete(self) -> bool:
+        return self.parts > 0 and len(self.offsets) == self.parts
+
+    def __len__(self) -> int:
+        return len(self.players)
+
+    def fold(self, offset: int, rec: R.AwardsRecord) -> None:
+        """Fold one logged part in (a part already folded changes nothing)."""
+        if rec.part != len(self.offsets):
+            return
+        self.version, self.parts = rec.version, rec.parts
+        self.offsets.append(offset)
+        self.firsts.append(len(self))
+        self.players.intern_encoded(*encode_ids(rec.player_ids))
+        self.ranks = np.concatenate((self.ranks, np.frombuffer(rec.ranks, "<i8").astype(np.int64)))
+        self.tiers = np.concatenate((self.tiers, np.frombuffer(rec.tiers, np.int8)))
+        self.numbers = np.concatenate((self.numbers, np.frombuffer(rec.numbers, "<i4").astype(np.int32)))
+        self.prize = np.concatenate((self.prize, np.frombuffer(rec.prizes, "<i2").astype(np.int16)))
+
+    def row(self, i: int) -> AwardRow:
+        pid = self.players.id_of(i)
+        tier = int(self.tiers[i])
+        return AwardRow(f"{self.board_id}/{pid}", pid, int(self.ranks[i]),
+                        cohort_id(tier, int(self.numbers[i])) if tier else None, self.prizes[int(self.prize[i])].reward,
+                        i)
+
+    def page(self, start: int, limit: int) -> list[AwardRow]:
+        return [self.row(i) for i in range(start, min(len(self), start + limit))]
+
+    def of_player(self, player_id: str) -> list[AwardRow]:
+        i = int(self.players.lookup([player_id])[0])
+        return [] if i < 0 else [self.row(i)]
+
+    def part_of(self, i: int) -> tuple[int, int]:
+        """(the log offset of award ``i``'s part, its index within the part)."""
+        k = int(np.searchsorted(np.asarray(self.firsts), i, side="right")) - 1
+        return self.offsets[k], i - self.firsts[k]
+
+    def to_state(self) -> dict:
+        return {"version": self.version, "parts": self.parts, "players": self.players.to_state(), "ranks": self.ranks.tobytes(),
+                "tiers": self.tiers.tobytes(), "numbers": self.numbers.tobytes(), "prize": self.prize.tobytes(),
+                "offsets": self.offsets, "firsts": self.firsts}
+
+    @classmethod
+    def from_state(cls, board_id: str, prizes: Sequence[Prize], state: dict) -> "AwardTable":
+        t = cls(board_id, prizes)
+        t.version, t.parts = state["version"], state["parts"]
+        t.players = PlayerTable.from_state(state["players"])
+        t.ranks = np.frombuffer(state["ranks"], np.int64).copy()
+        t.tiers = np.frombuffer(state["tiers"], np.int8).copy()
+        t.numbers = np.frombuffer(state["numbers"], np.int32).copy()
+        t.prize = np.frombuffer(state["prize"], np.int16).copy()
+        t.offsets, t.firsts = list(state["offsets"]), list(state["firsts"])
+        return t
