@@ -172,8 +172,6 @@ class Admission:
             fps = fingerprints(cols, (ids.players, ids.player_offs))
         self.dedup.remember_words(words[keep], fps[keep])
         self.fold_entry(cols, verdicts)
-        if self.league is not None:  # the players of admitted events enter the league (in record order)
-            self.league.place_admitted(cols.player_ids, verdicts)
         kept = verdicts[keep]
         held = keep[(kept == HELD_CODES[0]) | (kept == HELD_CODES[1])]
         if not len(held):

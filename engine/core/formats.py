@@ -32,7 +32,8 @@ from engine.core.errors import UnsupportedFormat
 #: + R, W and G (a series, one window's instance of it, the score records of a request that fans out to
 #: several boards; docs/api.md §15); + O and J (a board with entry options, a join; codes 17-19, §16);
 #: + U, N and F (a board with subscores, its score frames and decisions; docs/api.md §14).
-#: 6: + Q and A (the tiers a league's next season carries, a board's awards at FINALIZED) and the O record's
+#: 6: + Q, P and A (the tiers a league's next season carries, players entering a league with a score
+#: submission, a board's awards at FINALIZED) and the O record's
 #: "league" and "prizes" options (docs/api.md §16).
 LOG_FORMAT = 6
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.

@@ -193,15 +193,23 @@ class LeagueTable:
         for g in range(before, self.n_cohorts):
             self._by_id[(int(self.c_tier[g]), int(self.c_number[g]))] = g
 
-    def place_admitted(self, player_ids: Sequence[str], verdicts: np.ndarray) -> None:
-        """A logged score record: the players of its admitted events (verdict 0) enter, in record order."""
+    def entrants(self, player_ids: Sequence[str], verdicts: np.ndarray) -> list[str]:
+        """The players of a batch's admitted events (verdict 0) not placed yet,
+        each once, in batch order: who the batch makes enter (a ``P`` record). Reads only."""
         admitted = np.flatnonzero(np.asarray(verdicts) == 0)
         if not len(admitted):
-            return
+            return []
         buf, offs = encode_ids(player_ids)
         if len(admitted) < len(player_ids):
             buf, offs = gather(buf, offs, admitted)
-        self.place_encoded(buf, offs)
+        local = PlayerTable()
+        local.intern_encoded(buf, offs)  # local indexes in order of first appearance
+        lbuf, loffs = local.bytes_of(np.arange(len(local)))
+        known = self.players.intern_encoded(lbuf, loffs, create=False)
+        placed = np.zeros(len(local), bool)
+        placed[known >= 0] = self.cohort[known[known >= 0]] >= 0
+        new = np.flatnonzero(~placed)
+        return local.ids_of(new) if len(new) else []
 
     # ----------------------------------------------------------------- reads
 

@@ -47,6 +47,8 @@ JOIN = "J"
 GROUP = "G"
 #: The tiers a league board's next season carries (docs/api.md §16): logged right after the new board's record.
 CARRY = "Q"
+#: Players entering a league board with a score submission, in submission order (docs/api.md §16).
+ENTER = "P"
 #: One part of the awards computed when a board with prizes became FINALIZED (docs/api.md §16).
 AWARDS = "A"
 SCORES_META, DECIDE_META = "M", "E"
@@ -103,6 +105,11 @@ KINDS: dict[str, RecordKind] = {
                       "the tiers a league board made by next-season carries (docs/api.md §16), logged right after "
                       "its board record: per player who had entered the previous season's board, its id and its "
                       "tier there after the promote and demote zones moved it (int8 bytes, 1 the lowest)"),
+    ENTER: RecordKind("league entry", ("board_id", "player_ids"),
+                      "the players a score submission makes enter a league board (docs/api.md §16): those of its "
+                      "admitted events not placed in a cohort before it, in the order the submission listed them "
+                      "(so placement does not depend on the partition count); logged before the submission's score "
+                      "records, and folded by placing each one not placed yet"),
     AWARDS: RecordKind("awards", ("board_id", "version", "part", "parts", "player_ids", "ranks", "tiers", "numbers",
                                   "prizes"),
                        "part ``part`` (0-based) of ``parts`` of the awards of a board with prizes, computed from the "
@@ -249,6 +256,14 @@ class CarryRecord(NamedTuple):
     board_id: str
     player_ids: list
     tiers: bytes
+
+
+class EnterRecord(NamedTuple):
+    """``P``: players entering a league board with a score submission."""
+
+    kind: str
+    board_id: str
+    player_ids: list
 
 
 class AwardsRecord(NamedTuple):
@@ -441,6 +456,7 @@ TYPES: dict[str, type] = {
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, BOARD_SUBS: SubscoresBoardRecord,
     SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
     OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord, CARRY: CarryRecord, AWARDS: AwardsRecord,
+    ENTER: EnterRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
@@ -449,7 +465,7 @@ assert set(TYPES) == set(KINDS), "every kind needs a record type"
 Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
           | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
           | DeadLetterRecord | OptionsBoardRecord | JoinRecord | SubscoresBoardRecord | ScoresSubsRecord
-          | DecisionSubsRecord | CarryRecord | AwardsRecord)
+          | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 

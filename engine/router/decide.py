@@ -391,6 +391,7 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
     ids_new: list = [False] * len(records)
     places: list = []
     lead = len(records)
+    entering: list = []  # P records: players the batch makes enter a league board (docs/api.md §16)
     for cols in (batch if routed is None else routed).boards:
         made = created.get(cols.board_id)
         ctl = made[0] if made is not None else ov.ctl(cols.board_id)
@@ -401,6 +402,11 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
         fresh = ctl.admission.remembers_every_id
         got = ctl.admission.decide_columns(cols, earlier=ov.earlier(cols.board_id), state=state,
                                            entry_over=ov.entry_over(ctl))
+        league = ctl.admission.league
+        if league is not None:  # in submission order, whatever the partition count
+            new = league.entrants(cols.player_ids, got.verdicts)
+            if new:
+                entering.append(R.EnterRecord(R.ENTER, cols.board_id, new))
         n_parts = ctl.spec.shards
         mine = []
         if n_parts == 1:
@@ -436,4 +442,10 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
         ids_new.append(fresh_all)
         places = [None if mine is None else [ScorePlace(lead, p.rows, p.record - lead) for p in mine]
                   for mine in places]
+    if entering:  # before the score records: a torn tail never keeps scores without their placement
+        k = len(entering)
+        records[lead:lead] = entering
+        memos[lead:lead] = [None] * k
+        ids_new[lead:lead] = [False] * k
+        places = [None if mine is None else [p._replace(record=p.record + k) for p in mine] for mine in places]
     return Decision(records, memos, ids_new, places, routed=routed)

@@ -197,6 +197,9 @@ class BoardRegistry:
                     ctl.corrections += 1
                 elif kind == R.JOIN:  # docs/api.md §16: changes no board version
                     ctl.admission.apply_join(rec.player_id, rec.position)
+                elif kind == R.ENTER:
+                    if ctl.admission.league is not None:
+                        ctl.admission.league.place(rec.player_ids)
                 elif kind == R.CARRY:
                     if ctl.admission.league is not None:
                         ctl.admission.league.carry(*R.carried_of(rec))

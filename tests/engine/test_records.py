@@ -87,6 +87,7 @@ RECORD_KINDS = {
                              "finalize_after_s", "series", "starts_at", "ends_at")),
     "G": ("score group", ("parts",)),
     "Q": ("carried tiers", ("board_id", "player_ids", "tiers")),
+    "P": ("league entry", ("board_id", "player_ids")),
     "A": ("awards", ("board_id", "version", "part", "parts", "player_ids", "ranks", "tiers", "numbers", "prizes")),
 }
 
@@ -201,6 +202,7 @@ LISTS = {
           {"entry": {"join_required": True, "max_players": 100, "max_attempts": None}}],
     "J": ["J", "b", "p1", 4],
     "Q": ["Q", "b", ["p1", "p2"], b"\x02\x01"],
+    "P": ["P", "b", ["p2", "p1"]],
     "A": ["A", "b", 12, 0, 1, ["p1"], b"\x01" + bytes(7), b"\x02", b"\x03" + bytes(3), b"\x00\x00"],
     "W": ["W", "g:m:d.20261207:x", "best_score", 2, 1000, None, 1_793_527_500_000, 3600, "g:m:d:x",
           1_793_441_100_000, 1_793_527_500_000],
@@ -279,7 +281,7 @@ def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
                    "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "U": None, "N": None, "F": "e1",
-                   "Q": None, "A": None}
+                   "Q": None, "A": None, "P": None}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -339,7 +341,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
                                                                   b"", (1,))),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
-        R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]),
+        R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]), R.parse(LISTS["P"]),
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
     for rec in others:
