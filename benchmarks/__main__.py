@@ -10,6 +10,7 @@
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
     python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
+    python -m benchmarks competitions [--players N] [--cohort S] [--tiers T] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -402,6 +403,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("coldstart", add_help=False,
                    help="flowrank serve to ready on a fresh and on a kept compile cache, then the first requests "
                         "(benchmarks/coldstart.py)")
+    sub.add_parser("competitions", add_help=False,
+                   help="a 1M-player league through HTTP: joins, cohort reads beside friends views, finalize with "
+                        "1M awards, webhook delivery (benchmarks/competitions.py)")
     return p
 
 
@@ -535,6 +539,10 @@ def main(argv: list[str] | None = None) -> int:
         from .coldstart import main as coldstart_main
 
         return coldstart_main(argv[1:])
+    if argv[0] == "competitions":
+        from .competitions import main as competitions_main
+
+        return competitions_main(argv[1:])
     _parser().parse_args(argv)
     return 2
 

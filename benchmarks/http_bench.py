@@ -114,7 +114,7 @@ def _served(argv: list[str], env: dict, tmp: Path, what: str, port: int, timeout
 
 
 @contextlib.contextmanager
-def flowrank_server(shard_actors: int, workers: int = 1):
+def flowrank_server(shard_actors: int, workers: int = 1, extra: list[str] | None = None):
     """``flowrank serve --workers N`` with an embedded Ray (its own RAY_TMPDIR), loopback, generous rate limits."""
     tmp = Path(tempfile.mkdtemp(prefix="fr-httpb-"))
     ray_tmp = tempfile.mkdtemp(prefix="fr-hb-", dir="/tmp")
@@ -123,7 +123,7 @@ def flowrank_server(shard_actors: int, workers: int = 1):
     env.pop("RAY_ADDRESS", None)
     argv = [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--data-dir", str(tmp / "data"), "--keys", str(_keys_file(tmp)), "--engine", "ray",
-            "--shard-actors", str(shard_actors), "--workers", str(workers)]
+            "--shard-actors", str(shard_actors), "--workers", str(workers), *(extra or [])]
     try:
         with _served(argv, env, tmp, "flowrank serve", port, 180) as server:
             yield server

@@ -1,6 +1,7 @@
 -- GET reads of random players (python -m benchmarks http).
 -- Environment: PREFIX (/v1/boards/<board>), SIZE (players p0..p{SIZE-1}),
--- ROUTE: "player" (exact rank), "around" (radius 5) or "top" (top-100).
+-- ROUTE: "player" (exact rank), "around" (radius 5), "top" (top-100), "cohort" (the player's league
+-- cohort, docs/api.md §16) or "friends" (the player's friends ranked locally).
 
 local prefix = os.getenv("PREFIX")
 local size = tonumber(os.getenv("SIZE") or "10000")
@@ -17,6 +18,8 @@ function request()
   local path = prefix .. "/players/p" .. tostring(math.random(0, size - 1))
   if route == "around" then
     path = path .. "/around?radius=5"
+  elseif route == "cohort" or route == "friends" then
+    path = path .. "/" .. route
   end
   return wrk.format("GET", path)
 end
