@@ -27,7 +27,8 @@ from engine.core.errors import UnsupportedFormat
 from engine.log import SegmentedFileLog
 from engine.log.framing import encode_batch
 from engine.log.snapshots import decode_snapshot, encode_snapshot
-from tests.fixtures.make_golden import dead_letters, observe, open_data, probe_event, stop_without_snapshot
+from tests.fixtures.make_golden import (dead_letters, observe, observe_competitions, open_data, probe_event,
+                                       stop_without_snapshot)
 from tests.service.helpers import run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -83,6 +84,8 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
                 assert pinned == expected["schedules"]
                 assert all(R.parse(R.board_record(svc.router.boards[b].spec)).kind == R.INSTANCE
                            for b in set(got) - set(pinned)), sorted(set(got) - set(pinned))
+            if "competitions" in expected:  # golden_v7 on: league cohorts and awards (docs/api.md §16)
+                assert await observe_competitions(svc) == expected["competitions"]
             if "dead_letters" in expected:  # golden_v5 on: dead-letter records, honoured with the bug fixed
                 assert dead_letters(svc) == expected["dead_letters"]
             probes = [probe_event(p["event"]) for p in expected["probes"]]
@@ -121,6 +124,8 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
     if expected["formats"]["log_format"] >= 5:  # a series, its instances, and fan-outs before and after the snapshot
         assert {R.SERIES, R.INSTANCE} <= set(kinds)
         assert R.GROUP in kinds[:snap_offset] and R.GROUP in kinds[snap_offset:]
+    if expected["formats"]["log_format"] >= 6:  # a league with prizes: entries, awards, the tiers carried
+        assert R.ENTER in kinds[:snap_offset] and {R.AWARDS, R.CARRY} <= set(kinds[snap_offset:])
 
 
 # ------------------------------------------------------- newer formats refuse
