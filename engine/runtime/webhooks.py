@@ -29,10 +29,12 @@ How a message travels::
 
 The HTTP client is a small HTTP/1.1 client on asyncio streams
 (:class:`StreamsTransport`): one keep-alive connection per sender, each request
-built once per message (headers and body in one buffer). Measured against httpx
-(the ``benchmarks/webhooks_bench.py`` ``--client`` option) it delivers several
-times more messages per second on the same core. ``https://`` URLs use the
-system's default TLS context.
+built once per message (headers and body in one write). Chosen by measurement
+(``python -m benchmarks.webhooks_bench``, 20,000 messages, 30 % of first
+attempts answered 503, receiver in another process, 2-core VM, 2026-12-06):
+this client 21,000 messages/s, aiohttp (tried, not a dependency) 7,600/s,
+httpx 450/s (about 55 ms per request: its requests seem to wait out a delayed
+ACK). ``https://`` URLs use the system's default TLS context.
 """
 
 from __future__ import annotations
