@@ -49,13 +49,6 @@ def statuses(outbox: Outbox) -> list[int]:
     return outbox.status(np.arange(outbox.count))[0].tolist()
 
 
-@pytest.fixture
-def outbox(tmp_path):
-    ob = Outbox.open(str(tmp_path / "outbox"))
-    yield ob
-    ob.close()
-
-
 def test_every_message_is_delivered_once_by_key_through_30_percent_failures(outbox):
     puts = {0: 300, 3: 1, 7: 200}
     for off, n in puts.items():

@@ -24,13 +24,6 @@ def everything(ob: Outbox) -> list[Message]:
     return [m for _, m in ob.read(0, ob.count)]
 
 
-@pytest.fixture
-def outbox(tmp_path):
-    ob = Outbox.open(str(tmp_path / "outbox"))
-    yield ob
-    ob.close()
-
-
 def test_puts_get_dense_seqs_and_are_idempotent_per_log_offset(outbox):
     assert outbox.covered_offset == -1 and outbox.count == 0
     assert outbox.put(3, msgs("a", 2)) == 0
