@@ -64,6 +64,31 @@ def _origin(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _webhook_url(text: str) -> str:
+    from engine.runtime.webhooks import Target  # noqa: PLC0415
+
+    try:
+        Target(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}; pass the receiver's URL, e.g. https://game.example.com/flowrank") from None
+    return text
+
+
+def _secret_file(text: str) -> str:
+    """A readable file whose bytes, less one trailing newline, are not empty (the webhook signing key)."""
+    from engine.runtime.webhooks import load_or_create_secret  # noqa: PLC0415
+
+    try:
+        load_or_create_secret(None, text)
+    except FileNotFoundError:
+        raise argparse.ArgumentTypeError(f"{text}: no such file") from None
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{text}: cannot read it ({e.strerror or e})") from None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: the file is empty; put the signing secret in it") from None
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     """A bad command line is one ``flowrank: error:`` line (exit 2), not a usage dump."""
 
@@ -118,6 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="numba compile cache (default: $FLOWRANK_CACHE_DIR, else <data-dir>/.numba-cache); "
                         "every kernel is loaded or compiled before /readyz answers 200")
+    s.add_argument("--webhook-url", type=_webhook_url, default=None, metavar="URL",
+                   help="POST every award and board state change there as JSON (docs/api.md §16 'Webhooks'; "
+                        "docs/operations.md 'Receiving webhooks')")
+    s.add_argument("--webhook-secret-file", type=_secret_file, default=None, metavar="FILE",
+                   help="sign webhooks with the bytes of FILE, less one trailing newline (default: "
+                        "<data-dir>/webhook_secret, created on first start, mode 0600)")
+    s.add_argument("--webhook-give-up-s", type=_positive_seconds, default=d.webhook_give_up_s, metavar="SECONDS",
+                   help=f"retry a webhook until this long after it was created, then mark it failed "
+                        f"(default {d.webhook_give_up_s:,.0f})")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     w = sub.add_parser("warm", help="compile every kernel into the compile cache (an image build), then exit")
     w.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -155,6 +189,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         read_burst=max(d.read_burst, 2 * args.read_rate),
         write_rate_per_s=args.write_rate,
         write_burst=max(d.write_burst, 2 * args.write_rate),
+        webhook_url=args.webhook_url,
+        webhook_secret_file=args.webhook_secret_file,
+        webhook_give_up_s=args.webhook_give_up_s,
     )
 
 

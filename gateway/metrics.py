@@ -23,6 +23,12 @@ seconds``                                               {quantile}``
 ``shard_rows``          ``{shard index: rows}``         gauge ``flowrank_shard_rows{shard}``
 ``storage_errors``      count since start               counter ``flowrank_storage_errors_total``
 ``dead_letters``        list of dead-lettered records   gauge ``flowrank_dead_letters``
+``webhooks``            ``WebhookDelivery.stats()``     :func:`webhook_families`: gauges
+                        (engine.runtime.webhooks), only ``flowrank_webhook_pending``,
+                        with ``--webhook-url``          ``flowrank_webhook_oldest_pending_age_seconds``;
+                                                        counters ``flowrank_webhook_delivered_total``,
+                                                        ``flowrank_webhook_failed_total``,
+                                                        ``flowrank_webhook_attempts_total``
 other numeric ``k``                                     gauge ``flowrank_engine_<k>``
 other list ``k``        numbers                         ``flowrank_engine_<k>{quantile}``
 ======================  ==============================  ===============================================
@@ -67,6 +73,33 @@ _TIMINGS = {
     "snapshot_pause_seconds": ("flowrank_snapshot_pause_seconds",
                                "How long ingestion paused for a snapshot."),
 }
+
+
+# WebhookDelivery.stats() key -> (counter?, metric name, help); the counts are the outbox's durable ones,
+# so the counters never go back, not even across a restart
+_WEBHOOK = {
+    "pending": (False, "flowrank_webhook_pending", "Webhook messages neither delivered nor failed yet."),
+    "delivered": (True, "flowrank_webhook_delivered", "Webhook messages delivered (answered 2xx), durable."),
+    "failed": (True, "flowrank_webhook_failed", "Webhook messages given up (--webhook-give-up-s passed)."),
+    "attempts": (True, "flowrank_webhook_attempts", "Webhook delivery attempts (POSTs), durable."),
+    "oldest_pending_age_s": (False, "flowrank_webhook_oldest_pending_age_seconds",
+                             "Age of the oldest webhook message not yet delivered or failed (0: none)."),
+}
+
+
+def webhook_families(stats: dict) -> list:
+    """The ``flowrank_webhook_*`` families of one ``WebhookDelivery.stats()``
+    (engine.runtime.webhooks); keys it lacks are left out.
+
+    >>> [f.name for f in webhook_families({"pending": 2, "failed": 0})]
+    ['flowrank_webhook_pending', 'flowrank_webhook_failed']
+    """
+    out = []
+    for key, (counter, name, doc) in _WEBHOOK.items():
+        value = stats.get(key)
+        if _num(value):
+            out.append((CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, value=value))
+    return out
 
 
 def _num(x) -> bool:
@@ -131,6 +164,9 @@ class EngineStatsCollector:
         if isinstance(dead, (list, tuple)) or _num(dead):
             yield GaugeMetricFamily("flowrank_dead_letters", "Records a shard could not apply (dead letters).",
                                     value=len(dead) if isinstance(dead, (list, tuple)) else dead)
+        webhooks = stats.pop("webhooks", None)
+        if isinstance(webhooks, dict):
+            yield from webhook_families(webhooks)
         histograms = stats.pop("histograms", None)
         if isinstance(histograms, dict):
             for key, (name, doc) in _TIMINGS.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
+from engine.core.webhooks import DEFAULT_GIVE_UP_S
 
 MIB = 1024 * 1024
 
@@ -42,6 +43,13 @@ class Settings:
     # --cache-dir: root of the numba compile cache (None: $FLOWRANK_CACHE_DIR, else <data_dir>/.numba-cache;
     # engine.runtime.warm.resolve_cache_root)
     cache_dir: str | None = None
+    # --webhook-url (docs/api.md §16 "Webhooks"): awards and board state changes are POSTed there; None: no webhooks
+    webhook_url: str | None = None
+    # --webhook-secret-file: its bytes (less one trailing newline) key the signatures; None: <data_dir>/webhook_secret,
+    # created on first start (engine.runtime.webhooks.load_or_create_secret)
+    webhook_secret_file: str | None = None
+    # --webhook-give-up-s: a message not delivered this long after it was created is failed
+    webhook_give_up_s: float = float(DEFAULT_GIVE_UP_S)
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

@@ -5,6 +5,7 @@ for the on-disk layout and the recovery rules.
 """
 
 from engine.log.memory import InMemoryLog, InMemorySnapshotStore
+from engine.log.outbox import Outbox
 from engine.log.port import EventLog, FaultHook, SnapshotStore
 from engine.log.segment_log import SegmentedFileLog, segment_file_name
 from engine.log.snapshots import FileSnapshotStore
@@ -15,6 +16,7 @@ __all__ = [
     "FileSnapshotStore",
     "InMemoryLog",
     "InMemorySnapshotStore",
+    "Outbox",
     "SegmentedFileLog",
     "SnapshotStore",
     "segment_file_name",

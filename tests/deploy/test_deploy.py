@@ -40,6 +40,12 @@ def exported() -> dict[str, set[str]]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out.setdefault(s.name, set()).update(s.labels)
+    # the webhook series exist only with --webhook-url, which this server runs without: what /metrics renders then
+    from gateway.metrics import webhook_families
+
+    for fam in webhook_families({"pending": 0, "delivered": 0, "failed": 0, "attempts": 0, "oldest_pending_age_s": 0}):
+        for s in fam.samples:
+            out.setdefault(s.name, set()).update(s.labels)
     return out
 
 
@@ -92,7 +98,8 @@ def test_alert_rules_parse_and_use_exported_series(exported):
             continue
         used |= _check_expr(r["expr"], exported, r["alert"])
     for name in ("flowrank_ingest_to_rank_seconds_bucket", "flowrank_log_fsync_seconds_bucket",
-                 "flowrank_http_requests_total", "flowrank_ready"):
+                 "flowrank_http_requests_total", "flowrank_ready", "flowrank_webhook_oldest_pending_age_seconds",
+                 "flowrank_webhook_failed_total"):
         assert name in used, name
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
+from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, Outbox, SegmentedFileLog
 
 
 class FsyncCounter:
@@ -59,3 +59,11 @@ def store_factory(request, tmp_path):
 
     open_store.kind = request.param
     return open_store
+
+
+@pytest.fixture
+def outbox(tmp_path):
+    """An empty webhook outbox (engine.log.outbox), closed at teardown."""
+    ob = Outbox.open(str(tmp_path / "outbox"))
+    yield ob
+    ob.close()
