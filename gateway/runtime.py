@@ -46,6 +46,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_events=settings.snapshot_every_events,
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
+                webhooks=webhook_config(settings),
             )
         else:
             from engine.cluster import ClusterEngine  # noqa: PLC0415
@@ -62,9 +63,19 @@ async def build_engine(settings: Settings) -> EngineClient:
                 prune_log=settings.prune_log,
                 ray_dashboard=settings.ray_dashboard,
                 cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.runtime.warm)
+                webhooks=webhook_config(settings),
             )
     finally:
         for sig, handler in saved.items():
             if handler is not None:
                 signal.signal(sig, handler)
     return engine
+
+
+def webhook_config(settings: Settings):
+    """The engine's webhook settings (docs/api.md §16): None without ``--webhook-url``."""
+    if settings.webhook_url is None:
+        return None
+    from engine.runtime.outbox_feed import WebhookConfig  # noqa: PLC0415
+
+    return WebhookConfig(settings.webhook_url, settings.webhook_secret_file, settings.webhook_give_up_s)

@@ -30,6 +30,7 @@ import time
 from typing import Sequence
 
 from gateway import startup_errors
+from gateway.runtime import webhook_config
 from gateway.settings import Settings
 
 EARLY_EXIT_S = 5.0
@@ -69,6 +70,7 @@ def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
         snapshot_every_events=settings.snapshot_every_events,
         snapshot_every_seconds=settings.snapshot_every_seconds,
         prune_log=settings.prune_log,
+        webhooks=webhook_config(settings),
     )
 
 

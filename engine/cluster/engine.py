@@ -28,6 +28,7 @@ from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.log.archives import FileArchiveStore
 from engine.router.router import Router, RouterConfig
 from engine.runtime.base import RouterClient
+from engine.runtime.outbox_feed import WebhookConfig
 from engine.runtime.local import _lock
 
 log = logging.getLogger("flowrank.cluster")
@@ -129,6 +130,7 @@ class ClusterEngine(RouterClient):
         ray_dashboard: bool = False,
         wall_clock: Callable[[], int] | None = None,
         cache_dir: str | None = None,
+        webhooks: WebhookConfig | None = None,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -157,6 +159,7 @@ class ClusterEngine(RouterClient):
         eng.snapshot_every_events = snapshot_every_events
         eng.snapshot_every_seconds = snapshot_every_seconds
         eng.prune_log = prune_log
+        eng.webhooks, eng.webhook_dir = webhooks, str(root)
         view = RemoteLogView(log_server)
         await eng._start(view, view)  # the same start sequence as the local service (RouterClient._start)
         eng.recovery_seconds = time.monotonic() - started

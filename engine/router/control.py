@@ -103,7 +103,8 @@ class BoardControl:
     # ------------------------------------------------------------- recovery
 
     def to_state(self) -> dict:
-        return {
+        safe = self.registry.outbox_safe
+        return ({} if safe is None else {"outbox_safe": safe()}) | {
             "format": ROUTER_STATE_FORMAT,
             "log_offset": self.registry.log_offset,
             "boards": [
@@ -115,6 +116,7 @@ class BoardControl:
     def load_state(self, state: dict) -> None:
         state_format(state, ROUTER_STATE_FORMAT, "router snapshot")
         self.registry.log_offset = state["log_offset"]
+        self.registry.loaded_outbox_safe = state.get("outbox_safe")  # additive (webhooks on when it was taken)
         for rec, adm, corrections, *awards in state["boards"]:
             spec = R.spec_of(rec)
             ctl = self.registry.new_ctl(spec)

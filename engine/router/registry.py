@@ -122,6 +122,11 @@ class BoardRegistry:
         # the webhook outbox's delivery state of awards (docs/api.md §16), set when webhooks are on:
         # (board_id, [(log offset of the award's A record, index within it)]) -> [(delivery, attempts)]
         self.delivery: Callable[[str, list], list] | None = None
+        # the webhook feed (engine.runtime.outbox_feed), when webhooks are on: called with every folded T and A
+        # record; and the log offset up to which its messages are all in the outbox (kept in router snapshots)
+        self.on_record: Callable[[int, object], None] | None = None
+        self.outbox_safe: Callable[[], int] | None = None
+        self.loaded_outbox_safe: int | None = None  # what the router snapshot recovery loaded kept of it
 
     def add(self, ctl: BoardCtl) -> None:
         """Keep a new board's control state (and index it under its series, for an instance)."""
@@ -181,6 +186,8 @@ class BoardRegistry:
         elif kind == R.DEAD_LETTER:
             self.dead_logged.add(R.dead_letter_of(rec).key)
         else:
+            if self.on_record is not None and kind in (R.STATE, R.AWARDS):  # webhook messages (docs/api.md §16)
+                self.on_record(offset, rec)
             ctl = self.boards.get(rec.board_id) if isinstance(rec.board_id, str) else None
             if ctl is not None:
                 if kind in R.SCORE_BATCHES:

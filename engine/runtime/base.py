@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from typing import Sequence
 
@@ -20,6 +21,7 @@ from engine.router.api import forward
 from engine.runtime.recovery import recover_router
 from engine.core.model import ScoreEvent
 from engine.router.router import Router
+from engine.runtime.outbox_feed import OutboxFeed, WebhookConfig, open_feed
 
 log = logging.getLogger("flowrank.service")
 
@@ -29,6 +31,9 @@ class RouterClient:
     router: Router
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
+    webhooks: WebhookConfig | None = None  # --webhook-url and its settings (docs/api.md §16); None: no webhooks
+    webhook_dir: str | None = None  # where the outbox and the secret live (the data directory)
+    feed: OutboxFeed | None = None
 
     def _init_snapshots(self) -> None:
         self._events_since_snapshot = 0
@@ -73,7 +78,7 @@ class RouterClient:
             # counted since start, for Prometheus histograms (engine.core.histogram)
             "histograms": {**{k: h.snapshot() for k, h in self.router.histograms.items()},
                            "snapshot_pause_seconds": self.snapshot_pause_histogram.snapshot()},
-        }
+        } | ({} if self.feed is None or self.feed.delivery is None else {"webhooks": self.feed.delivery.stats()})
 
     async def refresh_stats(self) -> None:
         """Bring :meth:`stats` up to date before a scrape. Here everything is read live; the Ray
@@ -89,8 +94,19 @@ class RouterClient:
         scheduled moves that fell due while it was down made (before any write),
         then periodic snapshots."""
         router = self.router
+        if self.webhooks is not None:  # before recovery: the log tail's state changes and awards feed the outbox
+            if self.webhook_dir is None:
+                self.webhook_dir = tempfile.mkdtemp(prefix="flowrank-outbox-")
+            self.feed = await asyncio.to_thread(open_feed, router.registry, self.webhook_dir, self.webhooks,
+                                                router.control.wall_clock)
         await asyncio.to_thread(recover_router, router, event_log, store)
         await router.sync_versions()
+        if self.feed is not None:
+            registry = router.registry
+            if registry.loaded_outbox_safe is not None:  # records the snapshot covered before their put
+                await self.feed.catch_up(event_log, registry.loaded_outbox_safe, registry.log_offset)
+            self.feed.start()
+            await self.feed.delivery.start()
         router.start()
         await router.finish_awards()
         await router.finish_archiving()
@@ -102,10 +118,15 @@ class RouterClient:
         answered, then a last snapshot (a failure only costs replay time)."""
         self._stop_snapshots()
         await self.router.stop()
+        if self.feed is not None:
+            await self.feed.stop()
         try:
             await self.snapshot()
         except Exception:
             log.exception("final snapshot failed; recovery will replay the log instead")
+        if self.feed is not None:
+            await self.feed.delivery.stop()
+            self.feed.outbox.close()
 
     # ------------------------------------------------------------ snapshots
 

@@ -30,6 +30,7 @@ from engine.core.journal import TAIL_ROWS, JournalPlace
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
 from engine.router.router import Router, RouterConfig
 from engine.runtime.base import RouterClient
+from engine.runtime.outbox_feed import WebhookConfig
 from engine.runtime.shard import ShardCore
 
 log = logging.getLogger("flowrank.service")
@@ -53,6 +54,7 @@ class ServiceConfig:
     # shard calls and answers cross msgpack, as they do across Ray (engine.runtime.warm: the shard kernels then see
     # exactly the argument types a shard actor sees)
     packed_wire: bool = False
+    webhooks: WebhookConfig | None = None  # --webhook-url and its settings (docs/api.md §16)
 
 
 class InProcessShards:
@@ -157,6 +159,7 @@ class LocalService(RouterClient):
             dedup_retention=dedup_retention, delta_retention=delta_retention,
             max_queued_events=cfg.max_queued_events), archives=archives, wall_clock=cfg.wall_clock)
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
+        svc.webhooks, svc.webhook_dir = cfg.webhooks, data_dir
         await svc._start(event_log, store)
         svc.recovery_seconds = time.monotonic() - started
         return svc

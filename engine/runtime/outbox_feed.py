@@ -1,0 +1,178 @@
+"""The webhook feed: board state changes and awards from the log into the outbox (docs/api.md §16, "Webhooks").
+
+The router's one fold (:meth:`engine.router.registry.BoardRegistry.apply`)
+calls :meth:`OutboxFeed.note` for every ``T`` (state) and ``A`` (awards)
+record it folds, live and in recovery alike. The feed turns each into its
+messages (:mod:`engine.core.webhooks`) and puts them in the
+:class:`engine.log.outbox.Outbox` (one durable put per record, off the event
+loop, in log order), then wakes the :class:`engine.runtime.webhooks.WebhookDelivery`.
+A put is idempotent per log offset, so a record folded again after a
+restart is put once.
+
+What survives a crash: the router snapshot keeps :meth:`OutboxFeed.safe_offset`
+(every ``T`` / ``A`` record up to it is in the outbox); a start folds the log
+tail after the snapshot through the same ``note``, and
+:meth:`OutboxFeed.catch_up` reads the records between the two (usually none).
+
+A message's ``version``: for an award, the board version of the cut the
+awards were computed from (the ``A`` record's); for a state change, the
+board's version when the feed puts it (the cycle that logged it has been
+applied by then: a state record changes no version itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from engine.core import records as R
+from engine.core import webhooks as wh
+from engine.core.league import cohort_id
+from engine.log.outbox import Outbox
+from engine.router.registry import BoardRegistry
+from engine.runtime.webhooks import WebhookDelivery, epoch_ms, load_or_create_secret
+
+log = logging.getLogger("flowrank.webhooks")
+
+FEED_KINDS = (R.STATE, R.AWARDS)
+
+
+class WebhookConfig(NamedTuple):
+    """``--webhook-url``, ``--webhook-secret-file`` (None: ``<data-dir>/webhook_secret``), ``--webhook-give-up-s``."""
+
+    url: str
+    secret_file: str | None = None
+    give_up_s: float = float(wh.DEFAULT_GIVE_UP_S)
+
+
+class OutboxFeed:
+    """Puts the messages of folded ``T`` / ``A`` records into the outbox, in log order (see the module doc)."""
+
+    def __init__(self, registry: BoardRegistry, outbox: Outbox, wall_clock: Callable[[], int] = epoch_ms):
+        self.registry = registry
+        self.outbox = outbox
+        self.delivery: WebhookDelivery | None = None
+        self.wall_clock = wall_clock
+        self._queue: deque[tuple[int, object]] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task | None = None
+        self.errors = 0
+
+    # --------------------------------------------------------------- the fold's side
+
+    def note(self, offset: int, rec) -> None:
+        """A ``T`` or ``A`` record was folded at ``offset``: queue its put (nothing waits for it here)."""
+        if offset <= self.outbox.covered_offset:
+            return
+        self._queue.append((offset, rec))
+        self._idle.clear()
+        self._wake.set()
+
+    def safe_offset(self) -> int:
+        """Every ``T`` / ``A`` record at or below this log offset is in the outbox (what a snapshot keeps)."""
+        if self._queue:
+            return self._queue[0][0] - 1
+        return self.registry.log_offset
+
+    # --------------------------------------------------------------- the task
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        await self.drain()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def drain(self) -> None:
+        """Wait until every queued record is put (or failed)."""
+        if self._task is not None:
+            await self._idle.wait()
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            offset, rec = self._queue[0]
+            try:
+                messages = self.messages(rec)
+                await asyncio.to_thread(self.outbox.put, offset, messages)
+            except Exception:
+                self.errors += 1
+                log.exception("putting the webhook messages of log offset %d in the outbox failed; retrying", offset)
+                await asyncio.sleep(1.0)
+                continue
+            self._queue.popleft()
+            if self.delivery is not None:
+                self.delivery.wake()
+
+    async def catch_up(self, event_log, after: int, until: int) -> None:
+        """Put the ``T`` / ``A`` records in ``(after, until]`` (records a snapshot covered before their put)."""
+        if until <= after:
+            return
+        for offset, raw in await asyncio.to_thread(lambda: [
+                (o, r) for o, r in event_log.read_from(after + 1) if o <= until and r and r[0] in FEED_KINDS]):
+            self.note(offset, R.parse(raw, offset))
+
+    # --------------------------------------------------------------- messages
+
+    def messages(self, rec) -> list:
+        """The messages of one record (pure of I/O; reads the registry for a state change's version)."""
+        now = self.wall_clock()
+        rec = R.parse(rec)
+        ctl = self.registry.boards.get(rec.board_id)
+        if rec.kind == R.STATE:
+            version = 0 if ctl is None else ctl.version
+            return [wh.state_message(rec.board_id, rec.state, version, now)]
+        if ctl is None:
+            return []
+        rewards = [json.loads(p.reward) for p in ctl.spec.prizes]
+        ranks = np.frombuffer(rec.ranks, "<i8").tolist()
+        tiers = np.frombuffer(rec.tiers, np.int8).tolist()
+        numbers = np.frombuffer(rec.numbers, "<i4").tolist()
+        prizes = np.frombuffer(rec.prizes, "<i2").tolist()
+        return [wh.award_message(rec.board_id, pid, rank, cohort_id(t, n) if t else None, rewards[k], rec.version, now)
+                for pid, rank, t, n, k in zip(rec.player_ids, ranks, tiers, numbers, prizes)]
+
+    def delivery_of(self, board_id: str, places: list) -> list:
+        """Per award ``(log offset of its A record, index in it)``: ``(delivery, attempts)`` as the outbox holds them."""
+        seqs = []
+        for offset, k in places:
+            first = self.outbox.first_seq(offset)
+            seqs.append(-1 if first is None else first + k)
+        got = np.asarray(seqs, np.int64)
+        known = got >= 0
+        out = [("pending", 0)] * len(seqs)
+        if known.any():
+            statuses, attempts = self.outbox.status(got[known])
+            for i, s, a in zip(np.flatnonzero(known).tolist(), statuses.tolist(), attempts.tolist()):
+                out[i] = (wh.STATUS_NAMES[s], int(a))
+        return out
+
+
+def open_feed(registry: BoardRegistry, data_dir: str, config: WebhookConfig,
+              wall_clock: Callable[[], int] = epoch_ms) -> OutboxFeed:
+    """The outbox under ``<data_dir>/outbox``, its delivery worker (not started) and the feed, hooked to the registry."""
+    outbox = Outbox.open(str(Path(data_dir) / "outbox"))
+    feed = OutboxFeed(registry, outbox, wall_clock)
+    secret = load_or_create_secret(data_dir, config.secret_file)
+    feed.delivery = WebhookDelivery(outbox, config.url, secret, give_up_s=config.give_up_s, wall_clock=wall_clock)
+    registry.on_record = feed.note
+    registry.delivery = feed.delivery_of
+    registry.outbox_safe = feed.safe_offset
+    return feed
+
