@@ -2,7 +2,8 @@
 board settings and their 422s, cohort reads by player and by id (local ranks,
 zones, members, ties), their 404s, awards after FINALIZED paged by cursor and
 admin-only, and the tiers next-season carries. Every test runs at 1 and 3
-partitions, through one gateway and through two workers on an engine host."""
+partitions, through one gateway and through two workers on an engine host;
+and the typed Python client (gateway.client) over a served app."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import json
 
 import pytest
 
-from tests.gateway.conftest import H
+from engine.core.errors import CohortNotFound, PlayerNotFound
+from gateway.client import FlowRankClient
+from tests.gateway.conftest import ROLE_KEYS, H, thread_server
 
 pytestmark = pytest.mark.anyio
 
@@ -268,3 +271,25 @@ async def test_next_season_carries_tiers_and_zones_follow_them(harness, shards):
     # a player new to the league starts in tier 1
     await _join(c, NEXT, "p-zed")
     assert (await _get(c, f"/v1/boards/{NEXT}/players/p-zed/cohort"))["cohort"] == "1-1"
+
+
+def test_the_python_client_reads_cohorts_and_pages_through_awards():
+    """gateway.client over a served app: cohort by player and by id, typed 404s, every award by iter_awards."""
+    with thread_server(n_shards=3) as url, FlowRankClient(url, ROLE_KEYS["admin"]) as client:
+        client.create_board(LEAGUE, "best_score", league={"cohort_size": 2}, prizes=[{"ranks": [1, 2], "reward": {}}])
+        client.submit([{"event_id": f"e{i}", "board_id": LEAGUE, "player_id": f"p{i}", "value": i,
+                        "achieved_at": "2026-11-01T10:00:00Z"} for i in range(5)])
+        mine = client.cohort(LEAGUE, player_id="p0", ties=True)
+        assert mine == client.cohort(LEAGUE, cohort=mine["cohort"], ties=True) and mine["members"] == 2
+        assert "tied_rank" in mine["entries"][0]
+        with pytest.raises(CohortNotFound):
+            client.cohort(LEAGUE, cohort="4-1")
+        with pytest.raises(PlayerNotFound):
+            client.cohort(LEAGUE, player_id="p-nobody")
+        with pytest.raises(ValueError):
+            client.cohort(LEAGUE)
+        for state in ("FROZEN", "FINALIZED"):
+            client.set_state(LEAGUE, state)
+        got = list(client.iter_awards(LEAGUE, page_size=2))
+        assert len(got) == 5 and [a["cohort"] for a in got] == ["1-1", "1-1", "1-2", "1-2", "1-3"]
+        assert got == client.awards(LEAGUE, limit=1000)["awards"]
