@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import orjson
-from fastapi import Path, Query, Request
-from fastapi.responses import Response
+from fastapi import Path, Request
 
 from gateway import hot, render
 from gateway.auth import Permission
 from gateway.guard import access
-from gateway.routes.common import BoardIdPath, PlayerIdPath, Ties, cursor_query, guarded_router, gw
+from gateway.routes.common import BoardIdPath, PageCursor, PlayerIdPath, Ties, guarded_router, gw, json_bytes, page_limit
 from gateway.schemas import AwardsOut, CohortOut, error_responses
 from gateway.validation import decode_cursor, encode_cursor
 
@@ -34,10 +33,6 @@ CohortPath = Annotated[
 ]
 
 
-def _json(body: bytes) -> Response:
-    return Response(body, media_type="application/json")
-
-
 @router.get("/v1/boards/{board_id}/players/{player_id}/cohort", response_model=CohortOut,
             responses=error_responses(404), summary="The player's league cohort, ranked locally, with zones")
 @access(Permission.READ)
@@ -45,7 +40,7 @@ async def player_cohort(board_id: BoardIdPath, player_id: PlayerIdPath, request:
     """The cohort the player was placed in when they entered the league board.
     404 `PLAYER_NOT_FOUND` when they have not entered, `COHORT_NOT_FOUND` on a
     board that is not a league."""
-    return _json(await hot.cohort(gw(request), board_id, player_id, None, ties is not None))
+    return json_bytes(await hot.cohort(gw(request), board_id, player_id, None, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/cohorts/{cohort}", response_model=CohortOut, responses=error_responses(404),
@@ -54,7 +49,7 @@ async def player_cohort(board_id: BoardIdPath, player_id: PlayerIdPath, request:
 async def cohort(board_id: BoardIdPath, cohort: CohortPath, request: Request, ties: Ties = None):
     """404 `COHORT_NOT_FOUND` for an unknown or malformed cohort id, and on a
     board that is not a league."""
-    return _json(await hot.cohort(gw(request), board_id, None, cohort, ties is not None))
+    return json_bytes(await hot.cohort(gw(request), board_id, None, cohort, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/awards", response_model=AwardsOut, responses=error_responses(404),
@@ -63,12 +58,12 @@ async def cohort(board_id: BoardIdPath, cohort: CohortPath, request: Request, ti
 async def awards(
     board_id: BoardIdPath,
     request: Request,
-    limit: Annotated[int, Query(ge=1, le=1000, description="Awards per page (1-1000).")] = 100,
-    cursor: Annotated[str | None, cursor_query("`next_cursor` of the previous page.")] = None,
+    limit: Annotated[int, page_limit("Awards")] = 100,
+    cursor: PageCursor = None,
 ):
     """Every page but the last holds `limit` awards. A board without prizes,
     or not FINALIZED yet, has none."""
     start = 0 if cursor is None else decode_cursor(cursor)[1]
     page = await gw(request).engine.awards(board_id, start, limit)
     more = None if page.next_cursor is None else encode_cursor(AWARDS_CURSOR_VERSION, page.next_cursor)
-    return _json(orjson.dumps(render.awards(page, more)))
+    return json_bytes(orjson.dumps(render.awards(page, more)))
