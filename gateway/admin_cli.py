@@ -1,7 +1,8 @@
 """The operator's commands of ``flowrank``, over the HTTP API (issue 12 item 3).
 
 ``flowrank boards create|list|show|state|next-season``, ``flowrank submit FILE.jsonl``,
-``flowrank top``, ``flowrank player`` and ``flowrank export`` call a running
+``flowrank top``, ``flowrank player``, ``flowrank cohort``, ``flowrank awards``
+and ``flowrank export`` call a running
 server at ``--url`` (or ``FLOWRANK_URL``) with ``--key`` (or ``FLOWRANK_KEY``).
 They only use the public routes of docs/api.md, so any key that may call a
 route may run its command.
@@ -41,6 +42,7 @@ from engine.core.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS
 from engine.core.timefmt import parse_timestamp
 from engine.core.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
 
+from gateway.client import follow_pages
 from gateway.validation import event_from_json
 
 # Exit codes of the admin commands (README, "Admin CLI").
@@ -169,6 +171,10 @@ def cmd_boards_create(api: Api, args, out: IO[str]) -> int:
     if args.join_required or args.max_players is not None or args.max_attempts is not None:  # docs/api.md §16
         body["entry"] = {"join_required": args.join_required, "max_players": args.max_players,
                          "max_attempts": args.max_attempts}
+    if args.league is not None:  # docs/api.md §16; the server names a bad setting (league.promote, …)
+        body["league"] = args.league
+    if args.prizes is not None:
+        body["prizes"] = args.prizes
     _dump(api.json("POST", "/v1/boards", json=body, what=f"create {args.board}"), out)
     return EXIT_OK
 
@@ -234,6 +240,42 @@ def cmd_player(api: Api, args, out: IO[str]) -> int:
     else:
         for key in ("player_id", "rank", "value", "achieved_at", "status", "version"):
             print(f"{key:<12} {view.get(key) if view.get(key) is not None else '-'}", file=out)
+    return EXIT_OK
+
+
+def cmd_cohort(api: Api, args, out: IO[str]) -> int:
+    """A league cohort (docs/api.md §16), a player's or one named by id: local ranks and zones."""
+    params = {"ties": "competition"} if args.ties else None
+    if args.player is not None:
+        path, what = f"/players/{_p(args.player)}/cohort", f"cohort of {args.player} on {args.board}"
+    else:
+        path, what = f"/cohorts/{_p(args.cohort)}", f"cohort {args.cohort} of {args.board}"
+    view = api.json("GET", f"/v1/boards/{_p(args.board)}{path}", params=params, what=what)
+    if args.json:
+        _dump(view, out)
+    else:
+        print(f"{args.board} cohort {view['cohort']} (tier {view['tier']}, {view['members']} members) "
+              f"at version {view['version']}", file=out)
+        columns = ("rank",) + (("tied_rank",) if args.ties else ()) + ("player_id", "value", "achieved_at", "zone")
+        _table(view["entries"], columns, out)
+    return EXIT_OK
+
+
+def cmd_awards(api: Api, args, out: IO[str]) -> int:
+    """Every award of a board (docs/api.md §16, admin), all pages, in award order."""
+    path = f"/v1/boards/{_p(args.board)}/awards"
+
+    def page(cursor: str | None) -> dict:
+        params = {"limit": args.page_size, **({"cursor": cursor} if cursor else {})}
+        return api.json("GET", path, params=params, what=f"awards of {args.board}")
+
+    awards = list(follow_pages(page, "awards"))
+    if args.json:
+        _dump(awards, out)
+    else:
+        rows = [{**a, "reward": json.dumps(a["reward"], ensure_ascii=False, separators=(",", ":"))} for a in awards]
+        _table(rows, ("cohort", "rank", "player_id", "reward", "delivery", "attempts"), out)
+        print(f"{len(awards):,} awards", file=out)
     return EXIT_OK
 
 
@@ -581,6 +623,30 @@ def _directions(text: str) -> list[str]:
     return items
 
 
+def _league(text: str) -> dict:
+    """``cohort_size[:tiers[:promote[:demote]]]`` → the league settings (docs/api.md §16); the server
+    fills what is left out and checks the ranges."""
+    names = ("cohort_size", "tiers", "promote", "demote")
+    parts = text.split(":")
+    if not 1 <= len(parts) <= len(names) or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not cohort_size:tiers:promote:demote (e.g. 50:5:10:10)")
+    return {name: int(p) for name, p in zip(names, parts)}
+
+
+def _prizes(path: str) -> list:
+    """A JSON file holding the prizes list (docs/api.md §16): ``[{"ranks": [1, 1], "reward": {…}}, …]``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            prizes = json.load(fh)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path} ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(prizes, list):
+        raise argparse.ArgumentTypeError(f'{path} must hold a JSON list of {{"ranks": [from, to], "reward": {{…}}}}')
+    return prizes
+
+
 def _int64(text: str) -> int:
     try:
         return int(text)
@@ -625,6 +691,13 @@ def register(sub) -> None:
                    help="at most this many players join (or, without --join-required, get a row)")
     e.add_argument("--max-attempts", type=positive_int, default=None,
                    help="a player's admitted score events beyond this many are rejected")
+    lg = c.add_argument_group("league and prizes (docs/api.md §16)")
+    lg.add_argument("--league", type=_league, default=None, metavar="S[:T[:P[:D]]]",
+                    help="cohorts of at most S players in T tiers (default 1); the top P of a cohort promote and "
+                         "the last D demote at next-season (default 0), e.g. 50:5:10:10")
+    lg.add_argument("--prizes", type=_prizes, default=None, metavar="FILE",
+                    help='a JSON file with the prizes list, [{"ranks": [1, 1], "reward": {...}}, ...]: awarded '
+                         "when the board becomes FINALIZED (ranks local to each cohort on a league)")
     c.set_defaults(admin=cmd_boards_create)
     c = bsub.add_parser("next-season", parents=[conn],
                         help="create game:mode:SEASON:scope with the board's settings (admin)")
@@ -672,6 +745,21 @@ def register(sub) -> None:
     c.add_argument("player")
     c.add_argument("--json", action="store_true")
     c.set_defaults(admin=cmd_player)
+
+    c = sub.add_parser("cohort", parents=[conn], help="a league cohort: local ranks and zones (docs/api.md §16)")
+    c.add_argument("board")
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--player", default=None, help="the cohort this player was placed in")
+    which.add_argument("--cohort", default=None, help="a cohort id, <tier>-<n> (e.g. 1-3)")
+    c.add_argument("--ties", action="store_true", help="add tied_rank, the competition rank (1, 1, 3)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(admin=cmd_cohort)
+
+    c = sub.add_parser("awards", parents=[conn], help="every award of a FINALIZED board with prizes (admin)")
+    c.add_argument("board")
+    c.add_argument("--page-size", type=positive_int, default=1000, help="awards per request (1-1000, default 1000)")
+    c.add_argument("--json", action="store_true", help="print the awards as a JSON list")
+    c.set_defaults(admin=cmd_awards)
 
     c = sub.add_parser("export", parents=[conn], help="every ranked row at one version (admin, moderator)")
     c.add_argument("board")

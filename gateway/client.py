@@ -22,7 +22,7 @@ from engine.core import errors as E
 
 _BY_CODE = {cls.code: cls for cls in (
     E.Unauthenticated, E.Forbidden, E.BoardNotFound, E.PlayerNotFound, E.PlayerNotRanked, E.EventNotFound,
-    E.BoardExists, E.InvalidTransition, E.AlreadyDecided, E.BoardFull, E.BoardNotOpen, E.ViewExpired, E.BatchTooLarge,
+    E.CohortNotFound, E.BoardExists, E.InvalidTransition, E.AlreadyDecided, E.BoardFull, E.BoardNotOpen, E.ViewExpired, E.BatchTooLarge,
     E.ValidationFailed, E.RateLimited, E.Overloaded)}
 
 
@@ -50,6 +50,17 @@ def _error_from(resp: httpx.Response) -> E.FlowRankError:
 
 def _p(s: str) -> str:
     return quote(s, safe=":")
+
+
+def follow_pages(fetch: Callable[[str | None], dict], key: str) -> Iterator[dict]:
+    """The items under ``key`` of every page, following ``next_cursor`` from the first page to the last."""
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        yield from page[key]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return
 
 
 class FlowRankClient:
@@ -123,13 +134,7 @@ class FlowRankClient:
 
     def iter_top(self, board_id: str, page_size: int = 100) -> Iterator[dict]:
         """Every entry, page by page, all from page 1's version (ViewExpired if it goes)."""
-        cursor = None
-        while True:
-            page = self.top(board_id, page_size, cursor)
-            yield from page["entries"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                return
+        return follow_pages(lambda cursor: self.top(board_id, page_size, cursor), "entries")
 
     def player(self, board_id: str, player_id: str, approximate: bool = False) -> dict:
         params = {"approximate": "true"} if approximate else None
@@ -166,6 +171,26 @@ class FlowRankClient:
             entries.extend(page["entries"])
             cursor = page.get("next_cursor")
         return {**first, "entries": entries, "next_cursor": None}
+
+    # ---- competitions (docs/api.md §16)
+    def cohort(self, board_id: str, player_id: str | None = None, cohort: str | None = None,
+               ties: bool = False) -> dict:
+        """A league cohort, ``player_id``'s or the one named ``cohort`` (``"<tier>-<n>"``): its ranked
+        members with local ranks and zones. Raises PlayerNotFound, CohortNotFound."""
+        if (player_id is None) == (cohort is None):
+            raise ValueError("give player_id or cohort, not both")
+        path = (f"/v1/boards/{_p(board_id)}/players/{_p(player_id)}/cohort" if player_id is not None
+                else f"/v1/boards/{_p(board_id)}/cohorts/{_p(cohort)}")  # type: ignore[arg-type]
+        return self._call("GET", path, params={"ties": "competition"} if ties else None)
+
+    def awards(self, board_id: str, limit: int = 100, cursor: str | None = None) -> dict:
+        """One page of the board's awards (admin): ``{"awards", "next_cursor"}``."""
+        params: dict = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self._call("GET", f"/v1/boards/{_p(board_id)}/awards", params=params)
+
+    def iter_awards(self, board_id: str, page_size: int = 1000) -> Iterator[dict]:
+        """Every award of the board, page by page, in award order."""
+        return follow_pages(lambda cursor: self.awards(board_id, page_size, cursor), "awards")
 
     # ---- moderation and ops
     def quarantine(self, board_id: str) -> list[dict]:

@@ -3,20 +3,22 @@
 Two halves (docs/http.md, "The hot path"):
 
 * **Bodies as bytes.** :func:`top`, :func:`player`, :func:`around`,
-  :func:`friends`, :func:`ranked_subset` and :func:`submit` produce the exact
-  JSON of docs/api.md §7-8 as ``bytes`` (orjson). A top page is encoded once per
-  ``(board, version, offset, limit)`` and then served from :class:`PageBytes`:
-  every entry at one version is the same consistent cut, so the bytes are too.
-  The FastAPI routes in :mod:`gateway.routes` call these same functions.
-* **Lean dispatch.** :class:`HotRoutes` matches ``(method, path)`` of those six
-  routes on the raw ASGI scope and serves them without FastAPI's per-request
-  machinery (routing, dependency solving, response classes, middleware). It
-  keeps everything a client can observe: the guard's order (401/403, then the
-  rate limit, then the body limits), the error bodies and headers (the same
-  :func:`gateway.handlers.error_response`), the metrics labels. A request it
-  cannot validate with certainty (a bad query value, a bad path id, an odd
-  body) goes to FastAPI, already authenticated, with its body replayed, so
-  FastAPI writes the very 422 it writes today and the token is spent once.
+  :func:`friends`, :func:`ranked_subset`, :func:`cohort` and :func:`submit`
+  produce the exact JSON of docs/api.md §7-8 and §16 as ``bytes`` (orjson).
+  A top page is encoded once per ``(board, version, offset, limit)`` and then
+  served from :class:`PageBytes`: every entry at one version is the same
+  consistent cut, so the bytes are too. The FastAPI routes in
+  :mod:`gateway.routes` call these same functions.
+* **Lean dispatch.** :class:`HotRoutes` matches ``(method, path)`` of those
+  routes (both cohort reads) on the raw ASGI scope and serves them without
+  FastAPI's per-request machinery (routing, dependency solving, response
+  classes, middleware). It keeps everything a client can observe: the
+  guard's order (401/403, then the rate limit, then the body limits), the
+  error bodies and headers (the same :func:`gateway.handlers.error_response`),
+  the metrics labels. A request it cannot validate with certainty (a bad
+  query value, a bad path id, an odd body) goes to FastAPI, already
+  authenticated, with its body replayed, so FastAPI writes the very 422 it
+  writes today and the token is spent once.
 
 Each function is O(size of its answer) on top of the engine call.
 """
@@ -163,6 +165,12 @@ async def ranked_subset(g, board_id: str, player_ids: list[str], ties: bool = Fa
     return orjson.dumps({"version": page.version, "entries": _entries(page.entries)})
 
 
+async def cohort(g, board_id: str, player_id: str | None, cohort_id: str | None, ties: bool = False) -> bytes:
+    """A league cohort (docs/api.md §16), ``player_id``'s or the one named ``cohort_id``."""
+    view = await g.engine.cohort(board_id, player_id=player_id, cohort=cohort_id, ties=ties)
+    return orjson.dumps(render.cohort(view))
+
+
 async def submit(g, raw: bytes) -> bytes:
     batch = decode_batch(raw, g.settings.max_batch_events)
     res = await g.engine.submit_columns(batch)  # outcomes are counted by the engine (stats()["outcomes"])
@@ -230,7 +238,7 @@ _TOP_Q = frozenset(("limit", "cursor", "max_staleness_ms", "ties"))
 _PLAYER_Q = frozenset(("approximate", "max_staleness_ms", "ties"))
 _AROUND_Q = frozenset(("radius", "max_staleness_ms", "ties"))
 _FRIENDS_Q = frozenset(("max_staleness_ms", "ties"))
-_SUBSET_Q = frozenset(("ties",))
+_TIES_Q = frozenset(("ties",))
 _BOOL = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -264,6 +272,15 @@ async def _get_friends(g, scope, parts, body):
     return await friends(g, _board(parts[3]), _player(parts[5]), _staleness(q), _ties(q))
 
 
+async def _get_player_cohort(g, scope, parts, body):
+    return await cohort(g, _board(parts[3]), _player(parts[5]), None, _ties(_query(scope, _TIES_Q)))
+
+
+async def _get_cohort(g, scope, parts, body):
+    """Any cohort id is looked up: a malformed one is the engine's 404 COHORT_NOT_FOUND."""
+    return await cohort(g, _board(parts[3]), None, parts[5], _ties(_query(scope, _TIES_Q)))
+
+
 async def _post_subset(g, scope, parts, body):
     board_id = _board(parts[3])
     if _content_type(scope) != b"application/json":
@@ -278,7 +295,7 @@ async def _post_subset(g, scope, parts, body):
     for x in ids:
         if type(x) is not str or not 0 < len(x) <= MAX_ID_CHARS or id_problem(x) is not None:
             raise _Fallback
-    return await ranked_subset(g, board_id, ids, _ties(_query(scope, _SUBSET_Q)))
+    return await ranked_subset(g, board_id, ids, _ties(_query(scope, _TIES_Q)))
 
 
 async def _post_events(g, scope, parts, body):
@@ -300,6 +317,9 @@ _ROUTES = {
     ("GET", 7, "around"): (_get_around, "/v1/boards/{board_id}/players/{player_id}/around", _P.READ, "read", False),
     ("GET", 7, "friends"): (_get_friends, "/v1/boards/{board_id}/players/{player_id}/friends", _P.READ, "read",
                             False),
+    ("GET", 7, "cohort"): (_get_player_cohort, "/v1/boards/{board_id}/players/{player_id}/cohort", _P.READ, "read",
+                           False),
+    ("GET", 6, "cohorts"): (_get_cohort, "/v1/boards/{board_id}/cohorts/{cohort}", _P.READ, "read", False),
     ("POST", 5, "ranked-subset"): (_post_subset, "/v1/boards/{board_id}/ranked-subset", _P.READ, "read", True),
     ("POST", 3, "events"): (_post_events, "/v1/events", _P.SUBMIT, "write", True),
 }
@@ -317,8 +337,8 @@ def match(method: str, path: str):
         return None
     elif n == 5:
         key = (method, 5, parts[4])
-    elif n == 6 and parts[4] == "players" and parts[5]:
-        key = (method, 6, "players")
+    elif n == 6 and parts[4] in ("players", "cohorts") and parts[5]:
+        key = (method, 6, parts[4])
     elif n == 7 and parts[4] == "players" and parts[5]:
         key = (method, 7, parts[6])
     else:

@@ -18,9 +18,11 @@ import orjson
 from orjson import Fragment
 
 from engine.core.model import (
+    AwardsPage,
     BoardInfo,
     Changes,
     Checksum,
+    CohortView,
     DecisionResult,
     EventResult,
     HeldEvent,
@@ -61,6 +63,8 @@ def board(b: BoardInfo) -> dict:
         "finalize_after_s": b.finalize_after_s,
         "subscores": list(b.subscores),
         **({"entry": b.entry.to_json()} if b.entry is not None else {}),
+        **({"league": b.league.to_json()} if b.league is not None else {}),
+        **({"prizes": [p.to_json() for p in b.prizes]} if b.prizes else {}),
         **series_fields(b),
     }
 
@@ -125,6 +129,22 @@ def entries(es) -> list[dict]:
         for d, e in zip(out, es):
             d["subscores"] = list(e.subscores)
     return out
+
+
+def cohort(v: CohortView) -> dict:
+    """A league cohort (docs/api.md §16): its ranked members as :func:`entries`
+    (ranks local to the cohort), each with its ``zone`` (null outside both)."""
+    out = entries(v.entries)
+    for d, z in zip(out, v.zones):
+        d["zone"] = z
+    return {"version": v.version, "tier": v.tier, "cohort": v.cohort, "members": v.members, "entries": out}
+
+
+def awards(page: AwardsPage, next_cursor: str | None) -> dict:
+    """A page of awards (docs/api.md §16); each ``reward`` is the object as
+    the board keeps it (a :class:`Fragment` of its compact JSON)."""
+    return {"awards": [{**a._asdict(), "reward": Fragment(a.reward)} for a in page.awards],
+            "next_cursor": next_cursor}
 
 
 def change(c: RowChange) -> dict:

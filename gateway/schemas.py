@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from engine.core.errors import ValidationFailed
 from engine.core.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
+from engine.core.prizes import MAX_PRIZES, MAX_REWARD_BYTES
 from engine.core.season import ID_PART
 from engine.core.timefmt import MAX_MS, MIN_MS, parse_timestamp
 from engine.core.windows import (
@@ -133,7 +134,8 @@ _ERROR_TEXT = {
     401: "`UNAUTHENTICATED`: missing, malformed, unknown or revoked key; expired or forged token; a key in "
          "`?access_token=`.",
     403: "`FORBIDDEN`: the key's role may not call this route (a token: not a reader's GET, or not its board).",
-    404: "`BOARD_NOT_FOUND`, `PLAYER_NOT_FOUND`, `PLAYER_NOT_RANKED`, `EVENT_NOT_FOUND` or an unknown route.",
+    404: "`BOARD_NOT_FOUND`, `PLAYER_NOT_FOUND`, `PLAYER_NOT_RANKED`, `EVENT_NOT_FOUND`, `COHORT_NOT_FOUND` or an "
+         "unknown route.",
     409: "`BOARD_EXISTS`, `INVALID_TRANSITION`, `ALREADY_DECIDED`, `BOARD_FULL` or `BOARD_NOT_OPEN`.",
     410: "`VIEW_EXPIRED`: the pinned page version is gone; fetch page 1 again.",
     413: "`BATCH_TOO_LARGE`: more than 10,000 events or a body over 8 MiB.",
@@ -214,6 +216,55 @@ class JoinOut(_Out):
     position: int = Field(description="0-based order of joining.")
 
 
+Rank = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)]
+MIN_COHORT, MAX_COHORT, MAX_TIERS = 2, 1000, 20  # the bounds engine.core.league.check_league enforces
+
+
+class LeagueIn(BaseModel):
+    """Cohorts within tiers (docs/api.md §16, "Leagues")."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"cohort_size": 50, "tiers": 5, "promote": 10, "demote": 10}]})
+
+    cohort_size: Annotated[int, Strict(), Field(ge=MIN_COHORT, le=MAX_COHORT)] = Field(
+        description=f"At most this many players per cohort ({MIN_COHORT}-{MAX_COHORT:,}); a player entering is "
+                    "placed in the newest cohort of their tier with room, else a new one.")
+    tiers: Annotated[int, Strict(), Field(ge=1, le=MAX_TIERS)] = Field(
+        1, description=f"Tiers 1 (the lowest) to `tiers` (1-{MAX_TIERS}); a player starts in tier 1 unless "
+                       "next-season carried their tier.")
+    promote: Annotated[int, Strict(), Field(ge=0, le=MAX_COHORT)] = Field(
+        0, description="Local ranks 1..promote of a cohort below the top tier are its promote zone "
+                       "(`promote + demote <= cohort_size`).")
+    demote: Annotated[int, Strict(), Field(ge=0, le=MAX_COHORT)] = Field(
+        0, description="The last `demote` ranked members of a cohort above tier 1 are its demote zone.")
+
+
+class PrizeIn(BaseModel):
+    """One prize range (docs/api.md §16, "Prizes")."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"ranks": [1, 1], "reward": {"coins": 1000, "badge": "gold"}}]})
+
+    ranks: tuple[Rank, Rank] = Field(
+        description="`[from, to]`, 1-based and inclusive (`from <= to`); ranges of one board do not overlap. "
+                    "On a league board the ranks are local to each cohort.")
+    reward: dict[str, Any] = Field(
+        description=f"Any JSON object of at most {MAX_REWARD_BYTES:,} bytes as compact UTF-8 JSON (integers "
+                    "within 64 bits, finite numbers); every award of the range carries it as given.")
+
+
+class LeagueOut(_Out):
+    cohort_size: int
+    tiers: int
+    promote: int
+    demote: int
+
+
+class PrizeOut(_Out):
+    ranks: list[int] = Field(min_length=2, max_length=2, description="`[from, to]`.")
+    reward: dict[str, Any]
+
+
 class BoardCreate(BaseModel):
     board_id: BoardId
     policy: Policy = Field(description="`best_score`, `cumulative`, `fastest_time` or `latest` (a player's most "
@@ -236,21 +287,30 @@ class BoardCreate(BaseModel):
         None, description="Makes the board a series of time windows, one instance board per window "
                           f"(docs/api.md §15); its id's season part is then at most {MAX_SERIES_SEASON} characters.")
     entry: EntryIn | None = Field(None, description="Competition entry rules (docs/api.md §16); none by default.")
+    league: LeagueIn | None = Field(None, description="Makes the board a league: players in cohorts within tiers "
+                                                      "(docs/api.md §16); none by default.")
+    prizes: list[PrizeIn] | None = Field(
+        None, max_length=MAX_PRIZES, description=f"Up to {MAX_PRIZES} non-overlapping rank ranges, each with a "
+        "reward, awarded when the board becomes FINALIZED (docs/api.md §16); none by default.")
 
     model_config = ConfigDict(json_schema_extra={
         "allOf": [
             # a series' season part leaves room for ".YYYYMMDD" (docs/api.md §15); a series has no entry
-            # rules and no subscores (yet)
+            # rules, league, prizes or subscores (yet)
             {"if": {"required": ["recurrence"], "properties": {"recurrence": {"type": "object"}}},
              "then": {"properties": {
                  "board_id": {"pattern": rf"^[^:]*:[^:]*:[^:]{{0,{MAX_SERIES_SEASON}}}:[^:]*$"},
                  "entry": {"type": "null"},
+                 "league": {"type": "null"},
+                 "prizes": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]},
                  "subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
             # a cumulative board takes no subscores (docs/api.md §14): say so to generated clients too
             {"if": {"properties": {"policy": {"const": "cumulative"}}, "required": ["policy"]},
              "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
-            # a board with entry rules has no subscores (yet)
-            {"if": {"required": ["entry"], "properties": {"entry": {"type": "object"}}},
+            # a board with entry rules, a league or prizes has no subscores (yet)
+            {"if": {"anyOf": [{"required": ["entry"], "properties": {"entry": {"type": "object"}}},
+                              {"required": ["league"], "properties": {"league": {"type": "object"}}},
+                              {"required": ["prizes"], "properties": {"prizes": {"type": "array", "minItems": 1}}}]},
              "then": {"properties": {"subscores": {"anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}]}}}},
         ],
         "examples": [
@@ -258,7 +318,10 @@ class BoardCreate(BaseModel):
          "max_plausible_time_ms": 86400000, "review_above": None, "closes_at": "2026-12-01T00:00:00Z",
          "finalize_after_s": 3600},
         {"board_id": "arena-clash:solo:daily:global", "policy": "best_score",
-         "recurrence": {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}}]})
+         "recurrence": {"every": "day", "timezone": "Europe/Berlin", "at": "04:00", "keep": 30}},
+        {"board_id": "arena-clash:league:S7:global", "policy": "best_score",
+         "league": {"cohort_size": 50, "tiers": 5, "promote": 10, "demote": 10},
+         "prizes": [{"ranks": [1, 1], "reward": {"coins": 1000}}, {"ranks": [2, 10], "reward": {"coins": 100}}]}]})
 
 
 class NextSeasonIn(BaseModel):
@@ -283,6 +346,10 @@ class BoardOut(_Out):
     finalize_after_s: int = Field(3600, description="Seconds from `closes_at` to the scheduled FINALIZED.")
     subscores: list[Literal["desc", "asc"]] = Field([], description="The board's subscores' directions (§14).")
     entry: EntryRulesOut | None = Field(None, description="The entry rules (§16); left out when the board has none.")
+    league: LeagueOut | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=_no_default, description="A league's settings (§16); left out on other boards.")
+    prizes: list[PrizeOut] | SkipJsonSchema[None] = Field(
+        None, json_schema_extra=_no_default, description="The prize ranges (§16); left out when the board has none.")
     recurrence: RecurrenceOut | SkipJsonSchema[None] = Field(
         None, json_schema_extra=_no_default, description="A series only (docs/api.md §15): how its windows recur.")
     current: str | None = Field(None, description="A series only: the id of the current window's instance (null "
@@ -432,6 +499,37 @@ class WindowOut(_Out):
     player_id: str | None = None
     entries: list[EntryOut]
     stale_ms: StaleMs = None
+
+
+class CohortEntryOut(EntryOut):
+    rank: int = Field(ge=1, description="The rank local to the cohort (1..k among its ranked members).")
+    zone: Literal["promote", "demote"] | None = Field(
+        description="`promote` for local ranks <= the league's `promote` below the top tier, else `demote` for "
+                    "the last `demote` local ranks above tier 1, else null.")
+
+
+class CohortOut(_Out):
+    version: Version
+    tier: int = Field(ge=1, description="The cohort's tier (1 the lowest).")
+    cohort: str = Field(description="`<tier>-<n>`, n from 1 within the tier.", examples=["1-3"])
+    members: int = Field(ge=1, description="Players placed in the cohort (ranked or not).")
+    entries: list[CohortEntryOut] = Field(description="Its ranked members, best first.")
+
+
+class AwardOut(_Out):
+    award_id: str = Field(description="`<board_id>/<player_id>`.", examples=["arena-clash:cup:W49:global/p-ava"])
+    player_id: str
+    rank: int = Field(ge=1, description="The strict rank at FINALIZED (local to the cohort on a league).")
+    cohort: str | None = Field(description="The player's cohort on a league board; null on other boards.")
+    reward: dict[str, Any] = Field(description="The prize range's reward, as the board was given it.")
+    delivery: Literal["pending", "delivered", "failed"] = Field(description="Its webhook delivery (§16).")
+    attempts: int = Field(ge=0, description="Webhook deliveries tried so far.")
+
+
+class AwardsOut(_Out):
+    awards: list[AwardOut] = Field(description="In award order: rank; on a league by tier, then cohort number, "
+                                               "then local rank.")
+    next_cursor: str | None = Field(description="Token for the next page; null on the last page.")
 
 
 class SubsetIn(BaseModel):

@@ -23,6 +23,7 @@ import orjson
 from engine.core.columns import ScoreBatch, ScoreColumns
 from engine.core.errors import BatchTooLarge, ValidationFailed
 from engine.core.model import INT64_MAX, INT64_MIN, MAX_SUBSCORES, ScoreEvent
+from engine.core.records import canonical_json
 from engine.core.timefmt import MAX_MS, MIN_MS, parse_timestamp
 
 BOARD_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -103,18 +104,38 @@ def encode_metadata(raw: object, field: str) -> bytes:
     """
     if raw is None:
         return b""
+    return _json_object(raw, field, "metadata", orjson.OPT_SORT_KEYS)
+
+
+def check_reward(raw: object, field: str) -> str:
+    """A prize's ``reward`` (docs/api.md §16) → the text the engine keeps
+    (:func:`engine.core.records.canonical_json`: compact, keys in the order
+    given). 422 by the rules of :func:`encode_metadata` (a JSON object of at
+    most 1,024 bytes, 64-bit integers, finite floats, no lone surrogates), so
+    every reward can be written back as JSON. O(size).
+
+    >>> check_reward({"coins": 500, "badge": "gold"}, "r")
+    '{"coins":500,"badge":"gold"}'
+    """
+    _json_object(raw, field, "reward")
+    return canonical_json(raw)
+
+
+def _json_object(raw: object, field: str, what: str, option: int = 0) -> bytes:
+    """``raw``'s compact orjson encoding, or ValidationFailed (``field``) unless it is a JSON object
+    that holds what JSON can say exactly and encodes to at most :data:`MAX_METADATA_BYTES`."""
     if type(raw) is not dict:
-        raise ValidationFailed("metadata must be a JSON object.", field)
+        raise ValidationFailed(f"{what} must be a JSON object.", field)
     try:
-        enc = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+        enc = orjson.dumps(raw, option=option)
     except (TypeError, orjson.JSONEncodeError):
         raise ValidationFailed(
-            "metadata must hold integers within 64 bits and strings without lone surrogates.", field) from None
+            f"{what} must hold integers within 64 bits and strings without lone surrogates.", field) from None
     if len(enc) > MAX_METADATA_BYTES:
         raise ValidationFailed(
-            f"metadata must be at most {MAX_METADATA_BYTES} bytes as compact JSON; this is {len(enc)}.", field)
+            f"{what} must be at most {MAX_METADATA_BYTES} bytes as compact JSON; this is {len(enc)}.", field)
     if (b"." in enc or b"e" in enc or b"E" in enc or b"null" in enc) and not _floats_ok(raw):
-        raise ValidationFailed(f"metadata numbers must be finite, and floats below {_META_FLOAT_LIMIT:.0f} in "
+        raise ValidationFailed(f"{what} numbers must be finite, and floats below {_META_FLOAT_LIMIT:.0f} in "
                                "magnitude.", field)
     return enc
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from engine.core.model import DEFAULT_FINALIZE_AFTER_S, DEFAULT_MAX_PLAUSIBLE_TIME_MS, BoardSpec, EntrySpec
+from engine.core.model import (
+    DEFAULT_FINALIZE_AFTER_S,
+    DEFAULT_MAX_PLAUSIBLE_TIME_MS,
+    BoardSpec,
+    EntrySpec,
+    LeagueSpec,
+    Prize,
+)
 from engine.core.subscores import check_directions
 from engine.core.windows import Recurrence, series_check
 
@@ -13,7 +20,18 @@ from gateway import render
 from gateway.auth import Permission
 from gateway.guard import access, principal_of
 from gateway.routes.common import BoardIdPath, PlayerIdPath, guarded_router, gw
-from gateway.schemas import BoardCreate, BoardList, BoardOut, InstancesOut, JoinOut, NextSeasonIn, StateIn, error_responses
+from gateway.schemas import (
+    BoardCreate,
+    BoardList,
+    BoardOut,
+    InstancesOut,
+    JoinOut,
+    NextSeasonIn,
+    PrizeIn,
+    StateIn,
+    error_responses,
+)
+from gateway.validation import check_reward
 
 router = guarded_router("boards")
 
@@ -38,9 +56,18 @@ async def create_board(body: BoardCreate, request: Request):
         subscores=check_directions(body.policy, body.subscores),
         recurrence=recurrence,
         entry=None if body.entry is None else EntrySpec(**body.entry.model_dump()),
+        league=None if body.league is None else LeagueSpec(**body.league.model_dump()),
+        prizes=_prizes(body.prizes or []),
     )
     info = await g.engine.create_board(spec)
     return JSONResponse(render.board(info), status_code=201)
+
+
+def _prizes(prizes: list[PrizeIn]) -> tuple[Prize, ...]:
+    """The engine's prizes, each reward kept as canonical JSON text; the engine checks
+    the ranges (ValidationFailed naming ``prizes[i].ranks``, docs/api.md §16)."""
+    return tuple(Prize(p.ranks[0], p.ranks[1], check_reward(p.reward, f"prizes[{i}].reward"))
+                 for i, p in enumerate(prizes))
 
 
 @router.get("/v1/boards", response_model=BoardList, responses=error_responses(), summary="List boards")

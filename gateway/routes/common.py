@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
 from pydantic import AfterValidator
 
 from gateway.guard import GuardedRoute
@@ -39,6 +40,20 @@ def cursor_query(description: str):
     """A page cursor: ``<version>.<offset>`` (:data:`gateway.validation.CURSOR_PATTERN`), checked by
     :func:`gateway.validation.decode_cursor` (the lean path does not run FastAPI's validation)."""
     return Query(max_length=512, description=description, json_schema_extra={"pattern": CURSOR_PATTERN})
+
+
+#: ``?cursor=``: the ``next_cursor`` of the previous page (top pages, awards)
+PageCursor = Annotated[str | None, cursor_query("`next_cursor` of the previous page.")]
+
+
+def page_limit(what: str):
+    """``?limit=``: items per page, 1-1000 (:data:`gateway.hot.MAX_LIMIT`)."""
+    return Query(ge=1, le=1000, description=f"{what} per page (1-1000).")
+
+
+def json_bytes(body: bytes) -> Response:
+    """An answer already encoded (orjson, :mod:`gateway.hot`)."""
+    return Response(body, media_type="application/json")
 
 
 def guarded_router(tag: str, public: bool = False) -> APIRouter:

@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Query, Request
-from fastapi.responses import Response
 
 from gateway import hot
 from gateway.auth import Permission
 from gateway.guard import access
-from gateway.routes.common import BoardIdPath, PlayerIdPath, Ties, cursor_query, guarded_router, gw
+from gateway.routes.common import BoardIdPath, PageCursor, PlayerIdPath, Ties, guarded_router, gw, json_bytes, page_limit
 from gateway.schemas import PlayerOut, SubsetIn, TopOut, WindowOut, error_responses
 
 router = guarded_router("reads")
@@ -30,22 +29,18 @@ Staleness = Annotated[
 ]
 
 
-def _json(body: bytes) -> Response:
-    return Response(body, media_type="application/json")
-
-
 @router.get("/v1/boards/{board_id}/top", response_model=TopOut, responses=error_responses(404, 410),
             summary="Top of the board, paginated with pinned-version cursors")
 @access(Permission.READ)
 async def top(
     board_id: BoardIdPath,
     request: Request,
-    limit: Annotated[int, Query(ge=1, le=1000, description="Entries per page (1-1000).")] = 10,
-    cursor: Annotated[str | None, cursor_query("`next_cursor` of the previous page.")] = None,
+    limit: Annotated[int, page_limit("Entries")] = 10,
+    cursor: PageCursor = None,
     max_staleness_ms: Staleness = None,
     ties: Ties = None,
 ):
-    return _json(await hot.top(gw(request), board_id, limit, cursor, max_staleness_ms, ties is not None))
+    return json_bytes(await hot.top(gw(request), board_id, limit, cursor, max_staleness_ms, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}", response_model=PlayerOut, responses=error_responses(404),
@@ -59,7 +54,7 @@ async def player(
     max_staleness_ms: Staleness = None,
     ties: Ties = None,
 ):
-    return _json(await hot.player(gw(request), board_id, player_id, approximate, max_staleness_ms, ties is not None))
+    return json_bytes(await hot.player(gw(request), board_id, player_id, approximate, max_staleness_ms, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/around", response_model=WindowOut,
@@ -73,7 +68,7 @@ async def around(
     max_staleness_ms: Staleness = None,
     ties: Ties = None,
 ):
-    return _json(await hot.around(gw(request), board_id, player_id, radius, max_staleness_ms, ties is not None))
+    return json_bytes(await hot.around(gw(request), board_id, player_id, radius, max_staleness_ms, ties is not None))
 
 
 @router.get("/v1/boards/{board_id}/players/{player_id}/friends", response_model=WindowOut,
@@ -88,11 +83,11 @@ async def friends(
 ):
     """The eligible set is the friends provider's list for ``player_id`` (the
     player themself is not added). The list itself is never returned."""
-    return _json(await hot.friends(gw(request), board_id, player_id, max_staleness_ms, ties is not None))
+    return json_bytes(await hot.friends(gw(request), board_id, player_id, max_staleness_ms, ties is not None))
 
 
 @router.post("/v1/boards/{board_id}/ranked-subset", response_model=WindowOut, responses=error_responses(404, 413),
              summary="An explicit set of players ranked locally (1..k)")
 @access(Permission.READ)
 async def ranked_subset(board_id: BoardIdPath, body: SubsetIn, request: Request, ties: Ties = None):
-    return _json(await hot.ranked_subset(gw(request), board_id, body.player_ids, ties is not None))
+    return json_bytes(await hot.ranked_subset(gw(request), board_id, body.player_ids, ties is not None))

@@ -479,3 +479,89 @@ def test_boards_create_with_entry_rules_against_the_server(env, capsys):
             main(["boards", "create", "cli-e:solo:S2:global", "--policy", "best_score", flag, value])
         assert ei.value.code == 2
         capsys.readouterr()
+
+
+@pytest.mark.parametrize("flags, extra", [
+    (["--league", "50:5:10:10"], {"league": {"cohort_size": 50, "tiers": 5, "promote": 10, "demote": 10}}),
+    (["--league", "8"], {"league": {"cohort_size": 8}}),
+    (["--league", "8:3"], {"league": {"cohort_size": 8, "tiers": 3}}),
+    (["--prizes", "PRIZES"], {"prizes": [{"ranks": [1, 1], "reward": {"coins": 5}}]}),
+])
+def test_boards_create_sends_the_league_and_prizes_it_was_given(capsys, tmp_path, flags, extra):
+    bodies: list[dict] = []
+    prizes = tmp_path / "prizes.json"
+    prizes.write_text(json.dumps([{"ranks": [1, 1], "reward": {"coins": 5}}]))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(201, json={"board_id": "g:m:s:x"})
+
+    flags = [str(prizes) if f == "PRIZES" else f for f in flags]
+    args = build_parser().parse_args(["boards", "create", "g:m:s:x", "--policy", "best_score", *flags,
+                                      "--url", "http://x", "--key", "k"])
+    assert admin_cli.run(args, env={}, out=io.StringIO(), transport=httpx.MockTransport(handler)) == 0
+    assert bodies == [{"board_id": "g:m:s:x", "policy": "best_score", **extra}]
+
+
+def test_bad_league_or_prizes_flags_are_usage_errors(capsys, tmp_path):
+    (tmp_path / "obj.json").write_text('{"ranks": [1, 1]}')
+    (tmp_path / "bad.json").write_text("[{")
+    for flag, value, says in (("--league", "50:5:x", "not cohort_size:tiers:promote:demote"),
+                              ("--league", "1:2:3:4:5", "not cohort_size"), ("--league", "", "not cohort_size"),
+                              ("--prizes", str(tmp_path / "none.json"), "cannot read"),
+                              ("--prizes", str(tmp_path / "bad.json"), "is not JSON"),
+                              ("--prizes", str(tmp_path / "obj.json"), "must hold a JSON list")):
+        with pytest.raises(SystemExit) as ei:
+            main(["boards", "create", "g:m:s:x", "--policy", "best_score", flag, value])
+        assert ei.value.code == 2, (flag, value)
+        assert says in capsys.readouterr().err, (flag, value)
+
+
+def test_a_league_with_prizes_its_cohorts_and_awards(env, capsys, tmp_path):
+    board = "cli-l:league:S1:global"
+    prizes = tmp_path / "prizes.json"
+    prizes.write_text(json.dumps([{"ranks": [1, 1], "reward": {"coins": 500, "badge": "gold ✓"}},
+                                  {"ranks": [2, 2], "reward": {"coins": 50}}]))
+    code, out, err = _run(capsys, "boards", "create", board, "--policy", "best_score", "--league", "2:2:1:0",
+                          "--prizes", str(prizes))
+    assert code == 0, err
+    assert json.loads(out)["league"] == {"cohort_size": 2, "tiers": 2, "promote": 1, "demote": 0}
+    code, _, err = _run(capsys, "boards", "create", "cli-l:league:S2:global", "--policy", "best_score",
+                        "--league", "2:2:2:1")
+    assert code == admin_cli.EXIT_REFUSED and "VALIDATION_FAILED" in err and "(field league.promote)" in err
+    for i, (player, value) in enumerate((("p-a", 10), ("p-b", 30), ("p-c", 20), ("p-c", 25))):
+        ev = {"event_id": f"l{i}", "board_id": board, "player_id": player, "value": value, "achieved_at": 1_793_527_500_000}
+        r = httpx.post(f"{env}/v1/events", json={"events": [ev]}, headers={"Authorization": f"Bearer {ROLE_KEYS['admin']}"})
+        assert r.status_code == 200, r.text
+    code, out, err = _run(capsys, "cohort", board, "--player", "p-a")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{board} cohort 1-1 (tier 1, 2 members) at version 4"
+    assert lines[1].split() == ["rank", "player_id", "value", "achieved_at", "zone"]
+    assert lines[2].split()[:2] + lines[2].split()[3:] == ["1", "p-b", "2026-11-01T10:05:00.000Z", "promote"]
+    assert lines[3].split()[-1] == "-"  # no zone
+    code, out, err = _run(capsys, "cohort", board, "--cohort", "1-2", "--ties", "--json")
+    assert code == 0, err
+    view = json.loads(out)
+    assert [(e["player_id"], e["tied_rank"], e["zone"]) for e in view["entries"]] == [("p-c", 1, "promote")]
+    code, _, err = _run(capsys, "cohort", board, "--cohort", "9-9")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 COHORT_NOT_FOUND" in err
+    with pytest.raises(SystemExit):
+        main(["cohort", board])  # --player or --cohort
+    capsys.readouterr()
+    for state in ("FROZEN", "FINALIZED"):
+        assert _run(capsys, "boards", "state", board, state)[0] == 0
+    code, out, err = _run(capsys, "awards", board, "--page-size", "1")
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["cohort", "rank", "player_id", "reward", "delivery", "attempts"]
+    assert rows[1:4] == [["1-1", "1", "p-b", '{"coins":500,"badge":"gold', '✓"}', "pending", "0"],
+                         ["1-1", "2", "p-a", '{"coins":50}', "pending", "0"],
+                         ["1-2", "1", "p-c", '{"coins":500,"badge":"gold', '✓"}', "pending", "0"]]
+    assert rows[4] == ["3", "awards"]
+    code, out, err = _run(capsys, "awards", board, "--json")
+    assert code == 0, err
+    assert [(a["award_id"], a["reward"]) for a in json.loads(out)][:2] == [
+        (f"{board}/p-b", {"coins": 500, "badge": "gold ✓"}), (f"{board}/p-a", {"coins": 50})]
+    code, _, err = _run(capsys, "awards", board, "--key", ROLE_KEYS["reader"])
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 403 FORBIDDEN" in err

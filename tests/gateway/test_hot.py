@@ -23,6 +23,8 @@ from tests.gateway.conftest import BOARD, SEED_EVENTS, H, open_engine, settings
 pytestmark = pytest.mark.anyio
 
 B = f"/v1/boards/{BOARD}"
+LEAGUE = "arena-clash:league:S7:global"
+L = f"/v1/boards/{LEAGUE}"
 READS = [
     ("GET", f"{B}/top", {}, "reader"),
     ("GET", f"{B}/top?limit=2", {}, "reader"),
@@ -83,6 +85,22 @@ READS = [
                                     "headers": {"content-type": "text/plain"}}, "reader"),
     ("POST", f"{B}/ranked-subset", {"json": {"player_ids": ["p-ava"]}}, "game_server"),
     ("POST", f"{B}/ranked-subset", {"json": {"player_ids": ["p-ava"]}}, "moderator"),
+    ("GET", f"{L}/players/p-ben/cohort", {}, "reader"),
+    ("GET", f"{L}/players/p-ben/cohort?ties=competition", {}, "game_server"),
+    ("GET", f"{L}/players/p-ben/cohort?ties=dense", {}, "reader"),
+    ("GET", f"{L}/players/p-nobody/cohort", {}, "reader"),
+    ("GET", f"{L}/players/p%07x/cohort", {}, "reader"),
+    ("GET", f"{L}/players/p-ben/cohort", {}, None),
+    ("GET", f"{B}/players/p-ben/cohort", {}, "reader"),
+    ("GET", f"{L}/cohorts/1-1", {}, "reader"),
+    ("GET", f"{L}/cohorts/1-1?ties=competition&ties=competition", {}, "reader"),
+    ("GET", f"{L}/cohorts/1-2?ties=", {}, "reader"),
+    ("GET", f"{L}/cohorts/9-9", {}, "reader"),
+    ("GET", f"{L}/cohorts/%C3%A9%20x", {}, "reader"),
+    ("GET", f"{L}/cohorts/1-1/", {}, "reader"),
+    ("GET", f"{L}/cohorts/1-1", {}, "bad"),
+    ("GET", f"{B}/cohorts/1-1", {}, "reader"),
+    ("GET", "/v1/boards/a:b:c/cohorts/1-1", {}, "reader"),
 ]
 EV = {"event_id": "e-new", "board_id": BOARD, "player_id": "p-fay", "value": 9900, "achieved_at": 1_793_527_500_000}
 WRITES = [
@@ -134,6 +152,12 @@ async def pair():
     r = await c.post("/v1/boards", json={"board_id": BOARD, "policy": "best_score"}, headers=H("admin"))
     assert r.status_code == 201
     r = await c.post("/v1/events", json={"events": SEED_EVENTS}, headers=H("game_server"))
+    assert r.status_code == 200
+    r = await c.post("/v1/boards", json={"board_id": LEAGUE, "policy": "best_score", "league": {"cohort_size": 3}},
+                     headers=H("admin"))
+    assert r.status_code == 201
+    r = await c.post("/v1/events", json={"events": [{**e, "board_id": LEAGUE} for e in SEED_EVENTS]},
+                     headers=H("game_server"))
     assert r.status_code == 200
     yield apps, clients
     for c in clients:
@@ -206,12 +230,15 @@ async def test_hot_routes_are_counted_under_their_templates(pair):
     assert 'flowrank_http_requests_total{method="GET",route="/v1/boards/{board_id}/top",status="422"} 1.0' in text
 
 
-def test_match_only_the_six_hot_routes():
+def test_match_only_the_hot_routes():
     assert hot.match("GET", f"{B}/top")[0][1] == "/v1/boards/{board_id}/top"
     assert hot.match("POST", "/v1/events")[0][1] == "/v1/events"
+    assert hot.match("GET", f"{B}/cohorts/1-1")[0][1] == "/v1/boards/{board_id}/cohorts/{cohort}"
+    assert hot.match("GET", f"{B}/players/p/cohort")[0][1] == "/v1/boards/{board_id}/players/{player_id}/cohort"
     for method, path in (("GET", "/v1/events"), ("GET", f"{B}"), ("GET", f"{B}/changes"), ("POST", f"{B}/top"),
                          ("GET", f"{B}/players/p/history"), ("GET", "/v1/boards//top"), ("GET", f"{B}/players//around"),
-                         ("GET", "/healthz"), ("GET", f"{B}/top/x")):
+                         ("GET", "/healthz"), ("GET", f"{B}/top/x"), ("GET", f"{B}/cohorts/"),
+                         ("POST", f"{B}/cohorts/1-1"), ("GET", f"{B}/awards"), ("GET", f"{B}/cohorts/1-1/x")):
         assert hot.match(method, path) is None, (method, path)
 
 

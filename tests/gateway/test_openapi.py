@@ -67,9 +67,39 @@ def test_a_recurrence_is_documented_as_exactly_as_the_server_checks_it():
     create = schemas["BoardCreate"]
     series_rule = next(c for c in create["allOf"] if c["if"].get("required") == ["recurrence"])
     assert series_rule["then"]["properties"]["entry"] == {"type": "null"}  # no entry rules on a series (yet)
+    assert series_rule["then"]["properties"]["league"] == {"type": "null"}  # nor a league or prizes
+    assert {"type": "array", "maxItems": 0} in series_rule["then"]["properties"]["prizes"]["anyOf"]
     season_rule = _re.compile(series_rule["then"]["properties"]["board_id"]["pattern"])
     assert season_rule.search("g:m:" + "s" * MAX_SERIES_SEASON + ":x")
     assert not season_rule.search("g:m:" + "s" * (MAX_SERIES_SEASON + 1) + ":x")
+
+
+def test_competitions_are_documented_with_their_bounds_and_conditions():
+    """League and prizes settings (docs/api.md §16): ranges as the engine checks them, no subscores beside
+    them; boards show them only when they have them; the cohort path takes any text (404, never 422)."""
+    schemas = SPEC["components"]["schemas"]
+    league = schemas["LeagueIn"]
+    assert league["additionalProperties"] is False and league["required"] == ["cohort_size"]
+    bounds = {k: (v.get("minimum"), v.get("maximum")) for k, v in league["properties"].items()}
+    assert bounds == {"cohort_size": (2, 1000), "tiers": (1, 20), "promote": (0, 1000), "demote": (0, 1000)}
+    prize = schemas["PrizeIn"]
+    assert prize["required"] == ["ranks", "reward"] and prize["properties"]["reward"]["type"] == "object"
+    assert [r["minimum"] for r in prize["properties"]["ranks"]["prefixItems"]] == [1, 1]
+    assert schemas["BoardCreate"]["properties"]["prizes"]["anyOf"][0]["maxItems"] == 100
+    no_subscores = next(c for c in schemas["BoardCreate"]["allOf"] if "anyOf" in c["if"])
+    assert [alt["required"] for alt in no_subscores["if"]["anyOf"]] == [["entry"], ["league"], ["prizes"]]
+    assert {"type": "array", "maxItems": 0} in no_subscores["then"]["properties"]["subscores"]["anyOf"]
+    out = schemas["BoardOut"]["properties"]
+    assert "default" not in out["league"] and "default" not in out["prizes"]  # left out, never null
+    cohort = SPEC["paths"]["/v1/boards/{board_id}/cohorts/{cohort}"]["get"]
+    param = next(p for p in cohort["parameters"] if p["name"] == "cohort")
+    assert param["schema"]["type"] == "string" and "pattern" not in param["schema"]
+    assert "COHORT_NOT_FOUND" in cohort["responses"]["404"]["description"]
+    zone = schemas["CohortEntryOut"]["properties"]["zone"]
+    assert {"enum": ["promote", "demote"], "type": "string"} in zone["anyOf"] and "zone" in schemas["CohortEntryOut"]["required"]
+    awards = SPEC["paths"]["/v1/boards/{board_id}/awards"]["get"]
+    assert awards["security"] == [{"HTTPBearer": []}]  # admin only: no token
+    assert [p["name"] for p in awards["parameters"]][1:] == ["limit", "cursor"]
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,7 @@ def test_page_reads_the_token_from_the_fragment_and_streams_with_access_token():
     assert "location.hash" in html and 'frag.get("token")' in html
     assert "new EventSource(" in html and "access_token=" in html
     assert "/players/" in html and "/around?radius=" in html  # player search: exact rank and around
+    assert '"/cohort"' in html and "b.league" in html  # on a league board (§16): the player's cohort
 
 
 def test_openapi_documents_tokens_and_the_page():

@@ -268,3 +268,65 @@ def test_a_series_page_shows_its_current_window_s_instance(server):
                 assert problems == [], problems
             finally:
                 browser.close()
+
+
+def test_a_league_page_shows_a_player_s_cohort_with_zones(server, tmp_path):
+    """/ui/boards/{league} (docs/api.md §16): the header states the league; the player search shows the
+    player's cohort ranked locally with promote/demote badges, and a player who joined without a score
+    their cohort (and no rank)."""
+    sync_playwright = _playwright()
+    api, _ = server
+    board = "arena-clash:league:S7:global"
+    with httpx.Client(base_url=api, timeout=10) as c:
+        r = c.post("/v1/boards", json={"board_id": board, "policy": "best_score",
+                                       "league": {"cohort_size": 4, "tiers": 3, "promote": 1, "demote": 1}},
+                   headers=H("admin"))
+        assert r.status_code == 201, r.text
+        assert c.post(f"/v1/boards/{board}/players/p-fay/join", headers=H("game_server")).status_code == 201
+        for p, v, t in EVENTS[:3]:
+            ev = {"event_id": f"evt-{p}", "board_id": board, "player_id": p, "value": v, "achieved_at": t}
+            assert c.post("/v1/events", json={"events": [ev]}, headers=H("game_server")).status_code == 200
+        token = c.post("/v1/tokens", json={"board_ids": [board], "ttl_s": 300}, headers=H("reader")).json()["token"]
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1100, "height": 640})
+                problems: list[str] = []
+                page.on("pageerror", lambda e: problems.append(str(e)))
+                page.on("console", lambda m: problems.append(m.text) if m.type == "error" and "404" not in m.text
+                        else None)  # the player read of p-fay (no row) is a 404 the page shows
+                page.goto(f"{api}/ui/boards/{board}#" + urlencode({"token": token}))
+                page.wait_for_function("() => document.querySelectorAll('#top tbody tr').length === 3 && "
+                                       "!document.getElementById('league').hidden", timeout=10_000)
+                assert page.inner_text("#league-info") == "cohorts of 4 · 3 tiers · top 1 up · last 1 down"
+                assert not page.is_visible("#cohort-panel")
+                page.fill("#player-id", "p-ben")
+                page.click("#search button")
+                page.wait_for_selector("#cohort-panel:not([hidden]) #cohort tbody tr", timeout=5000)
+                assert page.inner_text("#cohort-id") == "1-1"
+                assert page.inner_text("#cohort-meta").startswith("tier 1 of 3 · 4 members · 3 ranked")
+                rows = page.eval_on_selector_all("#cohort tbody tr", "rows => rows.map(r => [...r.cells].map("
+                                                 "c => c.textContent))")
+                assert [(r[0], r[1], r[4]) for r in rows] == [("1", "p-ava", "▲ promote"), ("2", "p-ben", ""),
+                                                              ("3", "p-chloe", "")]
+                assert page.eval_on_selector("#cohort tr.me", "r => r.dataset.player") == "p-ben"
+                assert page.eval_on_selector("#cohort .badge", "b => b.className") == "badge promote"
+                shot = tmp_path / "ui-league.png"
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"screenshot: {shot}")
+                # joined, no score yet: no rank, but a cohort
+                page.fill("#player-id", "p-fay")
+                page.click("#search button")
+                page.wait_for_function("() => document.getElementById('player-result').className === 'msg error' "
+                                       "&& !document.getElementById('cohort-panel').hidden", timeout=5000)
+                assert page.inner_text("#cohort-id") == "1-1"
+                assert len(page.query_selector_all("#cohort tbody tr")) == 3
+                # not entered at all: the panel says so
+                page.fill("#player-id", "p-nobody")
+                page.click("#search button")
+                page.wait_for_function("() => document.getElementById('cohort-meta').className === 'msg error'",
+                                       timeout=5000)
+                assert "has not entered" in page.inner_text("#cohort-meta")
+                assert problems == [], problems
+            finally:
+                browser.close()
