@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from engine.core.errors import ValidationFailed
 from engine.core.model import INT64_MAX, INT64_MIN, MAX_FINALIZE_AFTER_S, BoardState, Outcome, Policy, RowStatus
+from engine.core.league import MAX_COHORT, MAX_TIERS, MIN_COHORT
 from engine.core.prizes import MAX_PRIZES, MAX_REWARD_BYTES
 from engine.core.season import ID_PART
 from engine.core.timefmt import MAX_MS, MIN_MS, parse_timestamp
@@ -217,7 +218,6 @@ class JoinOut(_Out):
 
 
 Rank = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)]
-MIN_COHORT, MAX_COHORT, MAX_TIERS = 2, 1000, 20  # the bounds engine.core.league.check_league enforces
 
 
 class LeagueIn(BaseModel):

@@ -42,13 +42,15 @@ from engine.core.model import LeagueSpec
 from engine.core.players import PlayerTable, encode_ids, gather
 
 PROMOTE, DEMOTE = "promote", "demote"
+#: The bounds of a league's settings (docs/api.md §16).
+MIN_COHORT, MAX_COHORT, MAX_TIERS = 2, 1000, 20
 _COHORT_ID = re.compile(r"([1-9][0-9]{0,1})-([1-9][0-9]{0,9})")
 
 
 def check_league(spec: LeagueSpec) -> None:
     """ValidationFailed (field ``league.*``) unless the settings are in range (docs/api.md §16)."""
-    for name, lo, hi in (("cohort_size", 2, 1000), ("tiers", 1, 20), ("promote", 0, spec.cohort_size),
-                         ("demote", 0, spec.cohort_size)):
+    for name, lo, hi in (("cohort_size", MIN_COHORT, MAX_COHORT), ("tiers", 1, MAX_TIERS),
+                         ("promote", 0, spec.cohort_size), ("demote", 0, spec.cohort_size)):
         value = getattr(spec, name)
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise ValidationFailed(f"{name} must be an integer from {lo} to {hi}.", f"league.{name}")

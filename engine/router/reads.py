@@ -44,6 +44,7 @@ from engine.router.registry import BoardCtl, BoardRegistry, CutLock, KeySample, 
 from engine.core.export import Block, Chunk, Merge, TiedRanks, key_subscores, raw_subscores
 from engine.core.errors import (
     BoardArchived,
+    AwardsPending,
     BoardNotFound,
     CohortNotFound,
     FlowRankError,
@@ -565,9 +566,13 @@ class ReadFanOut:
 
     async def awards(self, board_id: str, start: int = 0, limit: int = 100) -> AwardsPage:
         """A page of the board's awards in award order (docs/api.md §16), each
-        with its webhook delivery state. A board without prizes, or whose
-        awards are not logged yet, has none."""
+        with its webhook delivery state. A board without prizes, or not
+        FINALIZED yet, has none; AwardsPending while a FINALIZED board's
+        awards are being logged."""
         ctl = self.registry.ctl(board_id)
+        if ctl.awards_due:  # FINALIZED, its awards still being logged: no page may look like the last one
+            raise AwardsPending(f"Board {board_id!r} is FINALIZED and its awards are being computed; retry in a "
+                                "moment.", None, retry_after=1)
         table = ctl.awards
         rows = [] if table is None else table.page(start, limit)
         delivery = self.registry.delivery
