@@ -316,6 +316,8 @@ def test_corrections_wait_for_the_awards_and_a_crash_before_them_logs_them_at_st
             await svc.router.sequencer.submit_state(B, BoardState.FINALIZED)
             ctl = svc.router.registry.ctl(B)
             assert ctl.awards_due
+            with pytest.raises(AwardsPending):  # no page may look like the last one meanwhile
+                await svc.awards(B)
             with pytest.raises(AwardsPending):
                 await svc.router.sequencer.enqueue(Submission.INVALIDATION, Invalidation(B, "e4", "x", "m"), 1)
             waiting = asyncio.ensure_future(svc.invalidate(Invalidation(B, "e4", "x", "m")))
