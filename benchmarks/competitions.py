@@ -39,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from .http_bench import WRK_DIR, flowrank_server, run_wrk
+from .http_bench import flowrank_server, run_wrk
 from .http_load import ADMIN_KEY, READ_KEY, WRITE_KEY
 from .machine import describe, header
 

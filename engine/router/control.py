@@ -214,12 +214,12 @@ class BoardControl:
             rows, version = await self._rows(ctl)
             spec, league = ctl.spec, ctl.admission.league
 
-            def compute() -> list:
+            def compute(rows) -> list:
                 order = rank_order(spec.policy, rows, spec.subscores)[:int(np.count_nonzero(rows.active))]
                 return award_records(board_id, version, compute_awards(spec.prizes, rows.id_bytes, rows.id_offsets,
                                                                        order, league))
 
-            parts = await asyncio.to_thread(compute)
+            parts = await asyncio.to_thread(compute, rows)
             del rows
             for rec in parts[len(ctl.awards.offsets):]:
                 await self.sequencer.enqueue(Submission.AWARDS, (board_id, [rec]), 1)
