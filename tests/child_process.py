@@ -33,8 +33,10 @@ class Child:
         """Collect stdout lines until ``predicate(line)``; fail on timeout or death."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         fd = self.proc.stdout.fileno()
+        poller = select.poll()  # not select.select: a test process may hold more than 1,024 descriptors
+        poller.register(fd, select.POLLIN | select.POLLHUP)
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.05)
+            ready = poller.poll(50)
             if not ready:
                 if self.proc.poll() is not None:
                     raise AssertionError(f"child died: {self.proc.stderr.read().decode()[-2000:]}")

@@ -89,7 +89,7 @@ class BoardControl:
         self._sched_wake: asyncio.Event | None = None
         self._keeping = asyncio.Lock()  # enforce_keep, one at a time
         self._awarding: dict[str, asyncio.Lock] = {}  # settle_awards, one run per board at a time
-        self._settling: set[asyncio.Task] = set()  # awards the season timer's FINALIZED moves owe
+        self._settling: dict[str, asyncio.Task] = {}  # board -> the task logging the awards the schedule owes
         self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
         # Awaited before the shard actors drop an archived board's rows: an engine host
         # (engine.runtime.host) waits there until no gateway's read replica still reads them.
@@ -232,9 +232,12 @@ class BoardControl:
                 await self.settle_awards(board_id)
 
     def _settle_later(self, board_id: str) -> None:
+        """Settle the board's awards in a task of their own (one at a time per board: the timer asks every tick)."""
+        if board_id in self._settling:
+            return
         task = asyncio.ensure_future(self.settle_awards(board_id))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
+        self._settling[board_id] = task
+        task.add_done_callback(lambda t: self._settling.pop(board_id, None))
         task.add_done_callback(_log_awards_failure)
 
     async def _rows(self, ctl: BoardCtl, missing: str | None = None):

@@ -346,3 +346,27 @@ def test_corrections_wait_for_the_awards_and_a_crash_before_them_logs_them_at_st
             await svc.close()
 
     asyncio.run(main())
+
+
+def test_a_scheduled_finalize_logs_the_awards_behind_the_season_timer():
+    async def main():
+        svc = await LocalService.open(data_dir=None, n_shards=2)
+        try:
+            spec = BoardSpec(B, Policy.BEST_SCORE, shards=2, prizes=(Prize(1, 1, '{"x":1}'),))
+            await svc.create_board(spec)
+            await svc.submit([ScoreEvent(B, "e1", "p1", 5, 1, 1), ScoreEvent(B, "e2", "p2", 7, 1, 1)])
+            closing = BoardSpec(B2, Policy.BEST_SCORE, shards=2, closes_at=1, finalize_after_s=0,
+                                prizes=(Prize(1, 2, '{"x":2}'),))
+            await svc.create_board(closing)  # closes_at long past: FROZEN and FINALIZED at once, by the schedule
+            for _ in range(200):
+                try:
+                    got = await svc.awards(B2)
+                    break
+                except AwardsPending:
+                    await asyncio.sleep(0.01)
+            assert got.awards == () and got.next_cursor is None  # no rows: no awards, and the read says so
+            assert svc.router.registry.ctl(B2).awards.complete
+        finally:
+            await svc.close()
+
+    asyncio.run(main())
