@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -57,7 +58,7 @@ class OutboxFeed:
     def __init__(self, registry: BoardRegistry, outbox: Outbox, wall_clock: Callable[[], int] = epoch_ms):
         self.registry = registry
         self.outbox = outbox
-        self.delivery: WebhookDelivery | None = None
+        self.delivery: DeliveryThread | None = None
         self.wall_clock = wall_clock
         self._queue: deque[tuple[int, object]] = deque()
         self._wake = asyncio.Event()
@@ -166,13 +167,47 @@ class OutboxFeed:
         return out
 
 
+class DeliveryThread:
+    """The delivery worker on an event loop of its own, in a thread: its
+    sending (thousands of requests a second) never queues ahead of the
+    router's writes and reads on theirs. ``start`` / ``stop`` from the
+    router's loop; ``wake`` and ``stats`` from any thread."""
+
+    def __init__(self, delivery: WebhookDelivery):
+        self.delivery = delivery
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="flowrank-webhooks", daemon=True)
+
+    async def start(self) -> None:
+        self.thread.start()
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.delivery.start(), self.loop))
+
+    async def stop(self) -> None:
+        if not self.thread.is_alive():
+            return
+        try:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.delivery.stop(), self.loop))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            await asyncio.to_thread(self.thread.join, 10)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+    def wake(self) -> None:
+        self.delivery.wake()
+
+    def stats(self) -> dict:
+        return self.delivery.stats()
+
+
 def open_feed(registry: BoardRegistry, data_dir: str, config: WebhookConfig,
               wall_clock: Callable[[], int] = epoch_ms) -> OutboxFeed:
     """The outbox under ``<data_dir>/outbox``, its delivery worker (not started) and the feed, hooked to the registry."""
     outbox = Outbox.open(str(Path(data_dir) / "outbox"))
     feed = OutboxFeed(registry, outbox, wall_clock)
     secret = load_or_create_secret(data_dir, config.secret_file)
-    feed.delivery = WebhookDelivery(outbox, config.url, secret, give_up_s=config.give_up_s, wall_clock=wall_clock)
+    feed.delivery = DeliveryThread(WebhookDelivery(outbox, config.url, secret, give_up_s=config.give_up_s,
+                                                   wall_clock=wall_clock))
     registry.on_record = feed.note
     registry.delivery = feed.delivery_of
     registry.outbox_safe = feed.safe_offset
