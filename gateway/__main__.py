@@ -4,4 +4,5 @@ import sys
 
 from gateway.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a spawned helper process (engine.runtime.outbox_feed) imports it too
+    sys.exit(main())

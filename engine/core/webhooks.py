@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import orjson
 
@@ -76,6 +76,14 @@ def award_message(board_id: str, player_id: str, rank: int, cohort: int | None, 
     """The message of one award (id ``award/<board_id>/<player_id>``)."""
     aid = award_id(board_id, player_id)
     return Message(f"award/{aid}", award_body(aid, board_id, player_id, rank, cohort, reward, version), created_ms)
+
+
+def award_messages(board_id: str, version: int, rewards: Sequence[dict], player_ids: Sequence[str],
+                   ranks: Sequence[int], cohorts: Sequence[str | None], prizes: Sequence[int],
+                   created_ms: int) -> list[Message]:
+    """The messages of a board's awards given as columns (``prizes[i]``: the index of award ``i``'s reward)."""
+    return [award_message(board_id, pid, rank, cohort, rewards[k], version, created_ms)
+            for pid, rank, cohort, k in zip(player_ids, ranks, cohorts, prizes)]
 
 
 def state_message(board_id: str, state: str, version: int, created_ms: int) -> Message:

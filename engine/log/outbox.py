@@ -48,11 +48,12 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from engine.core.errors import LogCorruption, StorageUnavailable
-from engine.core.webhooks import DELIVERED, FAILED, PENDING, Message
+from engine.core.webhooks import DELIVERED, FAILED, PENDING, Message, award_messages
 from engine.log.framing import FRAME_HEADER, FRAME_HEADER_SIZE, encode_batch, find_valid_frame, parse_frames, unpack_payload
 from engine.log.port import FaultHook
 from engine.log.segment_log import _pwrite_all, fsync_directory
@@ -93,6 +94,35 @@ class _Column:
 
     def values(self) -> np.ndarray:
         return self.a[: self.n]
+
+
+class EncodedPut(NamedTuple):
+    """One put's messages framed (:func:`encode_put`): the bytes, each frame's start in them, how many."""
+
+    blob: bytes
+    starts: list[int]
+    n: int
+
+
+def encode_put(log_offset: int, messages: Sequence[Message]) -> EncodedPut:
+    """The frames of the messages of log record ``log_offset``, as :meth:`Outbox.put` writes them. Pure."""
+    n = len(messages)
+    for m in messages:
+        if not isinstance(m.message_id, str) or not isinstance(m.body, bytes) or not isinstance(m.created_ms, int):
+            raise TypeError(f"not a Message(str, bytes, int): {m!r}"[:200])
+    blob, starts = encode_batch([[log_offset, k, n, m.message_id, m.body, m.created_ms]
+                                 for k, m in enumerate(messages)])
+    return EncodedPut(blob, starts, n)
+
+
+def encode_award_put(log_offset: int, board_id: str, version: int, rewards: Sequence[dict],
+                     player_ids: Sequence[str], ranks: Sequence[int], cohorts: Sequence[str | None],
+                     prizes: Sequence[int], created_ms: int) -> EncodedPut:
+    """:func:`encode_put` of an ``A`` record's award messages, from its columns: what a
+    helper process runs, so that 50,000 bodies and frames are built off the engine's
+    interpreter (engine.runtime.outbox_feed)."""
+    return encode_put(log_offset, award_messages(board_id, version, rewards, player_ids, ranks, cohorts, prizes,
+                                                 created_ms))
 
 
 class Outbox:
@@ -213,39 +243,51 @@ class Outbox:
                 return first
             if not messages:
                 return self._count
-            n = len(messages)
-            records = [[log_offset, k, n, m.message_id, m.body, m.created_ms] for k, m in enumerate(messages)]
-            for m in messages:
-                if not isinstance(m.message_id, str) or not isinstance(m.body, bytes) or not isinstance(m.created_ms, int):
-                    raise TypeError(f"not a Message(str, bytes, int): {m!r}"[:200])
-            blob, starts = encode_batch(records)
-            size, first = self._size, self._count
-            try:
-                if self._dirty:
-                    self._call("truncate", self._path)
-                    os.ftruncate(self._fd, size)
-                    self._dirty = False
-                self._dirty = True
-                self._call("write", self._path)
-                _pwrite_all(self._fd, blob, size)
-                if self._fsync:
-                    self._call("fsync", self._path)
-                    os.fdatasync(self._fd)
+            return self._append(log_offset, *encode_put(log_offset, messages))
+
+    def put_encoded(self, log_offset: int, encoded: "EncodedPut") -> int:
+        """:meth:`put` of messages :func:`encode_put` framed already (in another
+        process, say): only the write and the fsync happen here."""
+        with self._put_lock:
+            if log_offset <= self.covered_offset:
+                first = self.first_seq(log_offset)
+                if first is None and encoded.n:
+                    raise ValueError(f"log offset {log_offset} is at or below the outbox's covered offset "
+                                     f"{self.covered_offset} but had no put: its messages would be lost")
+                return self._count if first is None else first
+            if not encoded.n:
+                return self._count
+            return self._append(log_offset, *encoded)
+
+    def _append(self, log_offset: int, blob: bytes, starts: list[int], n: int) -> int:
+        """Write one put's frames at the end and fsync; the caller holds ``_put_lock``."""
+        size, first = self._size, self._count
+        try:
+            if self._dirty:
+                self._call("truncate", self._path)
+                os.ftruncate(self._fd, size)
                 self._dirty = False
-            except OSError as exc:
-                self._undo_put(size)
-                raise StorageUnavailable(f"outbox {self._path}: could not append ({exc})") from exc
-            index = [size + starts[k] for k in range(n) if (first + k) % INDEX_EVERY == 0]
-            with self._lock:
-                self._index.extend(index)
-                self._put_offsets.extend([log_offset])
-                self._put_firsts.extend([first])
-                self._status.grow_zeros(n)
-                self._attempts.grow_zeros(n)
-                self._counts[PENDING] += n
-                self._size = size + len(blob)
-                self._count = first + n
-            return first
+            self._dirty = True
+            self._call("write", self._path)
+            _pwrite_all(self._fd, blob, size)
+            if self._fsync:
+                self._call("fsync", self._path)
+                os.fdatasync(self._fd)
+            self._dirty = False
+        except OSError as exc:
+            self._undo_put(size)
+            raise StorageUnavailable(f"outbox {self._path}: could not append ({exc})") from exc
+        index = [size + starts[k] for k in range(n) if (first + k) % INDEX_EVERY == 0]
+        with self._lock:
+            self._index.extend(index)
+            self._put_offsets.extend([log_offset])
+            self._put_firsts.extend([first])
+            self._status.grow_zeros(n)
+            self._attempts.grow_zeros(n)
+            self._counts[PENDING] += n
+            self._size = size + len(blob)
+            self._count = first + n
+        return first
 
     def _undo_put(self, size: int) -> None:
         try:

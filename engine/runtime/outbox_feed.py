@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import multiprocessing
 import threading
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -35,7 +37,7 @@ import numpy as np
 from engine.core import records as R
 from engine.core import webhooks as wh
 from engine.core.league import cohort_id
-from engine.log.outbox import Outbox
+from engine.log.outbox import Outbox, encode_award_put
 from engine.router.registry import BoardRegistry
 from engine.runtime.webhooks import WebhookDelivery, epoch_ms, load_or_create_secret
 
@@ -65,6 +67,7 @@ class OutboxFeed:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task | None = None
+        self._pool: ProcessPoolExecutor | None = None  # builds the messages of A records (one process, on demand)
         self.errors = 0
 
     # --------------------------------------------------------------- the fold's side
@@ -95,6 +98,9 @@ class OutboxFeed:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.shutdown)
+            self._pool = None
 
     async def drain(self) -> None:
         """Wait until every queued record is put (or failed)."""
@@ -121,7 +127,16 @@ class OutboxFeed:
                 self.delivery.wake()
 
     def _put(self, offset: int, rec) -> None:
-        self.outbox.put(offset, self.messages(rec))
+        rec = R.parse(rec)
+        if rec.kind != R.AWARDS or offset <= self.outbox.covered_offset:
+            self.outbox.put(offset, self.messages(rec))
+            return
+        # An A part's 50,000 bodies and frames are built in a helper process: built here, they would hold
+        # this interpreter's lock for ~0.3 s per part, and the event loop's writes and reads would wait for it.
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        encoded = self._pool.submit(encode_award_put, offset, *self._award_columns(rec)).result()
+        self.outbox.put_encoded(offset, encoded)
 
     async def catch_up(self, event_log, after: int, until: int) -> None:
         """Put the ``T`` / ``A`` records in ``(after, until]`` (records a snapshot covered before their put)."""
@@ -135,21 +150,21 @@ class OutboxFeed:
 
     def messages(self, rec) -> list:
         """The messages of one record (pure of I/O; reads the registry for a state change's version)."""
-        now = self.wall_clock()
         rec = R.parse(rec)
-        ctl = self.registry.boards.get(rec.board_id)
         if rec.kind == R.STATE:
-            version = 0 if ctl is None else ctl.version
-            return [wh.state_message(rec.board_id, rec.state, version, now)]
-        if ctl is None:
-            return []
-        rewards = [json.loads(p.reward) for p in ctl.spec.prizes]
-        ranks = np.frombuffer(rec.ranks, "<i8").tolist()
+            ctl = self.registry.boards.get(rec.board_id)
+            return [wh.state_message(rec.board_id, rec.state, 0 if ctl is None else ctl.version, self.wall_clock())]
+        return wh.award_messages(*self._award_columns(rec))
+
+    def _award_columns(self, rec) -> tuple:
+        """An ``A`` record as :func:`engine.core.webhooks.award_messages` takes it (created now)."""
+        ctl = self.registry.boards.get(rec.board_id)
+        prizes = () if ctl is None else ctl.spec.prizes
         tiers = np.frombuffer(rec.tiers, np.int8).tolist()
         numbers = np.frombuffer(rec.numbers, "<i4").tolist()
-        prizes = np.frombuffer(rec.prizes, "<i2").tolist()
-        return [wh.award_message(rec.board_id, pid, rank, cohort_id(t, n) if t else None, rewards[k], rec.version, now)
-                for pid, rank, t, n, k in zip(rec.player_ids, ranks, tiers, numbers, prizes)]
+        return (rec.board_id, rec.version, [json.loads(p.reward) for p in prizes], list(rec.player_ids),
+                np.frombuffer(rec.ranks, "<i8").tolist(), [cohort_id(t, n) if t else None for t, n in zip(tiers, numbers)],
+                np.frombuffer(rec.prizes, "<i2").tolist(), self.wall_clock())
 
     def delivery_of(self, board_id: str, places: list) -> list:
         """Per award ``(log offset of its A record, index in it)``: ``(delivery, attempts)`` as the outbox holds them."""
