@@ -861,14 +861,22 @@ class Partition:
         """Every row (any status), in player interning order."""
         return self._rows_at(np.flatnonzero(self.st[: len(self.players)] != ST_NONE))
 
-    def columns(self) -> list:
+    def row_count(self) -> int:
+        """Rows of any status (what :meth:`columns` returns without a range)."""
+        return int(np.count_nonzero(self.st[: len(self.players)] != ST_NONE))
+
+    def columns(self, start: int = 0, count: int | None = None) -> list:
         """Every row (any status) as wire columns, for an archive: ``[id bytes,
         id offsets, values, achieved, submitted, row versions, active,
         metadata]``: the ids' UTF-8 bytes in one buffer, the numbers as
         little-endian int64 bytes, ``active`` as uint8 bytes; metadata one
         bytes per row (b"" none), or an empty list when no row has any (no
-        Python object per row then). O(n)."""
+        Python object per row then). With ``count``: rows ``start .. start +
+        count - 1`` of them in player order (chunks of a board that does not
+        change between the calls). O(n)."""
         ids = np.flatnonzero(self.st[: len(self.players)] != ST_NONE)
+        if count is not None:
+            ids = ids[start:start + count]
         arena, offs = self.players.bytes_of(ids)
         get = self.meta.get
         out = [arena.tobytes(), offs.astype("<i8").tobytes(), self.val[ids].astype("<i8").tobytes(),

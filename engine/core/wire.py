@@ -69,6 +69,7 @@ HIST = "hist"  # one player's event history
 SUM = "sum"  # the checksum of the board's partitions
 ROWS = "rows"  # every row as columns (an archive's rows)
 HCOLS = "hcols"  # one chunk of one partition's journal (an archive's history)
+RCOLS = "rcols"  # one chunk of one partition's rows (an unchanging board's rows: awards, an archive)
 SPILL = "spill"  # write every partition's ranked rows to a spill file (an export's cut)
 SPILL_READ = "spill_read"  # one frame of a spill file
 SPILL_DROP = "spill_drop"  # remove an export's spill files
@@ -145,6 +146,14 @@ class HCols(NamedTuple):
     count: int
 
 
+class RCols(NamedTuple):
+    op: str
+    board_id: str
+    partition: int
+    start: int
+    count: int
+
+
 class Spill(NamedTuple):
     op: str
     board_id: str
@@ -174,7 +183,7 @@ class Drop(NamedTuple):
 #: The request type of each op.
 REQUESTS: dict[str, type] = {
     TOP: Top, MGET: MGet, SIZE: Size, GET: Get, COUNT: Count, NBRS: Nbrs, SAMPLE: Sample, HIST: Hist, SUM: Sum,
-    ROWS: Rows, HCOLS: HCols, SPILL: Spill, SPILL_READ: SpillRead, SPILL_DROP: SpillDrop, DROP: Drop,
+    ROWS: Rows, HCOLS: HCols, RCOLS: RCols, SPILL: Spill, SPILL_READ: SpillRead, SPILL_DROP: SpillDrop, DROP: Drop,
 }
 
 

@@ -211,7 +211,7 @@ class BoardControl:
         async with lock:
             if not ctl.awards_due or ctl.awards is None:
                 return
-            rows, version = await self._rows(ctl)
+            rows, version = await self._rows(ctl, unchanging=True)
             spec, league = ctl.spec, ctl.admission.league
 
             def compute(rows) -> list:
@@ -240,10 +240,15 @@ class BoardControl:
         task.add_done_callback(lambda t: self._settling.pop(board_id, None))
         task.add_done_callback(_log_awards_failure)
 
-    async def _rows(self, ctl: BoardCtl, missing: str | None = None):
+    async def _rows(self, ctl: BoardCtl, missing: str | None = None, unchanging: bool = False):
         """Every row of the board, read in one cut: (ArchiveRows, version).
-        ``missing``: the StorageUnavailable message when the shard actors no longer hold them."""
+        ``missing``: the StorageUnavailable message when the shard actors no longer hold them.
+        ``unchanging``: nothing changes the board's rows any more (FINALIZED with its awards due, or
+        ARCHIVED): read each partition in chunks of ``cfg.row_chunk_rows``, so no single call holds a
+        shard actor (and the writes and reads of other boards queued on it) for long."""
         board_id = ctl.spec.board_id
+        if unchanging:
+            return await self._rows_in_chunks(ctl, missing)
 
         async def attempt():
             answers = await self.fanout.fan(ctl, lambda a: W.Rows(W.ROWS, board_id))
@@ -256,6 +261,24 @@ class BoardControl:
         if len(parts) != ctl.spec.shards:
             raise StorageUnavailable(missing or f"The rows of board {board_id!r} are no longer on the shard actors.")
         return await asyncio.to_thread(rows_from_wire, parts), version  # 1M rows: ~0.1 s, off the event loop
+
+    async def _rows_in_chunks(self, ctl: BoardCtl, missing: str | None):
+        board_id, step = ctl.spec.board_id, self.cfg.row_chunk_rows
+        parts: list = []
+        versions: dict[int, int] = {}
+        for part, actor in enumerate(ctl.part_actor):
+            start, total = 0, 1
+            while start < total:
+                _, got = await self.fanout.reads.ask(actor, W.RCols(W.RCOLS, board_id, part, start, step))
+                if got.value is None:
+                    raise StorageUnavailable(missing or f"The rows of board {board_id!r} are no longer on the shard "
+                                             "actors.")
+                versions[actor] = got.version
+                total, cols = got.value
+                parts.append(cols)
+                start += max(len(np.frombuffer(cols[1], "<i8")) - 1, 1)
+        version = sum(versions.values())
+        return await asyncio.to_thread(rows_from_wire, parts), version
 
     # ---------------------------------------------------------------- archive
 
@@ -282,7 +305,7 @@ class BoardControl:
 
         rows, version = await self._rows(ctl, f"Board {board_id!r} is ARCHIVED but its archive is missing and the "
                                               "shard actors no longer hold its rows: restore the archive file from a "
-                                              "backup.")
+                                              "backup.", unchanging=True)
         found = await asyncio.to_thread(self.archives.open, board_id)  # finished before a crash: keep it
         if found is None:
             history = await self._history_of(ctl)

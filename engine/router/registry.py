@@ -64,6 +64,7 @@ class RouterConfig:
     export_read_files: bool = True  # open spill files here when possible (False: always ask the shard actors; tests)
     schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
     history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
+    row_chunk_rows: int = 1 << 16  # awards and archives read a partition's rows this many per call
 
 
 class KeySample(NamedTuple):

@@ -512,6 +512,10 @@ class ShardCore:
             return W.Reply(version, format(sum(p.checksum_sum() for p in parts), "x"))  # > 64 bits: msgpack-safe text
         if op == W.ROWS:  # every row (any status) as columns, for an archive
             return W.Reply(version, [p.columns() for p in parts])
+        if op == W.RCOLS:  # one chunk of one partition's rows: [total rows, columns] (None: not here)
+            partition = self.parts.get(board_id, {}).get(req.partition)
+            return W.Reply(version, None if partition is None else
+                           [partition.row_count(), partition.columns(req.start, req.count)])
         if op == W.HCOLS:  # one chunk of one partition's journal, for an archive's history
             return W.Reply(version, self.history_chunk(board_id, req.partition, req.start, req.count))
         if op == W.SPILL:  # an export pins this cut: every partition's ranked rows to a file

@@ -7,13 +7,14 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
+from engine.core.archive import rows_from_wire
 from engine.core import records as R
 from engine.core import wire as W
 from engine.core.columns import ScoreColumns
 from engine.core.model import BoardSpec, Policy, ScoreEvent
 from engine.runtime.shard import ShardCore
 
-OPS = {"top", "mget", "size", "get", "count", "nbrs", "sample", "hist", "sum", "rows", "hcols", "spill", "spill_read",
+OPS = {"top", "mget", "size", "get", "count", "nbrs", "sample", "hist", "sum", "rows", "hcols", "rcols", "spill", "spill_read",
        "spill_drop", "drop"}
 
 
@@ -84,3 +85,20 @@ def test_apply_results_are_named_and_survive_msgpack():
     assert type(inv) is W.Invalidated and (inv.player_id, inv.ranked, inv.refused) == ("p1", False, False)
     change = W.ChangeWire(*_over_msgpack(inv.change))
     assert change == inv.change and (change.player_id, change.status, change.metadata) == ("p1", "INVALIDATED", None)
+
+
+def test_row_chunks_together_are_every_row():
+    """RCOLS: a partition's rows in chunks (awards and archives of boards that no longer change)."""
+    core = _core()
+    every = rows_from_wire(core.read([W.Rows(W.ROWS, "b")]).replies[0].value)
+    parts, totals = [], {}
+    for p in (0, 1):
+        for start in (0, 2, 4, 6):
+            got = W.Reply._make(_over_msgpack(core.read([W.RCols(W.RCOLS, "b", p, start, 2)]))[1][0]).value
+            totals[p], cols = got
+            assert len(np.frombuffer(cols[1], "<i8")) - 1 == max(0, min(2, totals[p] - start))
+            parts.append(cols)
+    assert sum(totals.values()) == every.n == 6
+    rows = rows_from_wire(parts)
+    assert sorted(rows.raw_id(i) for i in range(rows.n)) == sorted(every.raw_id(i) for i in range(every.n))
+    assert core.read([W.RCols(W.RCOLS, "b", 7, 0, 2)]).replies[0].value is None
