@@ -224,6 +224,11 @@ class PlayerTable:
     def __len__(self) -> int:
         return self.n
 
+    def reserve(self, k: int, nbytes: int) -> None:
+        """Room for ``k`` new players of ``nbytes`` in all, made now (a caller that knows how many are
+        coming grows the table once, not at every doubling)."""
+        self._reserve(k, nbytes)
+
     def _reserve(self, k: int, nbytes: int) -> None:
         """Room for ``k`` new players of ``nbytes`` (slot table at most half full)."""
         self.reserve_scratch(k, nbytes)

@@ -20,14 +20,15 @@ import numpy as np
 
 from engine.core import records as R
 from engine.core.errors import ValidationFailed
+from engine.core.archive import rank_order, rows_from_wire
 from engine.core.league import LeagueTable, cohort_id, local_ranks
-from engine.core.model import Prize
+from engine.core.model import Policy, Prize
 from engine.core.players import PlayerTable, encode_ids, gather, ids_of
 
 MAX_PRIZES = 100
 MAX_REWARD_BYTES = 1024
-#: awards per ``A`` record: one part's append stays a few MiB
-AWARDS_PER_RECORD = 50_000
+#: awards per ``A`` record: one part (its pack, append and fold, ~15 ms) holds the event loop only briefly
+AWARDS_PER_RECORD = 10_000
 
 
 def check_prizes(prizes: Sequence[Prize]) -> None:
@@ -104,21 +105,36 @@ def compute_awards(prizes: Sequence[Prize], row_bytes: np.ndarray, row_offsets: 
     return Awards(buf, offs, ranks[won], tiers[won], numbers[won], prize[won].astype(np.int16))
 
 
+def board_awards(policy: Policy, subscores: Sequence[str], prizes: Sequence[Prize], chunks: Sequence[Sequence[bytes]],
+                 league: LeagueTable | None) -> Awards:
+    """The awards of a board whose rows (every row, any status) are the wire
+    column ``chunks`` (:func:`engine.core.archive.rows_from_wire`): ranked by the
+    board comparator, then :func:`compute_awards`. What runs in a helper
+    process for a big board (engine.router.control)."""
+    rows = rows_from_wire(chunks)
+    order = rank_order(policy, rows, subscores)[:int(np.count_nonzero(rows.active))]
+    return compute_awards(prizes, rows.id_bytes, rows.id_offsets, order, league)
+
+
+def award_parts(awards: Awards, per_record: int = AWARDS_PER_RECORD) -> int:
+    """How many ``A`` records the awards take (at least one: an empty award set is logged too)."""
+    return max(1, -(-awards.n // per_record))
+
+
+def award_record(board_id: str, version: int, awards: Awards, k: int,
+                 per_record: int = AWARDS_PER_RECORD) -> R.AwardsRecord:
+    """The ``k``-th ``A`` record of a board's awards (parts of at most ``per_record``)."""
+    lo, hi = k * per_record, min(awards.n, (k + 1) * per_record)
+    o = awards.id_offsets
+    ids = ids_of(awards.id_bytes[o[lo]:o[hi]], o[lo:hi + 1] - o[lo])
+    return R.AwardsRecord(R.AWARDS, board_id, int(version), k, award_parts(awards, per_record), ids,
+                          awards.ranks[lo:hi].astype("<i8").tobytes(), awards.tiers[lo:hi].astype(np.int8).tobytes(),
+                          awards.numbers[lo:hi].astype("<i4").tobytes(), awards.prizes[lo:hi].astype("<i2").tobytes())
+
+
 def award_records(board_id: str, version: int, awards: Awards, per_record: int = AWARDS_PER_RECORD) -> list:
-    """The ``A`` records of a board's awards, in parts of at most ``per_record``
-    (at least one record, so an empty award set is logged too)."""
-    parts = max(1, -(-awards.n // per_record))
-    out = []
-    for k in range(parts):
-        lo, hi = k * per_record, min(awards.n, (k + 1) * per_record)
-        o = awards.id_offsets
-        ids = ids_of(awards.id_bytes[o[lo]:o[hi]], o[lo:hi + 1] - o[lo])
-        out.append(R.AwardsRecord(R.AWARDS, board_id, int(version), k, parts, ids,
-                                  awards.ranks[lo:hi].astype("<i8").tobytes(),
-                                  awards.tiers[lo:hi].astype(np.int8).tobytes(),
-                                  awards.numbers[lo:hi].astype("<i4").tobytes(),
-                                  awards.prizes[lo:hi].astype("<i2").tobytes()))
-    return out
+    """Every ``A`` record of a board's awards, in order."""
+    return [award_record(board_id, version, awards, k, per_record) for k in range(award_parts(awards, per_record))]
 
 
 class AwardRow(NamedTuple):
@@ -161,13 +177,21 @@ class AwardTable:
         if rec.part != len(self.offsets):
             return
         self.version, self.parts = rec.version, rec.parts
+        buf, offs = encode_ids(rec.player_ids)
+        n, at = len(offs) - 1, len(self)
+        if rec.part == 0 and rec.parts > 1:  # the parts but the last are as long: room for all of them at once
+            self.players.reserve(rec.parts * n, rec.parts * len(buf))
         self.offsets.append(offset)
-        self.firsts.append(len(self))
-        self.players.intern_encoded(*encode_ids(rec.player_ids))
-        self.ranks = np.concatenate((self.ranks, np.frombuffer(rec.ranks, "<i8").astype(np.int64)))
-        self.tiers = np.concatenate((self.tiers, np.frombuffer(rec.tiers, np.int8)))
-        self.numbers = np.concatenate((self.numbers, np.frombuffer(rec.numbers, "<i4").astype(np.int32)))
-        self.prize = np.concatenate((self.prize, np.frombuffer(rec.prizes, "<i2").astype(np.int16)))
+        self.firsts.append(at)
+        self.players.intern_encoded(buf, offs)
+        for name, raw, dtype in (("ranks", rec.ranks, "<i8"), ("tiers", rec.tiers, np.int8),
+                                 ("numbers", rec.numbers, "<i4"), ("prize", rec.prizes, "<i2")):
+            col = getattr(self, name)
+            if at + n > len(col):  # grown to the expected total on the first part, doubling after that
+                grown = np.zeros(max(at + n, rec.parts * n if rec.part == 0 else 2 * len(col)), col.dtype)
+                grown[:at] = col[:at]
+                setattr(self, name, col := grown)
+            col[at:at + n] = np.frombuffer(raw, dtype)
 
     def row(self, i: int) -> AwardRow:
         pid = self.players.id_of(i)
@@ -189,8 +213,10 @@ class AwardTable:
         return self.offsets[k], i - self.firsts[k]
 
     def to_state(self) -> dict:
-        return {"version": self.version, "parts": self.parts, "players": self.players.to_state(), "ranks": self.ranks.tobytes(),
-                "tiers": self.tiers.tobytes(), "numbers": self.numbers.tobytes(), "prize": self.prize.tobytes(),
+        n = len(self)
+        return {"version": self.version, "parts": self.parts, "players": self.players.to_state(),
+                "ranks": self.ranks[:n].tobytes(), "tiers": self.tiers[:n].tobytes(),
+                "numbers": self.numbers[:n].tobytes(), "prize": self.prize[:n].tobytes(),
                 "offsets": self.offsets, "firsts": self.firsts}
 
     @classmethod

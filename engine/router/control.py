@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
@@ -24,7 +27,7 @@ from engine.core import wire as W
 from engine.core.admission import Admission
 from engine.core.archive import ArchiveHistory, encode, rank_order, rows_from_wire
 from engine.core.league import check_league, next_tiers
-from engine.core.prizes import AwardTable, award_records, check_prizes, compute_awards
+from engine.core.prizes import AwardTable, award_parts, award_record, board_awards, check_prizes
 from engine.core.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.core.formats import ROUTER_STATE_FORMAT, state_format
 from engine.core.gc_tuning import release_memory
@@ -89,6 +92,8 @@ class BoardControl:
         self._sched_wake: asyncio.Event | None = None
         self._keeping = asyncio.Lock()  # enforce_keep, one at a time
         self._awarding: dict[str, asyncio.Lock] = {}  # settle_awards, one run per board at a time
+        self._helper: ProcessPoolExecutor | None = None  # ranks big boards' awards (spawned on demand)
+        self._helper_lock = threading.Lock()
         self._settling: dict[str, asyncio.Task] = {}  # board -> the task logging the awards the schedule owes
         self.keeping: asyncio.Task | None = None  # the season timer's enforce_keep, running behind it
         # Awaited before the shard actors drop an archived board's rows: an engine host
@@ -184,6 +189,8 @@ class BoardControl:
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         ctl = self.registry.ctl(board_id)
         await self.sequencer.submit_state(board_id, state)
+        if state is BoardState.FROZEN:
+            self.prepare_awards(board_id)
         if state is BoardState.FINALIZED:
             await self.settle_awards(board_id)
         if state is BoardState.ARCHIVED:
@@ -211,19 +218,21 @@ class BoardControl:
         async with lock:
             if not ctl.awards_due or ctl.awards is None:
                 return
-            rows, version = await self._rows(ctl, unchanging=True)
+            parts, n, version = await self._row_chunks(ctl)
             spec, league = ctl.spec, ctl.admission.league
-
-            def compute(rows) -> list:
-                order = rank_order(spec.policy, rows, spec.subscores)[:int(np.count_nonzero(rows.active))]
-                return award_records(board_id, version, compute_awards(spec.prizes, rows.id_bytes, rows.id_offsets,
-                                                                       order, league))
-
-            parts = await asyncio.to_thread(compute, rows)
-            del rows
-            for rec in parts[len(ctl.awards.offsets):]:
-                await self.sequencer.enqueue(Submission.AWARDS, (board_id, [rec]), 1)
-            log.info("board %r finalized: %d awards logged in %d parts", board_id, len(ctl.awards), len(parts))
+            args = (spec.policy, spec.subscores, spec.prizes, parts, league)
+            if n >= self.cfg.awards_process_rows:  # a big board: ranked in a helper process, whose numba
+                # kernels and sorts then never hold this interpreter's lock (the event loop's writes wait on it)
+                helper = await asyncio.to_thread(self._ensure_helper)
+                awards = await asyncio.get_running_loop().run_in_executor(helper, board_awards, *args)
+            else:
+                awards = await asyncio.to_thread(board_awards, *args)
+            del parts, args
+            n_parts = award_parts(awards)
+            for k in range(len(ctl.awards.offsets), n_parts):  # each part its own submission: ingest goes on between
+                await self.sequencer.enqueue(Submission.AWARDS, (board_id, [award_record(board_id, version, awards, k)]),
+                                             1)
+            log.info("board %r finalized: %d awards logged in %d parts", board_id, len(ctl.awards), n_parts)
 
     async def finish_awards(self) -> None:
         """Log the awards a crash left unlogged (a board FINALIZED whose awards are not all in the log). At start."""
@@ -263,7 +272,13 @@ class BoardControl:
         return await asyncio.to_thread(rows_from_wire, parts), version  # 1M rows: ~0.1 s, off the event loop
 
     async def _rows_in_chunks(self, ctl: BoardCtl, missing: str | None):
+        parts, _, version = await self._row_chunks(ctl, missing)
+        return await asyncio.to_thread(rows_from_wire, parts), version
+
+    async def _row_chunks(self, ctl: BoardCtl, missing: str | None = None) -> tuple[list, int, int]:
+        """Every row of an unchanging board as wire column chunks (:meth:`_rows`): (chunks, rows, version)."""
         board_id, step = ctl.spec.board_id, self.cfg.row_chunk_rows
+        n = 0
         parts: list = []
         versions: dict[int, int] = {}
         for part, actor in enumerate(ctl.part_actor):
@@ -276,9 +291,10 @@ class BoardControl:
                 versions[actor] = got.version
                 total, cols = got.value
                 parts.append(cols)
-                start += max(len(np.frombuffer(cols[1], "<i8")) - 1, 1)
-        version = sum(versions.values())
-        return await asyncio.to_thread(rows_from_wire, parts), version
+                got_n = len(cols[1]) // 8 - 1
+                n += got_n
+                start += max(got_n, 1)
+        return parts, n, sum(versions.values())
 
     # ---------------------------------------------------------------- archive
 
@@ -372,6 +388,7 @@ class BoardControl:
                 d = season.due(ctl.admission.state, ctl.spec.closes_at, ctl.spec.finalize_after_s, now)
                 if d.transitions:
                     waits.append(self.sequencer.submit_schedule(board_id, now))  # queued in this turn, in board order
+                    self.prepare_awards(board_id)
                 if d.wake_at is not None and (wake_at is None or d.wake_at < wake_at):
                     wake_at = d.wake_at
         finally:
@@ -445,6 +462,30 @@ class BoardControl:
                         log.warning("archiving instance %r of series %r for keep=%d failed", iid, board_id,
                                     rec.keep, exc_info=True)
                     excess -= 1
+
+    def _ensure_helper(self) -> ProcessPoolExecutor:
+        """The helper process that ranks big boards' awards, started (and answering) now if it was not.
+        Blocking: run it in a thread (starting a process costs ~0.1 s of this interpreter)."""
+        with self._helper_lock:
+            if self._helper is None:
+                helper = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                helper.submit(abs, 0).result()
+                self._helper = helper
+            return self._helper
+
+    def prepare_awards(self, board_id: str) -> None:
+        """A board with prizes froze: its FINALIZED (and awards) may follow soon. Start the helper
+        process now, in the background, so that finalizing never waits for it."""
+        ctl = self.boards.get(board_id)
+        if ctl is not None and ctl.awards is not None and self._helper is None:
+            task = asyncio.ensure_future(asyncio.to_thread(self._ensure_helper))
+            task.add_done_callback(_log_awards_failure)
+
+    def close(self) -> None:
+        """Stop the helper process, if one was started."""
+        if self._helper is not None:
+            self._helper.shutdown(wait=False, cancel_futures=True)
+            self._helper = None
 
     def wake_season_timer(self) -> None:
         """Have the season timer look at the schedule now (a board was created,

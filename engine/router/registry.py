@@ -65,6 +65,7 @@ class RouterConfig:
     schedule_poll_s: float = 0.5  # the season timer re-reads the wall clock at least this often (clock steps)
     history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
     row_chunk_rows: int = 1 << 16  # awards and archives read a partition's rows this many per call
+    awards_process_rows: int = 200_000  # a board with this many rows is ranked for its awards in a helper process
 
 
 class KeySample(NamedTuple):

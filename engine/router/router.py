@@ -104,6 +104,7 @@ class Router:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.control.close()
 
     def fold(self, offset: int, rec) -> None:
         """Replay one log record into router state (recovery; no I/O): the

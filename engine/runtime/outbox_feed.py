@@ -68,6 +68,7 @@ class OutboxFeed:
         self._idle.set()
         self._task: asyncio.Task | None = None
         self._pool: ProcessPoolExecutor | None = None  # builds the messages of A records (one process, on demand)
+        self._pool_lock = threading.Lock()
         self.errors = 0
 
     # --------------------------------------------------------------- the fold's side
@@ -76,6 +77,10 @@ class OutboxFeed:
         """A ``T`` or ``A`` record was folded at ``offset``: queue its put (nothing waits for it here)."""
         if offset <= self.outbox.covered_offset:
             return
+        if rec.kind == R.STATE and rec.state == "FROZEN" and self._task is not None:
+            ctl = self.registry.boards.get(rec.board_id)
+            if ctl is not None and ctl.awards is not None:
+                self.prepare()
         self._queue.append((offset, rec))
         self._idle.clear()
         self._wake.set()
@@ -91,6 +96,14 @@ class OutboxFeed:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
+            if any(ctl.awards is not None for ctl in self.registry.boards.values()):
+                self.prepare()
+
+    def prepare(self) -> None:
+        """Start the helper process that builds award messages now, in the background (a board with
+        prizes exists or froze: its awards may come), so that no put waits for it."""
+        if self._pool is None:
+            asyncio.ensure_future(asyncio.to_thread(self._helper))
 
     async def stop(self) -> None:
         await self.drain()
@@ -133,10 +146,16 @@ class OutboxFeed:
             return
         # An A part's 50,000 bodies and frames are built in a helper process: built here, they would hold
         # this interpreter's lock for ~0.3 s per part, and the event loop's writes and reads would wait for it.
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        encoded = self._pool.submit(encode_award_put, offset, *self._award_columns(rec)).result()
+        encoded = self._helper().submit(encode_award_put, offset, *self._award_columns(rec)).result()
         self.outbox.put_encoded(offset, encoded)
+
+    def _helper(self) -> ProcessPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                pool.submit(abs, 0).result()  # started and answering
+                self._pool = pool
+            return self._pool
 
     async def catch_up(self, event_log, after: int, until: int) -> None:
         """Put the ``T`` / ``A`` records in ``(after, until]`` (records a snapshot covered before their put)."""

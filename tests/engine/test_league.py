@@ -370,3 +370,20 @@ def test_a_scheduled_finalize_logs_the_awards_behind_the_season_timer():
             await svc.close()
 
     asyncio.run(main())
+
+
+def test_a_big_board_is_ranked_for_its_awards_in_a_helper_process_with_the_same_awards():
+    async def run(threshold):
+        svc = await LocalService.open(data_dir=None, n_shards=2)
+        try:
+            svc.router.cfg.awards_process_rows = threshold
+            got = await _league_run(svc, 3, 5)
+            await svc.set_state(B, BoardState.FROZEN)
+            await svc.set_state(B, BoardState.FINALIZED)
+            return got, await _observe(svc, B), svc.router.control._helper is not None
+        finally:
+            await svc.close()
+
+    here, there = asyncio.run(run(10**9)), asyncio.run(run(1))
+    assert not here[2] and there[2]  # (the helper is spawned on demand and shut down with the router)
+    assert here[:2] == there[:2] and there[1]["awards"]
