@@ -200,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     machine = describe()
     print(header({k: v for k, v in vars(args).items() if k != "json"}, machine))
+    load_before = os.getloadavg()
+    print(f"  load    : {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1/5/15 min, before the run)")
     result = run(args)
+    result["load_before"] = load_before
     result["machine"] = machine
     result["load_after"] = os.getloadavg()
     result["targets"] = TARGETS
