@@ -257,6 +257,9 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
                                 timeout_graceful_shutdown=graceful_timeout, access_log=False,
                                 timeout_keep_alive=keep_alive_s, **extra)
         server = Server(config)
+        if settings.engine_host is None:  # connections made after the line below queue until uvicorn accepts
+            # them, never refused (a worker of an engine host listens only once warm: see below)
+            sock.listen(2048)
         print(f"flowrank: listening on http://{settings.host}:{sock.getsockname()[1]}", flush=True)
         print(f"flowrank: data in {os.path.abspath(settings.data_dir) if settings.data_dir else '(memory)'}",
               flush=True)
