@@ -1,8 +1,8 @@
 """The operator's commands of ``flowrank``, over the HTTP API (issue 12 item 3).
 
 ``flowrank boards create|list|show|state|next-season``, ``flowrank submit FILE.jsonl``,
-``flowrank top``, ``flowrank player``, ``flowrank cohort``, ``flowrank awards``
-and ``flowrank export`` call a running
+``flowrank top``, ``flowrank player``, ``flowrank cohort``, ``flowrank awards``,
+``flowrank players data`` and ``flowrank export`` call a running
 server at ``--url`` (or ``FLOWRANK_URL``) with ``--key`` (or ``FLOWRANK_KEY``).
 They only use the public routes of docs/api.md, so any key that may call a
 route may run its command.
@@ -276,6 +276,20 @@ def cmd_awards(api: Api, args, out: IO[str]) -> int:
         rows = [{**a, "reward": json.dumps(a["reward"], ensure_ascii=False, separators=(",", ":"))} for a in awards]
         _table(rows, ("cohort", "rank", "player_id", "reward", "delivery", "attempts"), out)
         print(f"{len(awards):,} awards", file=out)
+    return EXIT_OK
+
+
+def cmd_players_data(api: Api, args, out: IO[str]) -> int:
+    """Everything FlowRank holds about a player (docs/api.md §17, admin): JSON, or a line per board."""
+    data = api.json("GET", f"/v1/players/{_p(args.player)}/data", what=f"data of player {args.player}")
+    if args.json:
+        _dump(data, out)
+        return EXIT_OK
+    rows = [{"board_id": b["board_id"], "rank": "-" if b["row"] is None else b["row"].get("rank") or "-",
+             "value": "-" if b["row"] is None else b["row"].get("value"), "events": len(b["history"]),
+             "held": len(b["held"]), "awards": len(b["awards"]), "cohort": b.get("cohort") or "-"}
+            for b in data["boards"]]
+    _table(rows, ("board_id", "rank", "value", "events", "held", "awards", "cohort"), out)
     return EXIT_OK
 
 
@@ -760,6 +774,14 @@ def register(sub) -> None:
     c.add_argument("--page-size", type=positive_int, default=1000, help="awards per request (1-1000, default 1000)")
     c.add_argument("--json", action="store_true", help="print the awards as a JSON list")
     c.set_defaults(admin=cmd_awards)
+
+    c = sub.add_parser("players", help="a player's data across boards (docs/api.md §17)")
+    psub = c.add_subparsers(dest="players_command", required=True)
+    c = psub.add_parser("data", parents=[conn], help="everything held about a player: rows, history, held "
+                                                     "events, awards (admin)")
+    c.add_argument("player")
+    c.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    c.set_defaults(admin=cmd_players_data)
 
     c = sub.add_parser("export", parents=[conn], help="every ranked row at one version (admin, moderator)")
     c.add_argument("board")

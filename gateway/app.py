@@ -23,7 +23,7 @@ from gateway.friends import FriendsProvider, build_friends
 from gateway.limits import RateLimiter
 from gateway.live import LiveHub
 from gateway.metrics import Metrics, MetricsMiddleware
-from gateway.routes import boards, competitions, events, export, live, moderation, ops, reads, tokens, ui
+from gateway.routes import boards, competitions, events, export, live, moderation, ops, players, reads, tokens, ui
 from gateway.schemas import EventBatchIn
 from gateway.settings import Settings
 from gateway.tokens import TokenSigner, load_secret
@@ -174,7 +174,7 @@ def create_app(
     )
     app.state.gateway = gateway
     handlers.install(app)
-    for module in (boards, events, reads, competitions, live, moderation, export, tokens):
+    for module in (boards, events, reads, competitions, live, moderation, players, export, tokens):
         app.include_router(module.router)
     app.include_router(ui.router)
     app.include_router(ops.router)

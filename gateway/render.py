@@ -30,6 +30,7 @@ from engine.core.model import (
     InstanceInfo,
     InvalidationResult,
     JoinResult,
+    PlayerData,
     PlayerView,
     RankedEntry,
     RowChange,
@@ -145,6 +146,22 @@ def awards(page: AwardsPage, next_cursor: str | None) -> dict:
     the board keeps it (a :class:`Fragment` of its compact JSON)."""
     return {"awards": [{**a._asdict(), "reward": Fragment(a.reward)} for a in page.awards],
             "next_cursor": next_cursor}
+
+
+def player_data(d: PlayerData) -> dict:
+    """``GET /v1/players/{id}/data`` (docs/api.md §17): per board the §8 player view (null: no row), the §10
+    history and held events, the §16 awards; ``joined`` and ``cohort`` where the player has them."""
+    boards = []
+    for b in d.boards:
+        out = {"board_id": b.board_id, "row": None if b.row is None else player(b.row),
+               "history": [history(h) for h in b.history], "held": [held(h) for h in b.held],
+               "awards": [{**a._asdict(), "reward": Fragment(a.reward)} for a in b.awards]}
+        if b.joined is not None:
+            out["joined"] = b.joined
+        if b.cohort is not None:
+            out["cohort"] = b.cohort
+        boards.append(out)
+    return {"player_id": d.player_id, "boards": boards}
 
 
 def change(c: RowChange) -> dict:

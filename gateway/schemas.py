@@ -624,6 +624,23 @@ class HistoryOut(_Out):
     events: list[HistoryEntryOut]
 
 
+class PlayerBoardDataOut(_Out):
+    board_id: str
+    row: PlayerOut | None = Field(description="The player view (§8); null when the player has no row here.")
+    history: list[HistoryEntryOut] = Field(description="Every event of theirs here, in log order (§10).")
+    held: list[HeldOut] = Field(description="Their events held in the quarantine (§10).")
+    awards: list[AwardOut] = Field(description="Their awards (§16).")
+    joined: int | None = Field(None, description="Their position in the order of joining (§16); left out when "
+                                                 "they did not join.")
+    cohort: str | None = Field(None, description="Their league cohort (§16); left out off leagues.")
+
+
+class PlayerDataOut(_Out):
+    player_id: str
+    boards: list[PlayerBoardDataOut] = Field(description="Every board holding something about the player, by id "
+                                                         "(a series' instances, not the series).")
+
+
 class ChecksumOut(_Out):
     version: Version
     checksum: str

@@ -338,6 +338,28 @@ class AwardsPage:
 
 
 @dataclass(frozen=True, slots=True)
+class PlayerBoardData:
+    """What one board holds about a player (docs/api.md §17): the §8 player view (None: no row), the §10
+    history entries, the events of theirs held in the quarantine, and their §16 awards."""
+
+    board_id: str
+    row: "PlayerView | None"
+    history: tuple["HistoryEntry", ...]
+    held: tuple["HeldEvent", ...]
+    awards: tuple[Award, ...]
+    joined: int | None = None  # their position in the order of joining (§16), None: not joined
+    cohort: str | None = None  # their league cohort (§16), None: none
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerData:
+    """Everything FlowRank holds about a player, board by board (docs/api.md §17, ``GET /v1/players/{id}/data``)."""
+
+    player_id: str
+    boards: tuple[PlayerBoardData, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Changes:
     """Answer to ``changes_since``: contiguous deltas, or a snapshot (Test I)."""
 

@@ -37,6 +37,7 @@ from engine.core.model import (
     InvalidationResult,
     JoinResult,
     Page,
+    PlayerData,
     PlayerView,
     QuarantineDecision,
     ScoreEvent,
@@ -113,6 +114,10 @@ class EngineClient(Protocol):
 
     async def awards(self, board_id: str, start: int = 0, limit: int = 100) -> AwardsPage:
         """A page of the board's awards from index ``start`` (docs/api.md §16). Raises BoardNotFound."""
+
+    async def player_data(self, player_id: str) -> PlayerData:
+        """Everything held about a player, board by board (docs/api.md §17): row, history, held events,
+        awards. Raises PlayerNotFound when nothing is held."""
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False,

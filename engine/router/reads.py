@@ -56,13 +56,15 @@ from engine.core.errors import (
     ViewExpired,
 )
 from engine.log.spill import SpillReader
-from engine.core.league import parse_cohort_id, zone
+from engine.core.league import cohort_id, parse_cohort_id, zone
 from engine.core.model import (
     Award,
     AwardsPage,
     CohortView,
     InstanceInfo,
     BoardInfo,
+    PlayerBoardData,
+    PlayerData,
     Changes,
     Checksum,
     HeldEvent,
@@ -575,13 +577,48 @@ class ReadFanOut:
                                 "moment.", None, retry_after=1)
         table = ctl.awards
         rows = [] if table is None else table.page(start, limit)
-        delivery = self.registry.delivery
-        states = delivery(ctl.spec.board_id, [table.part_of(r.seq) for r in rows]) if rows and delivery else None
-        out = tuple(Award(r.award_id, r.player_id, r.rank, r.cohort, r.reward,
-                          *(states[i] if states is not None else ("pending", 0)))
-                    for i, r in enumerate(rows))
         end = start + len(rows)
-        return AwardsPage(out, end if table is not None and end < len(table) else None)
+        return AwardsPage(self._award_views(ctl, rows), end if table is not None and end < len(table) else None)
+
+    def _award_views(self, ctl: BoardCtl, rows: list) -> tuple[Award, ...]:
+        """Logged awards (:class:`engine.core.prizes.AwardRow`) with their webhook delivery state."""
+        table, delivery = ctl.awards, self.registry.delivery
+        states = delivery(ctl.spec.board_id, [table.part_of(r.seq) for r in rows]) \
+            if rows and delivery and table is not None else None
+        return tuple(Award(r.award_id, r.player_id, r.rank, r.cohort, r.reward,
+                           *(states[i] if states is not None else ("pending", 0))) for i, r in enumerate(rows))
+
+    async def player_data(self, player_id: str) -> PlayerData:
+        """Everything held about ``player_id`` (docs/api.md §17): per board (a series' instances, not the
+        series) their row, history, held events and awards, boards in id order, those holding nothing left
+        out. Raises PlayerNotFound when no board holds anything. One row and one history read per board."""
+
+        async def one(board_id: str, ctl: BoardCtl) -> PlayerBoardData | None:
+            try:
+                row = await self.player(board_id, player_id)
+            except PlayerNotFound:
+                row = None
+            try:
+                history = tuple(await self.history(board_id, player_id))
+            except BoardArchived:  # archived without its history (archive format 1): the log still has it
+                history = ()
+            held = tuple(h for h in ctl.admission.held.values() if h.player_id == player_id)
+            awards = self._award_views(ctl, ctl.awards.of_player(player_id)) if ctl.awards is not None else ()
+            entry = ctl.admission.entry.get(player_id) if len(ctl.admission.entry) else None
+            joined = None if entry is None else entry.position
+            league = ctl.admission.league
+            where = None if league is None else league.where(player_id)
+            cohort = None if where is None else cohort_id(*where)
+            if row is None and not history and not held and not awards and joined is None and cohort is None:
+                return None
+            return PlayerBoardData(board_id, row, history, held, awards, joined, cohort)
+
+        boards = [(b, c) for b, c in sorted(self.boards.items()) if c.spec.recurrence is None]
+        got = await asyncio.gather(*(one(b, c) for b, c in boards))
+        found = tuple(g for g in got if g is not None)
+        if not found:
+            raise PlayerNotFound(f"FlowRank holds nothing about player {player_id!r}.", "player_id")
+        return PlayerData(player_id, found)
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False,

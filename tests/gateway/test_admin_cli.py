@@ -565,3 +565,15 @@ def test_a_league_with_prizes_its_cohorts_and_awards(env, capsys, tmp_path):
         (f"{board}/p-b", {"coins": 500, "badge": "gold ✓"}), (f"{board}/p-a", {"coins": 50})]
     code, _, err = _run(capsys, "awards", board, "--key", ROLE_KEYS["reader"])
     assert code == admin_cli.EXIT_REFUSED and "HTTP 403 FORBIDDEN" in err
+    # a player's data across boards (docs/api.md §17)
+    code, out, err = _run(capsys, "players", "data", "p-c")
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()]
+    assert rows == [["board_id", "rank", "value", "events", "held", "awards", "cohort"],
+                    [board, "2", "25", "2", "0", "1", "1-2"]]  # its board rank (its award: cohort rank 1)
+    code, out, err = _run(capsys, "players", "data", "p-a", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["player_id"] == "p-a" and [b["awards"][0]["rank"] for b in got["boards"]] == [2]
+    code, _, err = _run(capsys, "players", "data", "p-nobody")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 PLAYER_NOT_FOUND" in err
