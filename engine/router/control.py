@@ -26,7 +26,7 @@ from engine.core import season
 from engine.core import wire as W
 from engine.core.admission import Admission
 from engine.core.archive import ArchiveHistory, encode, rank_order, rows_from_wire
-from engine.core.league import check_league, next_tiers
+from engine.core.league import TierMoves, check_league, next_tiers
 from engine.core.prizes import AwardTable, award_parts, award_record, board_awards, check_prizes
 from engine.core.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.core.formats import ROUTER_STATE_FORMAT, state_format
@@ -150,15 +150,19 @@ class BoardControl:
 
     # ------------------------------------------------------------- lifecycle
 
-    async def create_board(self, spec: BoardSpec) -> BoardInfo:
+    async def create_board(self, spec: BoardSpec, carried: TierMoves | None = None) -> BoardInfo:
         """Log the board; a ``closes_at`` already past freezes it (and
-        finalizes it, if that is due too) right after, before this returns."""
+        finalizes it, if that is due too) right after, before this returns.
+        ``carried``: the tiers a league's next season carries (logged with it)."""
         if spec.shards < 1:
             raise ValidationFailed("shards must be at least 1.", "shards")
         check_directions(spec.policy, list(spec.subscores))
         season.check_schedule(spec.closes_at, spec.finalize_after_s)
         check_competition(spec)
-        await self.sequencer.submit_board(spec)
+        if carried is None:
+            await self.sequencer.submit_board(spec)
+        else:
+            await self.sequencer.enqueue(Submission.LEAGUE_BOARD, (spec, carried), 1)
         if spec.recurrence is not None:
             self.wake_season_timer()  # its next wake-up may now be this series' next window
         if spec.closes_at is not None:
@@ -173,18 +177,20 @@ class BoardControl:
         ValidationFailed."""
         ctl = self.registry.ctl(board_id)
         spec = season.next_season(ctl.spec, season_name, closes_at, finalize_after_s)
-        if ctl.admission.league is None:
-            return await self.create_board(spec)
-        check_competition(spec)  # a league's next season carries its players' tiers (docs/api.md §16)
-        rows, _ = await self._rows(ctl)
         league = ctl.admission.league
-        order = rank_order(ctl.spec.policy, rows, ctl.spec.subscores)[:int(np.count_nonzero(rows.active))]
-        moves = await asyncio.to_thread(next_tiers, league, rows.id_bytes, rows.id_offsets, order)
-        await self.sequencer.enqueue(Submission.LEAGUE_BOARD, (spec, moves), 1)
-        if spec.closes_at is not None:
-            await self.close_due([spec.board_id])
-            self.wake_season_timer()
-        return await self.fanout.board(spec.board_id)
+        if league is None:
+            return await self.create_board(spec)
+        check_competition(spec)  # before reading the rows: a refused spec reads nothing
+        # a league's next season carries its players' tiers (docs/api.md §16), by the ranking now
+        if ctl.archive is not None:  # an ARCHIVED league: its archive holds the ranked rows, best first
+            arch = ctl.archive
+            moves = await asyncio.to_thread(next_tiers, league, arch.id_bytes, arch.id_offsets,
+                                            np.arange(arch.ranked, dtype=np.int64))
+        else:
+            rows, _ = await self._rows(ctl)
+            order = rank_order(ctl.spec.policy, rows, ctl.spec.subscores)[:int(np.count_nonzero(rows.active))]
+            moves = await asyncio.to_thread(next_tiers, league, rows.id_bytes, rows.id_offsets, order)
+        return await self.create_board(spec, moves)
 
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         ctl = self.registry.ctl(board_id)

@@ -161,8 +161,17 @@ class OutboxFeed:
         """Put the ``T`` / ``A`` records in ``(after, until]`` (records a snapshot covered before their put)."""
         if until <= after:
             return
-        for offset, raw in await asyncio.to_thread(lambda: [
-                (o, r) for o, r in event_log.read_from(after + 1) if o <= until and r and r[0] in FEED_KINDS]):
+
+        def gap() -> list:
+            found = []
+            for o, r in event_log.read_from(after + 1):
+                if o > until:  # the tail after it was folded (and noted) by recovery
+                    break
+                if r and r[0] in FEED_KINDS:
+                    found.append((o, r))
+            return found
+
+        for offset, raw in await asyncio.to_thread(gap):
             self.note(offset, R.parse(raw, offset))
 
     # --------------------------------------------------------------- messages

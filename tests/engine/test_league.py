@@ -19,6 +19,7 @@ from engine.core.errors import AwardsPending, CohortNotFound, PlayerNotFound, Va
 from engine.core.league import LeagueTable, check_league, cohort_id, next_tiers, parse_cohort_id, zone
 from engine.core.model import (BoardSpec, BoardState, EntrySpec, Invalidation, LeagueSpec, Policy, Prize,
                                ScoreEvent)
+from engine.core.players import ids_of
 from engine.core.prizes import AwardTable, award_records, check_prizes, compute_awards
 from engine.router.decide import Submission
 from engine.runtime.local import LocalService
@@ -130,7 +131,7 @@ def test_zones_tier_moves_and_awards_equal_the_reference(spec, rows, entering, p
     local = ref_local(spec, where, board_order)
 
     moves = next_tiers(t, arch.id_bytes, arch.id_offsets, order)
-    got = dict(zip(_ids(moves.id_bytes, moves.id_offsets), moves.tiers.tolist()))
+    got = dict(zip(ids_of(moves.id_bytes, moves.id_offsets), moves.tiers.tolist()))
     want = {p: tier + (1 if local.get(p, (0, 0, None))[2] == "promote" else
                        -1 if local.get(p, (0, 0, None))[2] == "demote" else 0)
             for p, (tier, _) in where.items()}
@@ -148,11 +149,6 @@ def test_zones_tier_moves_and_awards_equal_the_reference(spec, rows, entering, p
     assert restored.page(0, 1000) == table.page(0, 1000)
     for r in table.page(0, 1000):
         assert restored.of_player(r.player_id) == [r]
-
-
-def _ids(buf, offs) -> list[str]:
-    from engine.core.players import ids_of
-    return ids_of(buf, offs)
 
 
 def test_zone_cohort_ids_and_validation():
@@ -269,9 +265,15 @@ def test_a_league_through_the_service_equals_the_reference_and_survives_restarts
             await svc.next_season(B, "s2", None)
             await svc.submit([ScoreEvent(B2, f"n-{p}", p, 1, 1, 1) for p in ref["where"]])
             carried = await _observe(svc, B2)
+            await svc.set_state(B, BoardState.ARCHIVED)  # from its archive: the same ranking, the same tiers
+            await svc.next_season(B, "s3", None)
+            b3 = "g:league:s3:eu"
+            await svc.submit([ScoreEvent(b3, f"n-{p}", p, 1, 1, 1) for p in ref["where"]])
+            again = await _observe(svc, b3)
             final = await _observe(svc, B)
         finally:
             await svc.close()
+        assert again["cohorts"] == carried["cohorts"]
         # the tiers carried: promote zone up, demote zone down, by the ranking at next-season (after the invalidation)
         tiers = {p: int(cid.split("-")[0]) for cid, (members, *_) in carried["cohorts"].items() for p in members}
         assert set(tiers) == set(ref["where"])

@@ -245,8 +245,10 @@ def test_wake_from_another_thread_delivers_new_puts(outbox):
         await until(lambda: outbox.counts()["delivered"] == 15, what="woken")
         await w.stop()
         await r.stop()
+        return r
 
-    asyncio.run(run())
+    r = asyncio.run(run())
+    assert r.accepted == expected_by_key({off: 3 for off in range(5)})  # every message, once
 
 
 def test_kill_9_of_the_worker_then_restart_delivers_every_message_with_one_body_per_key(tmp_path):
