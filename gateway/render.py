@@ -24,6 +24,8 @@ from engine.core.model import (
     Checksum,
     CohortView,
     DecisionResult,
+    ErasureAccepted,
+    ErasureStatus,
     EventResult,
     HeldEvent,
     HistoryEntry,
@@ -34,6 +36,7 @@ from engine.core.model import (
     PlayerView,
     RankedEntry,
     RowChange,
+    RowStatus,
 )
 from engine.core.records import OUTCOME_NAMES
 from engine.core.timefmt import format_timestamp as _format_timestamp
@@ -164,7 +167,18 @@ def player_data(d: PlayerData) -> dict:
     return {"player_id": d.player_id, "boards": boards}
 
 
+def erasure(e: ErasureAccepted) -> dict:
+    return {"erasure_id": e.erasure_id, "player_id": e.player_id, "boards": list(e.boards)}
+
+
+def erasure_status(e: ErasureStatus) -> dict:
+    return {"erasure_id": e.erasure_id, "status": e.status, "requested_at": format_timestamp(e.requested_at),
+            "completed_at": None if e.completed_at is None else format_timestamp(e.completed_at)}
+
+
 def change(c: RowChange) -> dict:
+    if c.status is RowStatus.ERASED:  # docs/api.md §17: the erased player's id and nothing else
+        return {"player_id": c.player_id, "status": "ERASED"}
     out = {
         "player_id": c.player_id,
         "value": c.value,

@@ -641,6 +641,19 @@ class PlayerDataOut(_Out):
                                                          "(a series' instances, not the series).")
 
 
+class ErasureOut(_Out):
+    erasure_id: str = Field(description="Ask `GET /v1/erasures/{erasure_id}` for its status.")
+    player_id: str
+    boards: list[str] = Field(description="The boards where the player had a row, a history or a held event.")
+
+
+class ErasureStatusOut(_Out):
+    erasure_id: str
+    status: str = Field(description="`pending` until nothing on disk holds the player's ids, then `complete`.")
+    requested_at: str = Field(description="RFC 3339 UTC.")
+    completed_at: str | None = Field(description="RFC 3339 UTC; null while pending.")
+
+
 class ChecksumOut(_Out):
     version: Version
     checksum: str

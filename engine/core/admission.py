@@ -26,13 +26,14 @@ columns, whatever the quarantine holds.
 
 from __future__ import annotations
 
-from typing import Collection, NamedTuple
+from typing import Collection, NamedTuple, Sequence
 
 import numpy as np
 
 from engine.core import records as R
 from engine.core.columns import ScoreColumns
 from engine.core.dedup import DedupTable, Seen, fingerprint, fingerprints
+from engine.core.erasure import ErasedEvents, keyed_words
 from engine.core.entry import ENTRY_CODES, EntryTable, judge, makes_row
 from engine.core.league import LeagueTable
 from engine.core.errors import AlreadyDecided, EventNotFound, InvalidTransition
@@ -84,6 +85,10 @@ class Admission:
         self.entry = EntryTable()  # joins, attempts and rows (engine.core.entry; docs/api.md §16)
         # cohorts and tiers of a league board (engine.core.league; docs/api.md §16), else None
         self.league: LeagueTable | None = None if spec.league is None else LeagueTable(spec.league)
+        # erased players' events (docs/api.md §17): keyed hashes of their ids with their content folds, kept
+        # forever, so a redelivery stays DUPLICATE_IGNORED / REJECTED_EVENT_ID_CONFLICT; the secret keys them
+        self.erased = DedupTable(_FOREVER, spec.board_id)
+        self.erasure_secret = b""
 
     @property
     def remembers_every_id(self) -> bool:
@@ -116,6 +121,12 @@ class Admission:
         words = self.dedup.words_many(cols.event_ids, None if ids is None else (ids.events, ids.event_offs))
         also = [t for t in (self.quarantined, earlier) if t is not None and len(t)]
         seen = self.dedup.check_many(cols.event_ids, fps, words, also)
+        if len(self.erased):  # an erased player's event sent again (docs/api.md §17)
+            fresh = np.flatnonzero(seen == Seen.NEW.value)
+            if len(fresh):
+                keyed = keyed_words(self.erasure_secret, self.spec.board_id, [cols.event_ids[i] for i in fresh])
+                again = self.erased.check_many([], fps[fresh], keyed)
+                seen[fresh] = np.where(again != Seen.NEW.value, again, seen[fresh])
         verdicts = np.zeros(n, np.uint8)
         verdicts[seen == Seen.DUPLICATE.value] = code[Outcome.DUPLICATE_IGNORED]
         verdicts[seen == Seen.CONFLICT.value] = code[Outcome.REJECTED_EVENT_ID_CONFLICT]
@@ -228,6 +239,30 @@ class Admission:
         if self.league is not None:
             self.league.place([player_id])
 
+    def erase(self, player_ids: Sequence[str], events: ErasedEvents | None) -> None:
+        """Fold an erasure in (docs/api.md §17): the players' held and decided events, entry and cohort go;
+        their events' ids in the dedup window take their keyed hashes' place (the ring keeps its order), and
+        the keyed hashes with the content folds are kept for good."""
+        gone = set(player_ids)
+        for eid in [e for e, h in self.held.items() if h.player_id in gone]:
+            del self.held[eid]
+        for eid in [e for e, (_, h) in self.decided.items() if h.player_id in gone]:
+            del self.decided[eid]
+        if len(self.entry):
+            self.entry.erase(list(gone))
+        if self.league is not None:
+            self.league.erase(list(gone))
+        if events is not None and events.event_ids:
+            keyed = np.frombuffer(events.keyed, np.uint32).reshape(-1, 3)
+            folds = np.frombuffer(events.folds, "<u4").astype(np.uint64)
+            words = self.dedup.words_many(list(events.event_ids))
+            self.dedup.rekey(words, keyed)
+            self.erased.remember_words(keyed, folds)
+        every = [h for _, h in self.decided.values()] + list(self.held.values())
+        self.quarantined = DedupTable(_FOREVER, self.spec.board_id)
+        if every:
+            self.quarantined.remember_many([h.event_id for h in every], [_content(h) for h in every])
+
     # --------------------------------------------------------------- snapshots
 
     def to_state(self) -> dict:
@@ -248,6 +283,8 @@ class Admission:
             out["entry"] = self.entry.to_state()
         if self.league is not None and len(self.league.players):  # additive, like "entry"
             out["league"] = self.league.to_state()
+        if len(self.erased):  # additive: the keyed hashes of erased players' events (docs/api.md §17)
+            out["erased"] = self.erased.to_state()
         return out
 
     @classmethod
@@ -267,6 +304,8 @@ class Admission:
         if "league" in state and spec.league is not None:
             a.league = LeagueTable.from_state(spec.league, state["league"])
         a.decided = {eid: (d, held(h)) for eid, d, h in state["decided"]}
+        if "erased" in state:
+            a.erased = DedupTable.from_state(_FOREVER, state["erased"], spec.board_id)
         every = [h for _, h in a.decided.values()] + list(a.held.values())
         if every:
             a.quarantined.remember_many([h.event_id for h in every], [_content(h) for h in every])

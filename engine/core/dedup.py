@@ -524,6 +524,24 @@ class DedupTable:
                         self.words_many(event_ids) if words is None else words, cs, out)
         return out
 
+    def rekey(self, old: np.ndarray, new: np.ndarray) -> int:
+        """Give remembered ids new identity words in place (rows of ``old`` -> rows of ``new``, (k, 3)
+        uint32), keeping their ring position and content: an erasure (docs/api.md §17) turns an erased
+        event's words into its keyed hash, so the ring evicts in the same order as before and the id
+        itself is no longer in the table. Words not held are skipped. Returns how many were held. O(k)."""
+        n = 0
+        for a, b in zip(np.asarray(old, np.uint32), np.asarray(new, np.uint32)):
+            _, p = _find(self._ent, self._slots, a[0], a[1], a[2])
+            if p < 0:
+                continue
+            _unlink(self._ent, self._slots, p)
+            self._ent[p, :3] = b
+            i, q = _find(self._ent, self._slots, b[0], b[1], b[2])
+            if q < 0:
+                self._slots[i] = p
+            n += 1
+        return n
+
     def remember_many(self, event_ids: Sequence[str], fps) -> None:
         """``remember`` each id in order. O(k) amortised."""
         self._put_words(self.words_many(event_ids), fps, self.retention)

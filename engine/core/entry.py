@@ -159,6 +159,19 @@ class EntryTable:
 
     # ------------------------------------------------------------- snapshots
 
+    def erase(self, player_ids: Sequence[str]) -> None:
+        """Forget players (docs/api.md §17): no position, attempts or row (a row frees its place under
+        ``max_players``), id bytes zeroed. Join positions are never reused."""
+        idx = self.players.lookup(list(player_ids))
+        got = np.array(sorted({int(i) for i in idx.tolist() if i >= 0}), np.int32)
+        if not len(got):
+            return
+        self.rows -= int(np.count_nonzero(self.row[got]))
+        self.position[got] = -1
+        self.attempts[got] = 0
+        self.row[got] = False
+        self.players.scrub(got)
+
     def to_state(self) -> dict:
         n = len(self.players)
         return {"players": self.players.to_state(), "position": self.position[:n].tobytes(),

@@ -60,6 +60,10 @@ class CohortNotFound(FlowRankError):
     code, status = "COHORT_NOT_FOUND", 404
 
 
+class ErasureNotFound(FlowRankError):
+    code, status = "ERASURE_NOT_FOUND", 404
+
+
 class BoardExists(FlowRankError):
     code, status = "BOARD_EXISTS", 409
 

@@ -35,7 +35,8 @@ from engine.core.errors import UnsupportedFormat
 #: 6: + Q, P and A (the tiers a league's next season carries, players entering a league with a score
 #: submission, a board's awards at FINALIZED) and the O record's
 #: "league" and "prizes" options (docs/api.md §16).
-LOG_FORMAT = 6
+#: 7: + X and Z (a player's erasure, and its completion on disk; docs/api.md §17).
+LOG_FORMAT = 7
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).

@@ -234,6 +234,7 @@ class LeagueTable:
         """Cohort ``g``: tier, number and member ids in order of placement."""
         size = self.spec.cohort_size
         idx = self.members[g * size:g * size + int(self.c_size[g])]
+        idx = idx[idx >= 0]  # an erased member's slot is -1 (docs/api.md §17)
         return Cohort(int(self.c_tier[g]), int(self.c_number[g]), self.players.ids_of(idx))
 
     def cohort_columns(self, buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
@@ -243,6 +244,19 @@ class LeagueTable:
         known = idx >= 0
         out[known] = self.cohort[idx[known]]
         return out
+
+    def erase(self, player_ids: Sequence[str]) -> None:
+        """Forget players (docs/api.md §17): their cohort slot becomes -1 (the cohort keeps its size, so the
+        placement of later players is as it would have been) and their id bytes are zeroed."""
+        idx = self.players.lookup(list(player_ids))
+        got = np.array(sorted({int(i) for i in idx.tolist() if i >= 0}), np.int32)
+        if not len(got):
+            return
+        n = self.n_cohorts * self.spec.cohort_size
+        self.members[:n][np.isin(self.members[:n], got)] = -1
+        self.cohort[got] = -1
+        self.ptier[got] = 0
+        self.players.scrub(got)
 
     def entered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every placed player: (id bytes, offsets, cohort index)."""
@@ -285,6 +299,7 @@ class LeagueTable:
             k = int(self.c_size[g])
             assert 1 <= k <= size
             mem = self.members[g * size:g * size + k]
+            mem = mem[mem >= 0]  # erased members leave a -1
             assert (self.cohort[mem] == g).all()
             assert (self.ptier[mem] == self.c_tier[g]).all()
             if g != self.newest[int(self.c_tier[g])]:

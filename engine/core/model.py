@@ -51,6 +51,7 @@ class BoardState(str, enum.Enum):
 class RowStatus(str, enum.Enum):
     ACTIVE = "ACTIVE"
     INVALIDATED = "INVALIDATED"
+    ERASED = "ERASED"  # only in a delta: the player was erased (docs/api.md §17)
 
 
 class Outcome(str, enum.Enum):
@@ -357,6 +358,25 @@ class PlayerData:
 
     player_id: str
     boards: tuple[PlayerBoardData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureAccepted:
+    """``DELETE /v1/players/{id}`` (docs/api.md §17): the erasure, durable, and the boards it concerns."""
+
+    erasure_id: str
+    player_id: str
+    boards: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureStatus:
+    """``GET /v1/erasures/{id}`` (docs/api.md §17); times in epoch ms."""
+
+    erasure_id: str
+    status: str  # "pending" | "complete"
+    requested_at: int
+    completed_at: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ import numpy as np
 from engine.core import records as R
 from engine.core.checksum import row_digest
 from engine.core.columns import ScoreColumns, int64_column as _i64, meta_columns
+from engine.core.dedup import fingerprint
 from engine.core.errors import EventNotFound
 from engine.core.export import Block, key_subscores, metadata_arena
 from engine.core.formats import PARTITION_STATE_FORMAT, state_format
@@ -72,7 +73,7 @@ from engine.core.journal import (
     owner_find,
 )
 from engine.core.model import INT64_MAX, INT64_MIN, Outcome, Policy, RowChange, RowStatus, ScoreEvent
-from engine.core.players import BatchIds, PlayerTable, encode_ids, hash_bytes, same_bytes
+from engine.core.players import BatchIds, PlayerTable, encode_ids, gather, hash_bytes, same_bytes
 from engine.core.policy import FIRST, IMPROVED, NOT_IMPROVED, RankKey, key_for
 from engine.core.rank_index import NO_DIRS, NO_SUBS, RankIndex
 
@@ -390,6 +391,14 @@ def _strip_prefix(cols: JournalColumns, w: int) -> JournalColumns:
     return cols._replace(marena=arena, moffs=offs)
 
 
+def _take_rows(cols: JournalColumns, rows: np.ndarray) -> JournalColumns:
+    """The given rows of journal columns, arenas gathered."""
+    earena, eoffs = gather(cols.earena, cols.eoffs, rows)
+    marena, moffs = gather(cols.marena, cols.moffs, rows)
+    return JournalColumns(cols.pid[rows], cols.kind[rows], cols.out[rows], cols.val[rows], cols.ach[rows],
+                          cols.sub[rows], earena, eoffs, marena, moffs, cols.invalid[rows])
+
+
 class Partition:
     """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
@@ -420,6 +429,9 @@ class Partition:
         self.journal = Journal() if journal is None else journal
         self.journal.ensure_players(len(self.val))
         self.changes = 0
+        # players erased (docs/api.md §17): their index is never reused and their journal rows stay (their ids
+        # scrubbed), left out of history chunks; sorted int32
+        self.gone = np.zeros(0, np.int32)
         self._codes = _codes(policy)
         self._wire_key = key_for(policy)
 
@@ -814,6 +826,42 @@ class Partition:
         self._move(touched, was_active, old_p, old_t, old_sc)
         return self._row(p).change()
 
+    def erase(self, player_ids: Sequence[str]) -> list[RowChange]:
+        """Forget players (docs/api.md §17): each one's row leaves the ranking (one version step and an
+        ``ERASED`` change for a ranked row; an INVALIDATED row goes without a step), their journal rows'
+        event ids and metadata are zeroed (:meth:`Journal.scrub`, on disk too), and their id bytes too
+        (:meth:`PlayerTable.scrub`), so a later event with the same id starts a new player. Ids the
+        partition does not know are ignored. O(their events) plus one index removal each."""
+        idx = self.players.lookup(list(player_ids))
+        out: list[RowChange] = []
+        for p in sorted({int(i) for i in idx.tolist() if i >= 0}):
+            pid = self.players.id_of(p)
+            touched = np.array([p], np.int32)
+            was_active = self.st[touched] == ST_ACTIVE
+            if was_active[0]:
+                old_p, old_t = self._keys(touched)
+                old_sc = self.sc[touched].copy() if self.k else None
+                self.st[p] = ST_NONE
+                self.changes += 1
+                self._move(touched, was_active, old_p, old_t, old_sc)
+                out.append(RowChange(pid, None, None, RowStatus.ERASED))  # type: ignore[arg-type]
+            self.st[p] = ST_NONE
+            self.val[p] = self.ach[p] = self.sub[p] = 0
+            self.rv[p] = 0
+            if self.k:
+                self.sc[p] = 0
+            if self.has_meta[p]:
+                del self.meta[p]
+                self.has_meta[p] = 0
+            if self._pol == POL_LATEST:
+                self.src[p] = -1
+            rows = self.journal.rows_of(p)
+            if rows:
+                self.journal.scrub(np.array(rows, np.int64))
+            self.players.scrub(touched)
+            self.gone = np.union1d(self.gone, touched).astype(np.int32)
+        return out
+
     # ------------------------------------------------------------------- reads
 
     def __len__(self) -> int:
@@ -1029,11 +1077,40 @@ class Partition:
             out.append((j.event_id(r), KIND_NAMES[kind], v, a, s, outcome_name(code), r in j.invalid, meta))
         return out
 
+    def event_fingerprints(self, player_id: str) -> tuple[list[str], list[int]]:
+        """The ids of the player's events the board remembers (not duplicates or conflicts: their id is
+        another event's) with each one's content fingerprint (engine.core.dedup.fingerprint, subscores
+        included), first copy of each id: what an erasure keeps keyed hashes of (docs/api.md §17)."""
+        p = int(self.players.lookup([player_id])[0])
+        if p < 0:
+            return [], []
+        j = self.journal
+        skip = (R.CODE[Outcome.DUPLICATE_IGNORED], R.CODE[Outcome.REJECTED_EVENT_ID_CONFLICT])
+        ids: list[str] = []
+        fps: list[int] = []
+        seen: set[str] = set()
+        for r in j.rows_of(p):
+            _, kind, code, v, a, s, _ = j.record(r)
+            if kind == KIND_INVALIDATION or code in skip:
+                continue
+            eid = j.event_id(r)
+            if eid in seen:
+                continue
+            seen.add(eid)
+            subs, meta = self._split(j.meta_bytes(r)) if self.k else (None, j.meta_bytes(r))
+            ids.append(eid)
+            fps.append(fingerprint(player_id, v, a, s, meta, tuple(subs or ())))
+        return ids, fps
+
     def history_chunk(self, start: int, count: int) -> tuple[JournalColumns, int]:
         """Journal rows ``start .. start+count-1`` as columns (their ``pid``
         indexes :attr:`players`) and how many rows the journal has: an
         archive reads a partition's history this way, chunk by chunk."""
         cols = self.journal.columns(start, start + count)
+        if len(self.gone) and cols.n:  # erased players' rows (their ids scrubbed) are no one's history
+            keep = ~np.isin(cols.pid, self.gone)
+            if not keep.all():
+                cols = _take_rows(cols, np.flatnonzero(keep))
         if self.k:  # each row's payload starts with its event's subscores: the history's metadata is the rest
             cols = _strip_prefix(cols, 8 * self.k)
         return cols, len(self.journal)
@@ -1075,7 +1152,7 @@ class Partition:
             "meta": self._meta_state(),
             # format 4: the subscores' directions and the rows' subscores (row-major little-endian int64)
             "subs": {"dirs": list(self.subscores), "rows": np.ascontiguousarray(self.sc[:n], "<i8").tobytes()},
-        }
+        } | ({"gone": self.gone.astype("<i4").tobytes()} if len(self.gone) else {})  # additive: erased players
 
     def _meta_state(self) -> dict:
         """The rows' metadata as columns: players (int32), offsets, one arena."""
@@ -1126,6 +1203,7 @@ class Partition:
         order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
         p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs, *p._sd())
         p.changes = state["changes"]
+        p.gone = np.frombuffer(state.get("gone", b""), "<i4").astype(np.int32)
         return p
 
     # -------------------------------------------------------------- invariants

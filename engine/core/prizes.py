@@ -201,11 +201,23 @@ class AwardTable:
                         i)
 
     def page(self, start: int, limit: int) -> list[AwardRow]:
-        return [self.row(i) for i in range(start, min(len(self), start + limit))]
+        """Awards ``start ..`` (award order), an erased player's left out (docs/api.md §17)."""
+        return [self.row(i) for i in range(start, min(len(self), start + limit)) if self.prize[i] >= 0]
 
     def of_player(self, player_id: str) -> list[AwardRow]:
         i = int(self.players.lookup([player_id])[0])
-        return [] if i < 0 else [self.row(i)]
+        return [] if i < 0 or self.prize[i] < 0 else [self.row(i)]
+
+    def erase(self, player_ids: Sequence[str]) -> list[int]:
+        """Forget the players' awards (docs/api.md §17): their prize index becomes -1 and their id bytes are
+        zeroed; award numbering (and the outbox's) stays. Returns the award indexes erased."""
+        idx = self.players.lookup(list(player_ids))
+        got = sorted({int(i) for i in idx.tolist() if i >= 0})
+        if got:
+            at = np.array(got, np.int32)
+            self.prize[at] = -1
+            self.players.scrub(at)
+        return got
 
     def part_of(self, i: int) -> tuple[int, int]:
         """(the log offset of award ``i``'s part, its index within the part)."""

@@ -58,6 +58,9 @@ SCORE_BATCHES = (SCORES, SCORES_META, "N")  # "N": SCORES_SUBS, below
 DECISIONS = (DECIDE, DECIDE_META, "F")  # "F": DECIDE_SUBS, below
 #: A dead letter: a record (or one row of a columnar one) a shard could not apply (log format 4).
 DEAD_LETTER = "L"
+#: A player's erasure (docs/api.md §17, log format 7): from its position the player is gone; and its completion
+#: on disk. ``engine.core.erasure`` holds what they mean.
+ERASE, ERASED = "X", "Z"
 #: Subscores (docs/api.md §14, log format 5): a board declared with subscores (``U``: ``K`` plus
 #: their directions), its score frames (``N``: ``M`` plus the subscores) and decisions (``F``:
 #: ``E`` plus the held event's subscores). Written only for boards with subscores, so the
@@ -165,6 +168,18 @@ KINDS: dict[str, RecordKind] = {
                                               "value", "achieved_at", "submitted_at", "metadata", "subscores"),
                             "a decision on a held event of a board with subscores: the fields of E (metadata "
                             "b\"\" when none), then the held event's subscores (a list of ints)"),
+    ERASE: RecordKind("erasure", ("erasure_id", "requested_at", "subject", "player_id", "pseudonym", "key", "boards"),
+                      "a player's erasure (docs/api.md §17): its id, when it was requested (epoch ms), the keyed "
+                      "hash of the player id (32 hex digits), the player id and the key (bytes) its pseudonyms are "
+                      "derived from (both nil once the log before it is rewritten), the pseudonym the player id "
+                      "becomes in the rewritten records, and per board [board_id, event ids, keyed hashes (12 "
+                      "bytes each), content folds (little-endian uint32)] of the player's events. Every shard actor "
+                      "removes the player id and the pseudonym from every partition it hosts; the router from "
+                      "admission, entry, cohorts and awards, and keeps the keyed hashes (log format 7)"),
+    ERASED: RecordKind("erasure complete", ("erasure_id", "completed_at"),
+                       "the erasure's forgetting on disk is complete (epoch ms): the log before its X record is "
+                       "rewritten, snapshots, journals, archives and the outbox no longer hold the ids (log "
+                       "format 7)"),
     DEAD_LETTER: RecordKind("dead_letter", ("board_id", "offset", "row", "event_id", "error"),
                             "a record that raised when a shard applied it (a bug, not an expected outcome): the "
                             "offset of that record, the row of the event within a columnar score record (None "
@@ -446,6 +461,27 @@ class DeadLetterRecord(NamedTuple):
     error: str
 
 
+class ErasureRecord(NamedTuple):
+    """``X``: a player's erasure (engine.core.erasure)."""
+
+    kind: str
+    erasure_id: str
+    requested_at: int
+    subject: str
+    player_id: str | None
+    pseudonym: str
+    key: bytes | None
+    boards: list
+
+
+class ErasureDoneRecord(NamedTuple):
+    """``Z``: an erasure complete on disk."""
+
+    kind: str
+    erasure_id: str
+    completed_at: int
+
+
 #: The named record type of each kind: its first field is ``kind``, the others are
 #: exactly ``KINDS[kind].fields``. msgpack packs a tuple as an array, so writing one
 #: of these gives the same bytes as the list it replaced (tests/engine/test_records.py).
@@ -456,7 +492,7 @@ TYPES: dict[str, type] = {
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, BOARD_SUBS: SubscoresBoardRecord,
     SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
     OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord, CARRY: CarryRecord, AWARDS: AwardsRecord,
-    ENTER: EnterRecord,
+    ENTER: EnterRecord, ERASE: ErasureRecord, ERASED: ErasureDoneRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
@@ -465,7 +501,7 @@ assert set(TYPES) == set(KINDS), "every kind needs a record type"
 Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
           | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
           | DeadLetterRecord | OptionsBoardRecord | JoinRecord | SubscoresBoardRecord | ScoresSubsRecord
-          | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord)
+          | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord | ErasureRecord | ErasureDoneRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -718,6 +754,10 @@ def boards_of(rec) -> list[str]:
     rec = parse(rec)
     if rec.kind == GROUP:
         return list(dict.fromkeys(p.board_id for p in group_parts(rec)))
+    if rec.kind == ERASE:
+        return [b[0] for b in rec.boards]
+    if rec.kind == ERASED:
+        return []
     return [rec.board_id] if isinstance(rec.board_id, str) else []
 
 

@@ -66,6 +66,7 @@ COUNT = "count"  # how many ranked rows come before a wire key
 NBRS = "nbrs"  # the rows just before and after a wire key
 SAMPLE = "sample"  # every step-th ranked key (approximate ranks)
 HIST = "hist"  # one player's event history
+EFPS = "efps"  # one player's event ids and content fingerprints (an erasure, docs/api.md §17); a Hist request
 SUM = "sum"  # the checksum of the board's partitions
 ROWS = "rows"  # every row as columns (an archive's rows)
 HCOLS = "hcols"  # one chunk of one partition's journal (an archive's history)
@@ -74,6 +75,7 @@ SPILL = "spill"  # write every partition's ranked rows to a spill file (an expor
 SPILL_READ = "spill_read"  # one frame of a spill file
 SPILL_DROP = "spill_drop"  # remove an export's spill files
 DROP = "drop"  # control, not a read: forget an archived board's partitions
+SCRUB = "scrub"  # control, not a read: remove erased events' entries from the journals' run files (a Drop, board "")
 
 #: Requests that change what later reads see: reads batched before one answer first.
 CHANGES_STATE = frozenset({DROP})
@@ -184,6 +186,7 @@ class Drop(NamedTuple):
 REQUESTS: dict[str, type] = {
     TOP: Top, MGET: MGet, SIZE: Size, GET: Get, COUNT: Count, NBRS: Nbrs, SAMPLE: Sample, HIST: Hist, SUM: Sum,
     ROWS: Rows, HCOLS: HCols, RCOLS: RCols, SPILL: Spill, SPILL_READ: SpillRead, SPILL_DROP: SpillDrop, DROP: Drop,
+    EFPS: Hist, SCRUB: Drop,
 }
 
 

@@ -187,6 +187,16 @@ class InMemorySnapshotStore:
             data = snaps[offset]
         return offset, unpack_payload(data)
 
+    def delete_through(self, offset: int) -> list[str]:
+        """Delete every snapshot at or before ``offset`` (as the file store)."""
+        gone = []
+        with self._lock:
+            for name, snaps in self._snaps.items():
+                for o in [o for o in snaps if o <= offset]:
+                    del snaps[o]
+                    gone.append(f"memory:{name}.{o:020d}.snap")
+        return gone
+
     def list(self, name: str) -> list[tuple[int, str]]:
         check_snapshot_name(name)
         with self._lock:

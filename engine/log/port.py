@@ -127,6 +127,10 @@ class SnapshotStore(Protocol):
         when no good snapshot exists (replay the whole log)."""
         ...
 
+    def delete_through(self, offset: int) -> list[str]:
+        """Delete every snapshot of any name at or before ``offset`` (an erasure, docs/api.md §17)."""
+        ...
+
     def list(self, name: str) -> list[tuple[int, str]]:
         """``(offset, path)`` of the stored snapshots of ``name``, oldest first
         (not verified)."""

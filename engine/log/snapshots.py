@@ -171,6 +171,21 @@ class FileSnapshotStore:
             except OSError as exc:
                 logger.warning("could not fsync snapshot directory %s: %s", self._dir, exc)
 
+    def delete_through(self, offset: int) -> list[str]:
+        """Delete every snapshot (of any name) at or before ``offset`` and fsync the directory: an erasure
+        (docs/api.md §17) removes the states taken before its record. Returns the paths deleted."""
+        gone = []
+        for entry in os.listdir(self._dir):
+            m = _SNAP_NAME.match(entry)
+            if m and int(m.group(2)) <= offset:
+                path = os.path.join(self._dir, entry)
+                self._call("snapshot.delete", path)
+                os.unlink(path)
+                gone.append(path)
+        if gone and self._fsync:
+            fsync_directory(self._dir)
+        return gone
+
     def list(self, name: str) -> list[tuple[int, str]]:
         """``(offset, path)`` of ``name``'s snapshot files, oldest first.
         ``O(directory entries)``."""

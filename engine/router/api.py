@@ -29,6 +29,8 @@ from engine.core.model import (
     CohortView,
     DecisionResult,
     Delta,
+    ErasureAccepted,
+    ErasureStatus,
     EventResult,
     HeldEvent,
     HistoryEntry,
@@ -118,6 +120,13 @@ class EngineClient(Protocol):
     async def player_data(self, player_id: str) -> PlayerData:
         """Everything held about a player, board by board (docs/api.md §17): row, history, held events,
         awards. Raises PlayerNotFound when nothing is held."""
+
+    async def erase_player(self, player_id: str) -> ErasureAccepted:
+        """Erase a player (docs/api.md §17): durable and applied everywhere before it returns; forgetting on
+        disk follows in the background. Raises PlayerNotFound when nothing is held."""
+
+    async def erasure(self, erasure_id: str) -> ErasureStatus:
+        """An erasure's status (docs/api.md §17). Raises ErasureNotFound."""
 
     async def changes(self, board_id: str, since_version: int | None, limit: int | None = None,
                       cursor: tuple[int, int] | None = None, deltas_only: bool = False,

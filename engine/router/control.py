@@ -27,6 +27,7 @@ from engine.core import wire as W
 from engine.core.admission import Admission
 from engine.core.archive import ArchiveHistory, encode, rank_order, rows_from_wire
 from engine.core.league import TierMoves, check_league, next_tiers
+from engine.core.erasure import ErasureTable
 from engine.core.prizes import AwardTable, award_parts, award_record, board_awards, check_prizes
 from engine.core.errors import FlowRankError, StorageUnavailable, ValidationFailed
 from engine.core.formats import ROUTER_STATE_FORMAT, state_format
@@ -116,16 +117,18 @@ class BoardControl:
                 [R.board_record(c.spec), c.admission.to_state(), c.corrections]
                 + ([c.awards.to_state()] if c.awards is not None else []) for c in self.boards.values()
             ],
-        }
+        } | ({"erasures": self.registry.erasures.to_state()} if len(self.registry.erasures) else {})
 
     def load_state(self, state: dict) -> None:
         state_format(state, ROUTER_STATE_FORMAT, "router snapshot")
         self.registry.log_offset = state["log_offset"]
         self.registry.loaded_outbox_safe = state.get("outbox_safe")  # additive (webhooks on when it was taken)
+        self.registry.erasures = ErasureTable.from_state(state.get("erasures", []))  # additive (docs/api.md §17)
         for rec, adm, corrections, *awards in state["boards"]:
             spec = R.spec_of(rec)
             ctl = self.registry.new_ctl(spec)
             ctl.admission = Admission.from_state(spec, self.cfg.dedup_retention, adm)
+            ctl.admission.erasure_secret = self.cfg.erasure_secret
             ctl.corrections = corrections
             if awards and spec.prizes:
                 ctl.awards = AwardTable.from_state(spec.board_id, spec.prizes, awards[0])

@@ -58,6 +58,8 @@ class Submission(str, Enum):
     JOIN = "join"  # (board_id, player_id): one J record for a new join, none for a player who joined before
     LEAGUE_BOARD = "league_board"  # (BoardSpec, TierMoves): next-season of a league: its O record, then one Q record
     AWARDS = "awards"  # (board_id, A records): the parts of a FINALIZED board's awards not logged yet
+    ERASE = "erase"  # an X record the shell made (docs/api.md §17): logged as is, once per erasure id
+    ERASED = "erased"  # a Z record: an erasure complete on disk
 
 
 class ScorePlace(NamedTuple):
@@ -264,6 +266,19 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
         ctl = ov.need(board_id)
         done = 0 if ctl.awards is None else len(ctl.awards.offsets)
         return _plain([rec for rec in parts if rec.part >= done] if ctl.awards_due else [])
+    if kind == Submission.ERASE:
+        rec: R.ErasureRecord = payload
+        for ev in rec.boards:
+            ctl = ov.ctl(ev[0])
+            if ctl is not None:
+                _no_awards_due(ov, ctl)  # awards still being logged could name the player again
+        if rec.erasure_id in ov.registry.erasures.entries:
+            return _plain([])
+        return _plain([rec])
+    if kind == Submission.ERASED:
+        done: R.ErasureDoneRecord = payload
+        got = ov.registry.erasures.get(done.erasure_id)
+        return _plain([done] if got is not None and got.pending else [])
     raise ValueError(kind)
 
 

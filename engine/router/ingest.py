@@ -50,6 +50,7 @@ from engine.core.model import (
     BoardState,
     DecisionResult,
     Delta,
+    ErasureAccepted,
     EventResult,
     Invalidation,
     InvalidationResult,
@@ -147,6 +148,8 @@ class Sequencer:
         # Called with the ids of the boards a cycle changed, once their versions moved and
         # before any acknowledgement: an engine host publishes the versions (engine.runtime.version_table).
         self.version_hooks: list[Callable[[set], None]] = []
+        # Called with each board an erasure touched (docs/api.md §17): the read side drops its cached views.
+        self.erase_hooks: list[Callable[[str], None]] = []
         # After a shard actor failed to apply a durable cycle: re-read the boards' versions
         # (the router sets it to BoardControl.sync_versions).
         self.resync: Callable[[], Awaitable[None]] | None = None
@@ -234,6 +237,14 @@ class Sequencer:
                     raise
                 await asyncio.sleep(0.05)
                 waited += 0.05
+
+    async def erase(self, rec: R.ErasureRecord) -> ErasureAccepted:
+        """Log an erasure (docs/api.md §17) once it is durable and every shard actor applied it."""
+        return await self._after_awards(Submission.ERASE, rec)
+
+    async def erased(self, rec: R.ErasureDoneRecord) -> None:
+        """Log an erasure's completion on disk."""
+        await self.enqueue(Submission.ERASED, rec, 1)
 
     async def submit_board(self, spec) -> None:
         """Log a new board (BoardExists if the id is taken when its turn comes)."""
@@ -404,6 +415,8 @@ class Sequencer:
         if kind == R.STATE and rec.state == BoardState.ARCHIVED.value:  # its partitions stop changing
             return self.boards[rec.board_id].actors
         if kind == R.DEAD_LETTER:  # every shard actor: the one that made it stops reporting it
+            return list(range(self.t.n))
+        if kind == R.ERASE:  # every shard actor: each forgets the player in the partitions it hosts
             return list(range(self.t.n))
         return []
 
@@ -625,6 +638,10 @@ class Sequencer:
 
     def _finish_record(self, rec: R.Record, got: list, new_deltas) -> object:
         kind = rec.kind
+        if kind == R.ERASE:
+            return self._finish_erase(rec, got, new_deltas)
+        if kind == R.ERASED:
+            return None
         ctl = self.boards.get(rec.board_id)
         if kind in R.DECISIONS:
             a, result = got[0]
@@ -644,6 +661,29 @@ class Sequencer:
                                               inv.value if inv.ranked else None, ctl.version)
             return EventNotFound(f"No applied event {rec.event_id!r} on board {rec.board_id!r}.", "event_id")
         return None
+
+    def _finish_erase(self, rec: R.ErasureRecord, got: list, new_deltas) -> ErasureAccepted:
+        """Each board where the player had a ranked row steps its version once (an ERASED delta); every
+        listed board serves no delta from before the erasure (an older ``since_version`` answers a snapshot)
+        and drops its cached views (a cursor pinned before it answers 410)."""
+        stepped: dict[str, list[Delta]] = defaultdict(list)
+        for a, result in got:
+            for board_id, change in result or ():
+                ctl = self.boards.get(board_id)
+                if ctl is not None:
+                    self._note_change(ctl, a, change, stepped)
+        boards = tuple(b[0] for b in rec.boards)
+        for board_id in dict.fromkeys(boards + tuple(stepped)):
+            ctl = self.boards.get(board_id)
+            if ctl is None:
+                continue
+            mine = stepped.get(board_id, [])
+            ctl.ring.reset(ctl.version - len(mine))
+            ctl.ring.push_many(mine)
+            new_deltas[board_id].extend(mine)
+            for hook in self.erase_hooks:
+                hook(board_id)
+        return ErasureAccepted(rec.erasure_id, rec.player_id or "", boards)
 
     def _note_change(self, ctl: BoardCtl, actor: int, change, new_deltas) -> None:
         """A change (a :class:`engine.core.wire.ChangeWire` as sent) from shard actor ``actor``: one version, one delta."""

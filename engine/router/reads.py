@@ -324,6 +324,11 @@ class ReadFanOut:
             return None
         return entries
 
+    def forget_views(self, board_id: str) -> None:
+        """Drop every cached view of a board (an erasure, docs/api.md §17: a cursor pinned before it answers 410)."""
+        for key in [k for k in self.views if k[0] == board_id]:
+            del self.views[key]
+
     def remember_view(self, board_id: str, version: int, entries: list, complete: bool) -> None:
         self.views[(board_id, version)] = (self.clock(), _View(entries, complete))
         self.views.move_to_end((board_id, version))

@@ -34,6 +34,7 @@ from engine.core.admission import Admission
 from engine.core.archive import ArchiveView
 from engine.core.changes import ChangeRing
 from engine.core.columns import ScoreColumns
+from engine.core.erasure import ErasureTable, events_of
 from engine.core.errors import BoardNotFound
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION, BoardSpec, BoardState
 from engine.core.placement import actor_of
@@ -66,6 +67,7 @@ class RouterConfig:
     history_chunk_rows: int = 1 << 20  # an archive reads a partition's journal this many rows per call
     row_chunk_rows: int = 1 << 16  # awards and archives read a partition's rows this many per call
     awards_process_rows: int = 200_000  # a board with this many rows is ranked for its awards in a helper process
+    erasure_secret: bytes = b""  # keys the hashes an erasure keeps of event ids and player ids (docs/api.md §17)
 
 
 class KeySample(NamedTuple):
@@ -129,6 +131,9 @@ class BoardRegistry:
         self.on_record: Callable[[int, object], None] | None = None
         self.outbox_safe: Callable[[], int] | None = None
         self.loaded_outbox_safe: int | None = None  # what the router snapshot recovery loaded kept of it
+        self.erasures = ErasureTable()  # every erasure logged (docs/api.md §17), never a player id
+        # called with each X record folded (live and in replay): the webhook feed cancels the player's messages
+        self.on_erase: Callable[[int, R.ErasureRecord], None] | None = None
 
     def add(self, ctl: BoardCtl) -> None:
         """Keep a new board's control state (and index it under its series, for an instance)."""
@@ -165,7 +170,9 @@ class BoardRegistry:
     def new_ctl(self, spec: BoardSpec) -> BoardCtl:
         """Control state for a new board: each partition placed on its shard actor."""
         part_actor = [actor_of(spec.board_id, p, self.n_actors) for p in range(spec.shards)]
-        return BoardCtl(spec, Admission(spec, self.cfg.dedup_retention), ChangeRing(self.cfg.delta_retention),
+        admission = Admission(spec, self.cfg.dedup_retention)
+        admission.erasure_secret = self.cfg.erasure_secret
+        return BoardCtl(spec, admission, ChangeRing(self.cfg.delta_retention),
                         sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor,
                         awards=AwardTable(spec.board_id, spec.prizes) if spec.prizes else None)
 
@@ -187,6 +194,10 @@ class BoardRegistry:
                 self._apply_scores(part, part_memo)
         elif kind == R.DEAD_LETTER:
             self.dead_logged.add(R.dead_letter_of(rec).key)
+        elif kind == R.ERASE:
+            self._apply_erase(offset, rec)
+        elif kind == R.ERASED:
+            self.erasures.fold_complete(rec)
         else:
             if self.on_record is not None and kind in (R.STATE, R.AWARDS):  # webhook messages (docs/api.md §16)
                 self.on_record(offset, rec)
@@ -216,6 +227,22 @@ class BoardRegistry:
                     if ctl.awards is not None:
                         ctl.awards.fold(offset, rec)
         self.log_offset = offset
+
+    def _apply_erase(self, offset: int, rec: R.ErasureRecord) -> None:
+        """An erasure (docs/api.md §17): every listed board forgets the player (and the pseudonym the
+        rewritten log names them by): held and decided events, entry, cohort, awards; their events' ids
+        leave the dedup window for keyed hashes."""
+        self.erasures.fold_erase(offset, rec)
+        ids = [x for x in (rec.player_id, rec.pseudonym) if x is not None]
+        for ev in events_of(rec):
+            ctl = self.boards.get(ev.board_id)
+            if ctl is None:
+                continue
+            ctl.admission.erase(ids, ev)
+            if ctl.awards is not None:
+                ctl.awards.erase(ids)
+        if self.on_erase is not None:
+            self.on_erase(offset, rec)
 
     def _apply_scores(self, rec, memo) -> None:
         ctl = self.boards.get(rec.board_id)

@@ -38,6 +38,7 @@ from typing import Callable
 
 from engine.core import records as R
 from engine.router.control import BoardControl, epoch_ms
+from engine.router.erasures import Erasures
 from engine.router.api import FORWARDED
 from engine.router.reads import ReadFanOut, TurnBatcher
 from engine.router.registry import BoardCtl, BoardRegistry, CutLock, RouterConfig
@@ -65,6 +66,8 @@ class Router:
         self.sequencer = seq = Sequencer(transport, log_port, self.registry, fan.cut, clock)
         self.control = ctl = BoardControl(self.registry, seq, fan, archives, wall_clock)
         seq.resync = ctl.sync_versions
+        self.erasures = ers = Erasures(self.registry, seq, fan, lambda: ctl.archives, lambda: ctl.wall_clock())
+        seq.erase_hooks.append(fan.forget_views)
         # one wall clock: the season timer's, decide's and the reads' (series windows)
         seq.wall_clock = fan.wall_clock = lambda: ctl.wall_clock()
         self._tasks: list[asyncio.Task] = []
@@ -79,7 +82,7 @@ class Router:
         # The engine's API (engine.router.api.FORWARDED): each operation is the method of that name of the
         # part that owns it; the export stream too.
         for name in (*FORWARDED, "export"):
-            setattr(self, name, next(getattr(p, name) for p in (seq, ctl, fan) if hasattr(p, name)))
+            setattr(self, name, next(getattr(p, name) for p in (seq, ctl, fan, ers) if hasattr(p, name)))
         # The sequencer's state; board control's schedule and recovery.
         self.sequencing, self.accepting_writes, self.queue_depth = seq.sequencing, seq.accepting_writes, seq.queue_depth
         self.close_due, self.wake_season_timer = ctl.close_due, ctl.wake_season_timer

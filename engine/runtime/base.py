@@ -21,6 +21,7 @@ from engine.router.api import forward
 from engine.runtime.recovery import recover_router
 from engine.core.model import ScoreEvent
 from engine.router.router import Router
+from engine.runtime.erasure import ErasureJob
 from engine.runtime.outbox_feed import OutboxFeed, WebhookConfig, open_feed
 
 log = logging.getLogger("flowrank.service")
@@ -34,6 +35,8 @@ class RouterClient:
     webhooks: WebhookConfig | None = None  # --webhook-url and its settings (docs/api.md §16); None: no webhooks
     webhook_dir: str | None = None  # where the outbox and the secret live (the data directory)
     feed: OutboxFeed | None = None
+    erasure_job: ErasureJob | None = None
+    erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
 
     def _init_snapshots(self) -> None:
         self._events_since_snapshot = 0
@@ -78,7 +81,8 @@ class RouterClient:
             # counted since start, for Prometheus histograms (engine.core.histogram)
             "histograms": {**{k: h.snapshot() for k, h in self.router.histograms.items()},
                            "snapshot_pause_seconds": self.snapshot_pause_histogram.snapshot()},
-        } | ({} if self.feed is None or self.feed.delivery is None else {"webhooks": self.feed.delivery.stats()})
+        } | ({} if self.feed is None or self.feed.delivery is None else {"webhooks": self.feed.delivery.stats()}) | (
+            {} if self.erasure_job is None else {"erasures": self.erasure_job.stats()})
 
     async def refresh_stats(self) -> None:
         """Bring :meth:`stats` up to date before a scrape. Here everything is read live; the Ray
@@ -108,6 +112,9 @@ class RouterClient:
             self.feed.start()
             await self.feed.delivery.start()
         router.start()
+        self.erasure_job = ErasureJob(self, event_log, store, delay_s=min(1.0, self.erasure_deadline_s / 10),
+                                      deadline_s=self.erasure_deadline_s)
+        self.erasure_job.start()
         await router.finish_awards()
         await router.finish_archiving()
         await router.close_due()
@@ -117,6 +124,8 @@ class RouterClient:
         """The one stop sequence: no more periodic snapshots, every queued write
         answered, then a last snapshot (a failure only costs replay time)."""
         self._stop_snapshots()
+        if self.erasure_job is not None:
+            await self.erasure_job.stop()
         await self.router.stop()
         if self.feed is not None:
             await self.feed.stop()

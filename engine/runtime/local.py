@@ -28,6 +28,7 @@ from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.core.journal import TAIL_ROWS, JournalPlace
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
+from engine.log.secret import load_secret
 from engine.router.router import Router, RouterConfig
 from engine.runtime.base import RouterClient
 from engine.runtime.outbox_feed import WebhookConfig
@@ -55,6 +56,7 @@ class ServiceConfig:
     # exactly the argument types a shard actor sees)
     packed_wire: bool = False
     webhooks: WebhookConfig | None = None  # --webhook-url and its settings (docs/api.md §16)
+    erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
 
 
 class InProcessShards:
@@ -155,10 +157,13 @@ class LocalService(RouterClient):
         transport = InProcessShards(cores, packed=cfg.packed_wire)
         archives = MemoryArchiveStore() if data_dir is None else FileArchiveStore(
             Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
+        secret = os.urandom(32) if data_dir is None else await asyncio.to_thread(load_secret, Path(data_dir))
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
-            max_queued_events=cfg.max_queued_events), archives=archives, wall_clock=cfg.wall_clock)
+            max_queued_events=cfg.max_queued_events, erasure_secret=secret), archives=archives,
+            wall_clock=cfg.wall_clock)
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
+        svc.erasure_deadline_s = cfg.erasure_deadline_s
         svc.webhooks, svc.webhook_dir = cfg.webhooks, data_dir
         await svc._start(event_log, store)
         svc.recovery_seconds = time.monotonic() - started

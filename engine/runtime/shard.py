@@ -206,6 +206,10 @@ class ShardCore:
         kind = rec.kind
         if kind in R.BOARD_KINDS or kind == R.DEAD_LETTER:
             return True
+        if kind == R.ERASE:
+            return bool(self.parts)
+        if kind == R.ERASED:
+            return False
         if kind == R.GROUP:
             return any(self._hosts(part[1], part[2]) for part in rec.parts)
         spec = self.specs.get(rec.board_id)
@@ -235,7 +239,8 @@ class ShardCore:
                 result = self._dispatch(rec, offset, ids_new)
             except Exception as exc:  # a bug, not an expected outcome: dead-letter it
                 result = self._dead_letter(offset, rec, exc)
-        self._remember_result(offset, result, rec.board_id if isinstance(rec.board_id, str) else None)
+        board_id = getattr(rec, "board_id", None)
+        self._remember_result(offset, result, board_id if isinstance(board_id, str) else None)
         return result
 
     def _remember_result(self, offset: int, result, board_id: str | None = None) -> None:
@@ -378,6 +383,8 @@ class ShardCore:
             return None
         if kind == R.SCORE:
             return self._apply_score(rec)
+        if kind == R.ERASE:
+            return self._erase(rec)
         if kind in R.BOARD_KINDS:
             spec = R.spec_of(rec)
             if spec.board_id not in self.specs:
@@ -409,6 +416,20 @@ class ShardCore:
         if kind == R.STATE and rec.state == ARCHIVED:  # the router sends only this state change here
             self.archived.add(rec.board_id)
         return None  # state changes live in the router
+
+    def _erase(self, rec: R.ErasureRecord) -> list:
+        """A player's erasure (docs/api.md §17): every partition hosted here forgets the player (and the
+        pseudonym the rewritten log names them by), archived boards excepted (their archive is rewritten).
+        The result: ``[board_id, change]`` per ranked row removed (one version step each)."""
+        ids = [x for x in (rec.player_id, rec.pseudonym) if x is not None]
+        out = []
+        for board_id in sorted(self.parts):
+            if board_id in self.archived:
+                continue
+            for part in sorted(self.parts[board_id]):
+                for change in self.parts[board_id][part].erase(ids):
+                    out.append([board_id, change_wire(change)])
+        return out
 
     # ------------------------------------------------------------------- reads
 
@@ -508,6 +529,14 @@ class ShardCore:
                 if items:
                     return W.Reply(version, [W.HistoryItem._make(h) for h in items])
             return W.Reply(version, [])
+        if op == W.EFPS:  # [event ids, fingerprints as little-endian uint64 bytes]
+            ids: list = []
+            fps: list = []
+            for p in parts:
+                e, f = p.event_fingerprints(req.player_id)
+                ids.extend(e)
+                fps.extend(f)
+            return W.Reply(version, [ids, np.array(fps, "<u8").tobytes()])
         if op == W.SUM:
             return W.Reply(version, format(sum(p.checksum_sum() for p in parts), "x"))  # > 64 bits: msgpack-safe text
         if op == W.ROWS:  # every row (any status) as columns, for an archive
@@ -525,6 +554,9 @@ class ShardCore:
             return W.Reply(version, list(read_frame(path, req.token, req.at)))
         if op == W.SPILL_DROP:
             return W.Reply(version, remove_spills(self._spill_root(), req.token))
+        if op == W.SCRUB:  # control: erased events' run entries (docs/api.md §17); bytes rewritten
+            return W.Reply(version, sum(p.journal.scrub_runs() for ps in self.parts.values() for p in ps.values()
+                                        if p.journal.holds_pending_scrub))
         if op == W.DROP:  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
             return W.Reply(version, self.drop(board_id))
         if op == W.SAMPLE:

@@ -89,6 +89,8 @@ RECORD_KINDS = {
     "Q": ("carried tiers", ("board_id", "player_ids", "tiers")),
     "P": ("league entry", ("board_id", "player_ids")),
     "A": ("awards", ("board_id", "version", "part", "parts", "player_ids", "ranks", "tiers", "numbers", "prizes")),
+    "X": ("erasure", ("erasure_id", "requested_at", "subject", "player_id", "pseudonym", "key", "boards")),
+    "Z": ("erasure complete", ("erasure_id", "completed_at")),
 }
 
 #: Journal-only audit codes (snapshot journals; above the Outcome codes).
@@ -102,7 +104,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 6, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
+FORMATS = {"LOG_FORMAT": 7, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
@@ -204,6 +206,9 @@ LISTS = {
     "Q": ["Q", "b", ["p1", "p2"], b"\x02\x01"],
     "P": ["P", "b", ["p2", "p1"]],
     "A": ["A", "b", 12, 0, 1, ["p1"], b"\x01" + bytes(7), b"\x02", b"\x03" + bytes(3), b"\x00\x00"],
+    "X": ["X", "ea1", 1_793_527_500_000, "0f" * 16, "p1", "\x01" + "\x02" * 15, b"k" * 16,
+          [["b", ["e1"], bytes(12), bytes(4)]]],
+    "Z": ["Z", "ea1", 1_793_527_600_000],
     "W": ["W", "g:m:d.20261207:x", "best_score", 2, 1000, None, 1_793_527_500_000, 3600, "g:m:d:x",
           1_793_441_100_000, 1_793_527_500_000],
     "G": ["G", [["C", "b", 1, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"],
@@ -272,7 +277,7 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
     for bad in (["T", "b"], ["T", "b", "FROZEN", "extra"]):
         with pytest.raises(TypeError):
             R.parse(bad)
-    for unknown in (["X", "b"], [], None):
+    for unknown in (["Y", "b"], [], None):
         with pytest.raises(UnsupportedFormat, match="at offset 12"):
             R.parse(unknown, 12)
 
@@ -281,7 +286,7 @@ def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
                    "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "U": None, "N": None, "F": "e1",
-                   "Q": None, "A": None, "P": None}
+                   "Q": None, "A": None, "P": None, "X": None, "Z": None}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -341,7 +346,8 @@ def test_only_dead_letter_payloads_start_with_its_head():
                                                                   b"", (1,))),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
-        R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]), R.parse(LISTS["P"]),
+        R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]), R.parse(LISTS["P"]), R.parse(LISTS["X"]),
+        R.parse(LISTS["Z"]),
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
     for rec in others:
@@ -381,7 +387,7 @@ def test_format_numbers_are_pinned():
 def test_check_kind_refuses_unknown_kinds():
     for kind in RECORD_KINDS:
         R.check_kind(0, [kind])
-    for bad in (["X", "b"], [], "B", None):
+    for bad in (["Y", "b"], [], "B", None):
         with pytest.raises(UnsupportedFormat):
             R.check_kind(7, bad)
 

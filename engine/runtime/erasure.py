@@ -1,0 +1,167 @@
+"""The erasure job: forgetting on disk (docs/api.md §17, docs/storage.md "Erasure").
+
+An erasure's ``X`` record made every process forget the player in memory, and the shard actors zeroed
+the player's event ids and metadata in their journal files as they applied it. This job, running in the
+engine's own process beside the router, does the rest for every pending erasure at once, step by step;
+each step is idempotent, so a crash at any point is finished by the next start (the erasures are still
+pending: their ``Z`` record is the last step):
+
+1. ``journals``: every shard actor rewrites the journal run files that still hold erased events'
+   hashes (``SCRUB``).
+2. ``archives``: every archive holding an erased player is rewritten without them.
+3. ``outbox``: webhook messages naming an erased player are blanked (and never sent).
+4. ``snapshot``: a snapshot of the router and every shard actor, taken after the ``X`` records applied.
+5. ``snapshots``: every snapshot taken at or before the last ``X`` record is deleted.
+6. ``log``: the log before each ``X`` record is rewritten with pseudonyms (:class:`engine.core.erasure.LogEraser`,
+   ``rewrite`` of the log: same offsets, one atomic swap of the segments).
+7. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
+
+The job starts ``delay_s`` after a request (so a burst of erasures shares one pass over the log) and
+always before ``deadline_s`` has passed since the oldest pending request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from engine.core import records as R
+from engine.core import wire as W
+from engine.core.erasure import ErasureEntry, LogEraser
+
+log = logging.getLogger("flowrank.erasure")
+
+STEPS = ("journals", "archives", "outbox", "snapshot", "snapshots", "log", "complete")
+
+
+class ErasureJob:
+    def __init__(self, client, event_log, store, delay_s: float = 1.0, deadline_s: float = 3600.0) -> None:
+        self.client = client
+        self.router = client.router
+        self.event_log = event_log
+        self.store = store
+        self.delay_s = delay_s
+        self.deadline_s = deadline_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.running = False
+        self.runs = 0
+        self.last_seconds = 0.0
+        self.bytes_rewritten = 0
+        # test seam: called with each step's name before it runs (raise to simulate a crash there)
+        self.fault: Callable[[str], None] | None = None
+        self.router.erasures.kick = self.kick
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+        if self.router.registry.erasures.pending():
+            self.kick()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(self.delay_s)
+            try:
+                await self.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("erasure job failed; it runs again in a moment")
+                await asyncio.sleep(min(5.0, self.delay_s * 5 + 0.5))
+                self.kick()
+
+    async def run(self) -> int:
+        """Forget every pending erasure on disk; how many it completed."""
+        pending = self.router.registry.erasures.pending()
+        if not pending:
+            return 0
+        started = time.monotonic()
+        self.running = True
+        try:
+            await self._run(pending)
+        finally:
+            self.running = False
+        self.runs += 1
+        self.last_seconds = time.monotonic() - started
+        return len(pending)
+
+    def _step(self, name: str) -> None:
+        if self.fault is not None:
+            self.fault(name)
+
+    async def _run(self, pending: list[ErasureEntry]) -> None:
+        xrecs = await asyncio.to_thread(self._x_records, pending)
+        players = [r.player_id for _, r in xrecs if r.player_id is not None]
+        boards = sorted({b[0] for _, r in xrecs for b in r.boards})
+        last = max(e.offset for e in pending)
+        self._step("journals")
+        t = self.router.t
+        for a in range(t.n):
+            got = await t.read(a, [W.Drop(W.SCRUB, "")])
+            self.bytes_rewritten += int(W.Reply._make(got[0]).value or 0) if got else 0
+        self._step("archives")
+        if players:
+            await self.router.erasures.rewrite_archives(players)
+        self._step("outbox")
+        feed = getattr(self.client, "feed", None)
+        if feed is not None and players:
+            await asyncio.to_thread(feed.outbox.scrub, players)
+        self._step("snapshot")
+        await self.client.snapshot()
+        self._step("snapshots")
+        await asyncio.to_thread(self.store.delete_through, last)
+        self._step("log")
+        plain = [(o, r) for o, r in xrecs if r.player_id is not None]
+        if plain:
+            stats = await asyncio.to_thread(self._rewrite_log, plain)
+            self.bytes_rewritten += stats.bytes_written
+        self._step("complete")
+        now = self.router.control.wall_clock()
+        for e in pending:
+            await self.router.sequencer.erased(R.ErasureDoneRecord(R.ERASED, e.erasure_id, now))
+        for board_id in boards:  # the ERASED deltas named the players: no longer served
+            ctl = self.router.boards.get(board_id)
+            if ctl is not None:
+                ctl.ring.reset(ctl.version)
+                self.router.fanout.forget_views(board_id)
+
+    def _x_records(self, pending: list[ErasureEntry]) -> list[tuple[int, R.ErasureRecord]]:
+        out = []
+        for e in pending:
+            for offset, rec in self.event_log.read_from(e.offset, 1):
+                if offset == e.offset:
+                    p = R.parse(rec, offset)
+                    if p.kind == R.ERASE:
+                        out.append((offset, p))
+                break
+        return out
+
+    def _rewrite_log(self, plain: list[tuple[int, R.ErasureRecord]]):
+        eraser = LogEraser(plain)
+        start = self.event_log.start_offset()
+        for offset, rec in self.event_log.read_from(start):
+            if offset > eraser.last:
+                break
+            eraser.collect(offset, rec)
+        return self.event_log.rewrite(eraser.last + 1, eraser.rewrite)
+
+    def stats(self) -> dict:
+        """What /metrics shows: pending erasures and the oldest one's age (seconds, by the wall clock)."""
+        table = self.router.registry.erasures
+        oldest = table.oldest_pending()
+        now = self.router.control.wall_clock()
+        return {"pending": len(table.pending()), "complete": len(table) - len(table.pending()),
+                "oldest_pending_age_seconds": 0.0 if oldest is None else max(0.0, (now - oldest.requested_at) / 1000),
+                "runs": self.runs, "last_run_seconds": self.last_seconds, "bytes_rewritten": self.bytes_rewritten}
