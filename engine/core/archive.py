@@ -27,6 +27,10 @@ columns (``h_*``: kind, outcome code, invalidated flag, value, achieved,
 submitted, event id and metadata bytes with offsets). A history read is one
 lookup plus one slice of each column: O(log n + that player's events).
 
+An archive is never edited in place: :func:`without_players` (a player's
+erasure, docs/api.md §17) makes the bytes of the same archive without some
+players, which the I/O shell writes over the old file as it writes a new one.
+
 Rows ``0 .. ranked-1`` are the ranked (ACTIVE) rows, best first: row ``i``
 has rank ``i + 1``. Rows ``ranked .. rows-1`` are the INVALIDATED rows in
 player-id order. Player ids are found through ``hashes`` (the xxh3_64 of
@@ -53,7 +57,7 @@ import numpy as np
 import xxhash
 
 from engine.core.checksum import MASK128, render, row_digest
-from engine.core.errors import UnsupportedFormat
+from engine.core.errors import StorageUnavailable, UnsupportedFormat
 from engine.core.journal import KIND_NAMES, JournalColumns
 from engine.core.model import HistoryEntry, PlayerView, Policy, RankedEntry, RowStatus
 from engine.core.partition import outcome_name
@@ -361,6 +365,13 @@ def encode(board_id: str, policy: Policy, version: int, rows: ArchiveRows,
         header["subscores"] = list(subscores)
     if history is not None:
         header["events"] = history.cols.n
+    return _pack(header, data)
+
+
+def _pack(header: dict, data: dict[str, bytes]) -> list[bytes]:
+    """The archive's byte chunks: magic, header (its ``sections`` filled in
+    from ``data``, in ``data``'s order), the sections padded to 8 bytes, the
+    trailer digest. O(bytes)."""
     # Section offsets depend on the header's length, which depends on the offsets: fix the
     # header's size first (offsets as fixed-width numbers), then fill them in.
     width = 20
@@ -429,7 +440,10 @@ class ArchiveView:
                                     "the one this FlowRank version reads")
         self.info = ArchiveInfo(header["board_id"], Policy(header["policy"]), header["version"], header["rows"],
                                 header["ranked"], header["checksum"])
-        cols = {}
+        #: The header as written (JSON), and every section as a numpy view of ``buf``, in file order.
+        self.header: dict = header
+        self.sections: dict[str, np.ndarray] = {}
+        cols = self.sections
         for name, (at, nbytes) in header["sections"].items():
             dt = np.dtype(SECTIONS[name])
             cols[name] = np.frombuffer(buf, dt, nbytes // dt.itemsize, at)
@@ -626,3 +640,128 @@ class ArchiveView:
                 pid = decode_id(x["x_id_bytes"][x["x_id_offsets"][k]:x["x_id_offsets"][k + 1]].tobytes())
                 assert self.find(pid) == -1 and self.history_slot(pid) == n + k
                 assert x["h_offsets"][n + k + 1] > x["h_offsets"][n + k]  # an extra player has events
+
+
+# ------------------------------------------------------------------ erasure
+
+
+class ArchiveRewrite(NamedTuple):
+    """An archive without some players (:func:`without_players`): the new
+    archive's bytes and what was taken out of it."""
+
+    data: bytes
+    removed_ranked: int  # ranked (ACTIVE) rows removed: the header's version grew by this many
+    removed_rows: int  # rows removed, ranked and INVALIDATED
+    removed_events: int  # history events removed, of rows' players and of players with events and no row
+
+
+def without_players(buf, player_ids: Sequence[str]) -> ArchiveRewrite | None:
+    """The archive in ``buf`` (bytes, an ``mmap``) with ``player_ids`` gone
+    (docs/storage.md, "Archives", erasure): their rows, ranked or INVALIDATED,
+    and their history slots (their events' columns, event ids and metadata),
+    also of players with events and no row (the ``x_*`` sections). The other
+    rows keep their order, so ranks close up; the header's ``rows``,
+    ``ranked`` and ``events`` count what is left, its ``version`` grows by one
+    per erased player who had a ranked row (docs/api.md §17), and its
+    ``checksum`` is that of the remaining rows (the API checksum is a sum of
+    row digests, engine.core.checksum: the erased rows' digests are taken
+    off). The format stays the archive's own (1, 2 or 3). The bytes are those
+    :func:`encode` gives for the remaining rows and history at the grown
+    version, so none of the erased ids' bytes is left in them.
+
+    Returns None when none of ``player_ids`` has a row or a history slot
+    here. Raises :class:`StorageUnavailable` when ``buf``'s trailer digest
+    does not match (a rewrite must not seal damage under a new digest), and
+    :class:`UnsupportedFormat` as :class:`ArchiveView` does.
+
+    O(archive bytes) in numpy masks and gathers, plus O(k log n) for the k
+    ids: no Python object per remaining row or event."""
+    if not digest_ok(lambda at, k: buf[at:at + k], len(buf)):
+        raise StorageUnavailable("The archive to rewrite is damaged: its digest does not match; restore it from "
+                                 "a backup.")
+    view = ArchiveView(buf)
+    ids = list(dict.fromkeys(player_ids))
+    if not ids:
+        return None
+    n, ranked, c, x = view.info.rows, view.ranked, view.sections, view.hist
+    gone = np.asarray(view.find_many(ids), np.int64)
+    gone = gone[gone >= 0]
+    extra = 0 if x is None else len(x["x_id_offsets"]) - 1
+    x_gone = np.zeros(0, np.int64)
+    if x is not None and extra:
+        q_bytes, q_offs = encode_ids(ids)
+        x_gone = _match_ids(x["x_hashes"], x["x_hash_rows"], x["x_id_bytes"], x["x_id_offsets"],
+                            id_hashes(q_bytes, q_offs), q_bytes, q_offs)
+        x_gone = x_gone[x_gone >= 0]
+    if not len(gone) and not len(x_gone):
+        return None
+    keep = np.ones(n, bool)
+    keep[gone] = False
+    x_keep = np.ones(extra, bool)
+    x_keep[x_gone] = False
+    removed_ranked = int(np.count_nonzero(gone < ranked))
+    total = int(view.info.checksum, 16)
+    for r in gone.tolist():  # the erased rows only: the checksum is additive (engine.core.checksum)
+        total -= row_digest(view.player_id(r), int(view.value[r]), int(view.achieved[r]),
+                            "ACTIVE" if r < ranked else "INVALIDATED", int(view.row_version[r]), view.metadata(r),
+                            view.subscores(r))
+
+    rows = np.flatnonzero(keep)
+    made = _kept_sections(c, n, rows, keep)
+    header = dict(view.header)
+    header.update(rows=len(rows), ranked=ranked - removed_ranked, version=int(header["version"]) + removed_ranked,
+                  checksum=render(total & MASK128))
+    removed_events = 0
+    if x is not None:
+        slot_keep = np.concatenate((keep, x_keep))
+        counts = np.diff(np.asarray(x["h_offsets"], np.int64))
+        events = np.flatnonzero(np.repeat(slot_keep, counts))
+        removed_events = len(x["h_kind"]) - len(events)
+        made.update(_kept_history(x, slot_keep, counts, events, x_keep))
+        if "events" in header:
+            header["events"] = len(events)
+    data = {name: made[name] for name in c}  # the sections in the file's order, as encode writes them
+    return ArchiveRewrite(b"".join(_pack(header, data)), removed_ranked, int(len(gone)), removed_events)
+
+
+def _kept_sections(c: dict[str, np.ndarray], n: int, rows: np.ndarray, keep: np.ndarray) -> dict[str, bytes]:
+    """The row sections of ``rows`` (positions, ascending), ``keep`` their mask:
+    columns indexed, id and metadata arenas gathered, the sorted hash index
+    filtered (its order stays sorted) with its rows renumbered. O(rows + bytes)."""
+    i8 = lambda a: np.asarray(a, np.int64)  # noqa: E731
+    out = {k: i8(c[k])[rows].astype("<i8").tobytes() for k in ("value", "achieved", "submitted", "row_version")}
+    id_bytes, id_offs = gather(c["id_bytes"], i8(c["id_offsets"]), rows)
+    meta_bytes, meta_offs = gather(c["meta_bytes"], i8(c["meta_offsets"]), rows)
+    renumber = np.cumsum(keep, dtype=np.int64) - 1
+    on = keep[i8(c["hash_rows"])]
+    out.update(id_offsets=id_offs.astype("<i8").tobytes(), id_bytes=id_bytes.tobytes(),
+               meta_offsets=meta_offs.astype("<i8").tobytes(), meta_bytes=meta_bytes.tobytes(),
+               hashes=np.ascontiguousarray(c["hashes"][on], "<u8").tobytes(),
+               hash_rows=renumber[i8(c["hash_rows"])[on]].astype("<i8").tobytes())
+    if "subscores" in c:
+        subs = c["subscores"]
+        out["subscores"] = b"" if n == 0 else np.ascontiguousarray(subs.reshape(n, -1)[rows], "<i8").tobytes()
+    return out
+
+
+def _kept_history(x: dict[str, np.ndarray], slot_keep: np.ndarray, counts: np.ndarray, events: np.ndarray,
+                  x_keep: np.ndarray) -> dict[str, bytes]:
+    """The history sections of the kept slots (``slot_keep``: rows, then the
+    players without a row) and their ``events`` (positions, ascending). O(events + bytes)."""
+    i8 = lambda a: np.asarray(a, np.int64)  # noqa: E731
+    offsets = np.zeros(int(np.count_nonzero(slot_keep)) + 1, np.int64)
+    np.cumsum(counts[slot_keep], out=offsets[1:])
+    eid_bytes, eid_offs = gather(x["h_eid_bytes"], i8(x["h_eid_offsets"]), events)
+    meta_bytes, meta_offs = gather(x["h_meta_bytes"], i8(x["h_meta_offsets"]), events)
+    extra = np.flatnonzero(x_keep)
+    x_bytes, x_offs = gather(x["x_id_bytes"], i8(x["x_id_offsets"]), extra)
+    on = x_keep[i8(x["x_hash_rows"])]
+    renumber = np.cumsum(x_keep, dtype=np.int64) - 1
+    out = {k: np.ascontiguousarray(x[k][events]).tobytes()
+           for k in ("h_kind", "h_outcome", "h_invalid", "h_value", "h_achieved", "h_submitted")}
+    out.update(h_offsets=offsets.astype("<i8").tobytes(), h_eid_offsets=eid_offs.astype("<i8").tobytes(),
+               h_eid_bytes=eid_bytes.tobytes(), h_meta_offsets=meta_offs.astype("<i8").tobytes(),
+               h_meta_bytes=meta_bytes.tobytes(), x_id_offsets=x_offs.astype("<i8").tobytes(),
+               x_id_bytes=x_bytes.tobytes(), x_hashes=np.ascontiguousarray(x["x_hashes"][on], "<u8").tobytes(),
+               x_hash_rows=renumber[i8(x["x_hash_rows"])[on]].astype("<i8").tobytes())
+    return out

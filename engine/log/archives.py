@@ -9,6 +9,12 @@ or a whole archive (a leftover ``.tmp`` is removed at open). Reading maps the
 file read-only, so an archive costs page cache, not process memory, and only
 the pages a read touches. ``MemoryArchiveStore`` keeps the same bytes in a
 dict (tests, the in-memory service).
+
+An archive is rewritten only to erase players (docs/api.md §17): ``erase``
+builds the archive without them (:func:`engine.core.archive.without_players`)
+and ``replace`` writes it the way a save does, so after a crash the file is
+the old archive or the new one, whole. A view of the old file stays readable
+after the rename (its mapping keeps the old inode) until it is dropped.
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ import logging
 import mmap
 import os
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
-from engine.core.archive import ArchiveView, digest_ok
+from engine.core.archive import ArchiveRewrite, ArchiveView, digest_ok, without_players
 from engine.core.errors import StorageUnavailable
 from engine.log.segment_log import fsync_directory
 
@@ -36,6 +42,27 @@ class ArchiveStore(Protocol):
     def open(self, board_id: str) -> ArchiveView | None:
         """The finished archive of ``board_id``, or None when there is none."""
 
+    def replace(self, board_id: str, data: bytes) -> ArchiveView:
+        """Put ``data`` (a whole archive) in place of the archive of ``board_id``,
+        atomically, and return the view of the new one."""
+
+    def erase(self, board_id: str, player_ids: Sequence[str]) -> tuple[ArchiveView, ArchiveRewrite] | None:
+        """Rewrite the archive of ``board_id`` without ``player_ids``: the view
+        of the new archive and what was removed; None when there is no
+        archive or none of the players is in it (nothing is written)."""
+
+
+def _erase(store: ArchiveStore, board_id: str, player_ids: Sequence[str]) -> tuple[ArchiveView, ArchiveRewrite] | None:
+    """Both stores' ``erase``: read the archive, rewrite it without the players, replace it. O(archive bytes)."""
+    old = store.open(board_id)
+    if old is None:
+        return None
+    rewrite = without_players(old.buf, player_ids)
+    del old  # the old file's mapping (a view already handed out keeps its own)
+    if rewrite is None:
+        return None
+    return store.replace(board_id, rewrite.data), rewrite
+
 
 class MemoryArchiveStore:
     """Archives as bytes in a dict."""
@@ -49,6 +76,13 @@ class MemoryArchiveStore:
     def open(self, board_id: str) -> ArchiveView | None:
         data = self.files.get(board_id)
         return None if data is None else ArchiveView(data)
+
+    def replace(self, board_id: str, data: bytes) -> ArchiveView:
+        self.files[board_id] = data
+        return ArchiveView(data)
+
+    def erase(self, board_id: str, player_ids: Sequence[str]) -> tuple[ArchiveView, ArchiveRewrite] | None:
+        return _erase(self, board_id, player_ids)
 
 
 class FileArchiveStore:
@@ -110,3 +144,19 @@ class FileArchiveStore:
         finally:
             os.close(fd)
         return ArchiveView(mapped)
+
+    def replace(self, board_id: str, data: bytes) -> ArchiveView:
+        """Write ``data`` over the archive of ``board_id`` as :meth:`save` writes
+        (temp file, fsync, rename, directory fsync: a crash before the rename
+        leaves the old file whole, after it the new one) and open it. The
+        fault hook sees the same stages. O(bytes)."""
+        self.save(board_id, [data])
+        view = self.open(board_id)
+        if view is None:  # renamed a moment ago: only someone else's hand removes it
+            raise StorageUnavailable(f"The archive of board {board_id!r} vanished after it was replaced.", retry_after=1)
+        return view
+
+    def erase(self, board_id: str, player_ids: Sequence[str]) -> tuple[ArchiveView, ArchiveRewrite] | None:
+        """The archive without ``player_ids`` (see :class:`ArchiveStore`), read
+        from the old file's mapping, written by :meth:`replace`."""
+        return _erase(self, board_id, player_ids)
