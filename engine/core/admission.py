@@ -54,6 +54,7 @@ class ScoreVerdicts(NamedTuple):
     verdicts: np.ndarray  # uint8
     words: np.ndarray  # (n, 3) uint32 (DedupTable.words_of)
     fps: np.ndarray  # uint64 content fingerprints
+    erased: np.ndarray | None = None  # positions answered from an erased player's events (never logged)
 
     def remembered(self) -> np.ndarray:
         """Positions of the events a board remembers (admitted, held, or
@@ -121,11 +122,13 @@ class Admission:
         words = self.dedup.words_many(cols.event_ids, None if ids is None else (ids.events, ids.event_offs))
         also = [t for t in (self.quarantined, earlier) if t is not None and len(t)]
         seen = self.dedup.check_many(cols.event_ids, fps, words, also)
+        erased = None
         if len(self.erased):  # an erased player's event sent again (docs/api.md §17)
             fresh = np.flatnonzero(seen == Seen.NEW.value)
             if len(fresh):
                 keyed = keyed_words(self.erasure_secret, self.spec.board_id, [cols.event_ids[i] for i in fresh])
                 again = self.erased.check_many([], fps[fresh], keyed)
+                erased = fresh[again != Seen.NEW.value]
                 seen[fresh] = np.where(again != Seen.NEW.value, again, seen[fresh])
         verdicts = np.zeros(n, np.uint8)
         verdicts[seen == Seen.DUPLICATE.value] = code[Outcome.DUPLICATE_IGNORED]
@@ -142,7 +145,7 @@ class Admission:
                                None if ids is None else (ids.players, ids.player_offs), seen == Seen.NEW.value,
                                verdicts, self._rowed(cols))
                 verdicts[new] = judged[new]
-        return ScoreVerdicts(verdicts, words, fps)
+        return ScoreVerdicts(verdicts, words, fps, erased if erased is not None and len(erased) else None)
 
     def _rowed(self, cols: ScoreColumns) -> np.ndarray:
         return makes_row(self.spec.policy, self.spec.max_plausible_time_ms, cols.values)

@@ -68,9 +68,10 @@ class ScorePlace(NamedTuple):
     record order; ``part``: the index of the part within a ``G`` record (-1:
     the record is the part)."""
 
-    record: int
+    record: int  # -1: answered without a record (``codes``)
     rows: np.ndarray
     part: int = -1
+    codes: np.ndarray | None = None  # the verdicts of rows answered without a record
 
 
 class GroupMemo(NamedTuple):
@@ -424,6 +425,15 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
                 entering.append(R.EnterRecord(R.ENTER, cols.board_id, new))
         n_parts = ctl.spec.shards
         mine = []
+        quiet = got.erased  # an erased player's events sent again: answered, never logged (docs/api.md §17)
+        if quiet is not None:
+            mine.append(ScorePlace(-1, quiet, codes=got.verdicts[quiet]))
+            keep = np.setdiff1d(np.arange(len(cols)), quiet)
+            if not len(keep):
+                places.append(mine)
+                continue
+            cols = cols.take(keep)
+            got = got._replace(verdicts=got.verdicts[keep], words=got.words[keep], fps=got.fps[keep], erased=None)
         if n_parts == 1:
             split = [np.arange(len(cols))]
             parts = [0]
@@ -445,7 +455,7 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
             memos.append(ScoreMemo(sub, verdicts, got.words if whole else got.words[rows],
                                    got.fps if whole else got.fps[rows]))
             ids_new.append(fresh)
-            mine.append(ScorePlace(len(records) - 1, rows))
+            mine.append(ScorePlace(len(records) - 1, rows if quiet is None else keep[rows]))
         places.append(mine)
     if batch.origin is not None and len(records) - lead > 1:  # a fan-out: its score records as one G record
         parts = records[lead:]
@@ -455,12 +465,13 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
         records.append(R.group_record(parts))
         memos.append(group_memo)
         ids_new.append(fresh_all)
-        places = [None if mine is None else [ScorePlace(lead, p.rows, p.record - lead) for p in mine]
-                  for mine in places]
+        places = [None if mine is None else [p if p.record < 0 else ScorePlace(lead, p.rows, p.record - lead)
+                                             for p in mine] for mine in places]
     if entering:  # before the score records: a torn tail never keeps scores without their placement
         k = len(entering)
         records[lead:lead] = entering
         memos[lead:lead] = [None] * k
         ids_new[lead:lead] = [False] * k
-        places = [None if mine is None else [p._replace(record=p.record + k) for p in mine] for mine in places]
+        places = [None if mine is None else [p if p.record < 0 else p._replace(record=p.record + k) for p in mine]
+                  for mine in places]
     return Decision(records, memos, ids_new, places, routed=routed)

@@ -21,7 +21,6 @@ import numpy as np
 
 from engine.core import records as R
 from engine.core import wire as W
-from engine.core import archive as _archive
 from engine.core.dedup import fingerprint
 from engine.core.erasure import erased_events, erasure_record, subject_of
 from engine.core.errors import ErasureNotFound
@@ -95,12 +94,9 @@ class Erasures:
                 ctl = self.registry.boards.get(board_id)
                 if ctl is None or ctl.archive is None:
                     continue
-                got = await asyncio.to_thread(_archive.without_players, ctl.archive.buf, player_ids)
-                if got is None:
-                    continue
-                store = self.archives()
-                await asyncio.to_thread(store.save, board_id, [got.data])
-                ctl.archive = await asyncio.to_thread(store.open, board_id)
+                got = await asyncio.to_thread(self.archives().erase, board_id, player_ids)
+                if got is not None:
+                    ctl.archive = got[0]
 
     async def rewrite_archives(self, player_ids: list) -> None:
         """The job's step: every archive without the players."""

@@ -340,7 +340,7 @@ class Sequencer:
             overlay.note(got)
             start = len(records)
             places = None if got.places is None else [
-                None if mine is None else [ScorePlace(start + p.record, p.rows, p.part) for p in mine]
+                None if mine is None else [p if p.record < 0 else p._replace(record=start + p.record) for p in mine]
                 for mine in got.places]
             records.extend(got.records)
             memos.extend(got.memos)
@@ -550,7 +550,10 @@ class Sequencer:
             bcodes = np.empty(m, np.uint8)
             changed = np.zeros(m, np.bool_)
             ch_rows, ch_values, ch_achieved, ch_actor = [], [], [], []
-            for at, rows, part in mine:
+            for at, rows, part, quiet in mine:
+                if at < 0:  # answered without a record (an erased player's event sent again)
+                    bcodes[rows] = quiet
+                    continue
                 if part < 0:
                     actor, result = per_record[at][0]
                 else:  # a part of a G record: the answer of the one shard actor hosting it

@@ -109,8 +109,8 @@ class ErasureJob:
         self._step("journals")
         t = self.router.t
         for a in range(t.n):
-            got = await t.read(a, [W.Drop(W.SCRUB, "")])
-            self.bytes_rewritten += int(W.Reply._make(got[0]).value or 0) if got else 0
+            _, reply = await self.router.reads.ask(a, W.Drop(W.SCRUB, ""))
+            self.bytes_rewritten += int(reply.value or 0)
         self._step("archives")
         if players:
             await self.router.erasures.rewrite_archives(players)
