@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -47,7 +48,9 @@ REPLAY_CHUNK = 20_000
 #: thousands a second their events grew the GCS even with the embedded cap of
 #: 1,000 kept (engine.cluster.engine), and in a joined cluster without one.
 SHARD_OPTIONS = dict(num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False)
-LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0, enable_task_events=False)
+#: ``rewrite`` runs in its own thread ("maintenance" group), so appends and reads,
+#: one at a time in the default group, go on during an erasure's rewrite.
+LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0, enable_task_events=False, concurrency_groups={"maintenance": 1})
 
 
 def pack(obj) -> bytes:
@@ -97,6 +100,15 @@ class LogServer:
 
     def delete_segments_before(self, offset: int) -> list:
         return self.log.delete_segments_before(offset)
+
+    @ray.method(concurrency_group="maintenance")
+    def rewrite(self, before: int, fn_pickled: bytes) -> list:
+        """``SegmentedFileLog.rewrite`` with ``fn`` pickled by the caller
+        (``ray.cloudpickle.dumps``); the stats as a list. The dead-letter scan
+        starts again: its records may have changed."""
+        stats = self.log.rewrite(before, pickle.loads(fn_pickled))
+        self.dead = DeadLetterIndex(self.log)
+        return list(stats)
 
     def stats(self) -> dict:
         return self.log.stats() | {"end_offset": self.log.end_offset()}

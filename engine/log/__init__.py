@@ -6,7 +6,7 @@ for the on-disk layout and the recovery rules.
 
 from engine.log.memory import InMemoryLog, InMemorySnapshotStore
 from engine.log.outbox import Outbox
-from engine.log.port import EventLog, FaultHook, SnapshotStore
+from engine.log.port import EventLog, FaultHook, RewriteStats, SnapshotStore
 from engine.log.segment_log import SegmentedFileLog, segment_file_name
 from engine.log.snapshots import FileSnapshotStore
 
@@ -17,6 +17,7 @@ __all__ = [
     "InMemoryLog",
     "InMemorySnapshotStore",
     "Outbox",
+    "RewriteStats",
     "SegmentedFileLog",
     "SnapshotStore",
     "segment_file_name",

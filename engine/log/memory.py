@@ -5,7 +5,7 @@ payloads are stored msgpack-encoded (so values are copied, tuples read back
 as lists and unencodable values fail at the call), offsets are dense,
 segments are emulated with the same byte accounting and roll rule so
 retention behaves alike, and the same ``fault_hook(op, path)`` seam makes
-``"write"``/``"fsync"`` (or ``"snapshot.write"``) fail with
+``"write"``/``"fsync"`` (or ``"rewrite.write"``, ``"snapshot.write"``) fail with
 :class:`engine.core.errors.StorageUnavailable`. Nothing survives the process.
 """
 
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
 
 from engine.core.errors import StorageUnavailable
 from engine.log.framing import SEGMENT_HEADER_SIZE, encode_batch, encode_payloads, pack_payload, unpack_payload
-from engine.log.port import FaultHook
+from engine.log.port import FaultHook, RewriteStats
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -42,6 +43,7 @@ class InMemoryLog:
         self._segment_bytes = segment_bytes
         self._hook = fault_hook
         self._lock = threading.Lock()
+        self._rewrite_lock = threading.Lock()
         self._closed = False
 
     @classmethod
@@ -137,6 +139,54 @@ class InMemoryLog:
                 self._start = nxt
                 deleted.append(f"memory:{first:020d}.log")
         return deleted
+
+    def rewrite(self, before: int, fn: Callable[[int, object], object]) -> RewriteStats:
+        """See :meth:`engine.log.EventLog.rewrite`. Rolls the emulated active
+        segment like the file log, calls ``fn`` outside the lock (appends go
+        on), then swaps the changed payloads in at once and adjusts the
+        emulated segment sizes. ``"rewrite.write"`` is called per changed
+        segment before anything changes; an ``OSError`` there fails the call
+        with ``StorageUnavailable`` and nothing rewritten. ``O(records below
+        before)``."""
+        if self._closed:
+            raise ValueError("rewrite of a closed log")
+        with self._rewrite_lock:
+            with self._lock:
+                start = self._start
+                end = start + len(self._payloads)
+                limit = max(start, min(before, end))
+                if self._segs[-1][0] < limit:  # the active segment holds a record < before: roll
+                    self._segs.append([end, SEGMENT_HEADER_SIZE])
+                old = self._payloads[: limit - start]
+                firsts = [first for first, _size in self._segs]
+            changes: dict[int, bytes] = {}
+            for offset, payload in enumerate(old, start):
+                record = unpack_payload(payload)
+                new = fn(offset, record)
+                if new is not record:
+                    packed = pack_payload(new)
+                    if packed != payload:
+                        changes[offset] = packed
+            touched = sorted({firsts[bisect_right(firsts, o) - 1] for o in changes})
+            if self._hook is not None:
+                for first in touched:
+                    path = f"memory:{first:020d}.log"
+                    try:
+                        self._hook("rewrite.write", path)
+                    except OSError as exc:
+                        raise StorageUnavailable(f"event log rewrite failed on {path}: {exc}") from exc
+            with self._lock:
+                sizes = {seg[0]: seg for seg in self._segs}
+                changed = 0
+                for offset, packed in changes.items():
+                    i = offset - self._start
+                    if i < 0:
+                        continue  # retention deleted it meanwhile
+                    sizes[firsts[bisect_right(firsts, offset) - 1]][1] += len(packed) - len(self._payloads[i])
+                    self._payloads[i] = packed
+                    changed += 1
+                kept = [sizes[first][1] for first in touched if first in sizes]
+            return RewriteStats(len(kept), changed, sum(kept))
 
     def close(self) -> None:
         self._closed = True

@@ -16,13 +16,22 @@ Implementations: :class:`engine.log.SegmentedFileLog` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 #: Test seam shared by the implementations: called as ``hook(op, path)``
 #: right before each I/O step (``op`` is e.g. ``"write"``, ``"fsync"``,
 #: ``"snapshot.rename"``). Raising ``OSError`` makes that step fail as if the
 #: OS had failed it; blocking in the hook freezes the writer at that point.
 FaultHook = Callable[[str, str], None]
+
+
+class RewriteStats(NamedTuple):
+    """What :meth:`EventLog.rewrite` did: the segments written again, the
+    records ``fn`` changed, and the bytes of the new segment files."""
+
+    segments_rewritten: int
+    records_changed: int
+    bytes_written: int
 
 
 @runtime_checkable
@@ -96,6 +105,29 @@ class EventLog(Protocol):
     def delete_segments_before(self, offset: int) -> list[str]:
         """Delete whole segments whose every record is ``< offset``, oldest
         first, never the active (last) segment. Returns deleted paths."""
+        ...
+
+    def rewrite(self, before: int, fn: Callable[[int, object], object]) -> RewriteStats:
+        """Replace records in place, keeping their offsets (erasure: ids become
+        pseudonyms in the records before the erasure's log position).
+
+        ``fn(offset, record)`` is called, in offset order, for every durable
+        record with ``start_offset() <= offset < before`` (records not yet
+        durable when the call starts count as ``>= before``) and returns the
+        record to keep there; returning the very object it was given (``is``)
+        means unchanged. Records at or after ``before`` are never touched.
+        The new records must be in the record format of their segment.
+
+        Atomic: a reader sees every affected segment old or every one new
+        once the call returned, and a crash at any step leaves, after the
+        next open, all old or all new segments (never a mix, never a
+        half-written file). Appends go on meanwhile (the active segment is
+        closed first when it holds a record ``< before``). Only segments
+        where ``fn`` changed a record are written again. Raises what ``fn``
+        raises, ``TypeError``/``ValueError`` for a record that cannot be
+        encoded, :class:`engine.core.errors.StorageUnavailable` on I/O
+        faults. Rewrites run one at a time. ``O(bytes of the range)``.
+        """
         ...
 
     def close(self) -> None:

@@ -42,11 +42,23 @@ Disk faults: if a write or fsync fails, every batch of the group fails with
 back to its last durable size (retried before the next write if the
 truncate itself fails), and the next group tries again, so the log recovers
 on its own once the fault clears.
+
+Rewriting (erasure, :meth:`SegmentedFileLog.rewrite`): records before a
+position are replaced in place, offsets unchanged. Each changed segment is
+written whole to ``<segment>.rw`` beside it and fsync'd; the commit point is
+``rewrite.manifest`` (temp + fsync + rename + directory fsync) naming each
+temp, its segment and the new file's size, record count and CRC-32; then each
+temp is renamed onto its segment and the manifest deleted. ``open`` finishes
+the renames of a manifest it finds (roll forward, after checking each file
+against the manifest) and deletes ``.rw`` files no manifest names (roll
+back). Readers open a segment file under the same lock the swap renames
+under, so the file they open always matches the sizes and index they use.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -54,7 +66,8 @@ import threading
 import time
 import zlib
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 from engine.core.errors import LogCorruption, StorageUnavailable, UnsupportedFormat
 from engine.core.formats import LOG_FORMAT
@@ -68,15 +81,21 @@ from engine.log.framing import (
     encode_payloads,
     encode_segment_header,
     find_valid_frame,
+    pack_payload,
     parse_frames,
     unpack_payload,
 )
-from engine.log.port import FaultHook
+from engine.log.port import FaultHook, RewriteStats
 
 logger = logging.getLogger("flowrank.log")
 
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _READ_BLOCK = 1 << 20
+#: A rewritten segment's temp file is ``<segment file name>`` + this.
+REWRITE_SUFFIX = ".rw"
+#: The commit point of a rewrite (see the module doc); its temp adds ``.tmp``.
+REWRITE_MANIFEST = "rewrite.manifest"
+_MANIFEST_FORMAT = 1
 
 
 def segment_file_name(first_offset: int) -> str:
@@ -122,6 +141,16 @@ class _Request:
         self.done = threading.Event()
 
 
+class _Rewritten(NamedTuple):
+    """A segment written again, not yet swapped in: its new in-memory
+    segment, the temp file, the records changed and the file's CRC-32."""
+
+    segment: _Segment
+    temp: str
+    changed: int
+    crc32: int
+
+
 class SegmentedFileLog:
     """File-backed :class:`engine.log.EventLog`. Create with :meth:`open`."""
 
@@ -140,7 +169,10 @@ class SegmentedFileLog:
         self._roll_first = last.records > 0 and last.record_format != record_format
         self._durable = last.first_offset + last.records
         self._assigned = self._durable
-        self._lock = threading.Lock()  # guards segments/_firsts/_durable/_assigned
+        self._lock = threading.Lock()  # guards segments/_firsts/_durable/_assigned/_rewriting
+        self._write_lock = threading.Lock()  # held by the writer for a commit group; rewrite rolls under it
+        self._rewrite_lock = threading.Lock()  # one rewrite at a time
+        self._rewriting: set[int] = set()  # first offsets of the segments a rewrite holds (retention spares them)
         self._cond = threading.Condition(threading.Lock())  # guards _pending/_closing
         self._pending: list[_Request] = []
         self._closing = False
@@ -166,7 +198,11 @@ class SegmentedFileLog:
         :class:`LogCorruption` for anything else that does not verify.
         ``fsync=False`` skips fsyncs (benchmarks/tests only: not durable).
         ``fault_hook(op, path)`` is the fault-injection seam, called before
-        ``"create"``, ``"write"``, ``"fsync"``, ``"truncate"``, ``"dirsync"``.
+        ``"create"``, ``"write"``, ``"fsync"``, ``"truncate"``, ``"dirsync"``
+        and the ``"rewrite.*"`` steps of :meth:`rewrite`.
+        Leftovers of an interrupted :meth:`rewrite` are resolved first: a
+        ``rewrite.manifest`` is rolled forward (``LogCorruption`` if a file
+        does not match it), ``.rw`` files without one are deleted.
         ``record_format`` (default: this version's ``engine.core.formats.LOG_FORMAT``)
         is written into new segment headers; a segment whose header names a
         newer one raises :class:`UnsupportedFormat`.
@@ -177,6 +213,7 @@ class SegmentedFileLog:
         if not os.path.isdir(directory):
             os.makedirs(directory, exist_ok=True)
             fsync_directory(os.path.dirname(directory))
+        _recover_rewrite(directory, fsync)
         names = sorted(
             (int(m.group(1)), os.path.join(directory, m.group(0)))
             for m in map(SEGMENT_NAME.match, os.listdir(directory)) if m
@@ -285,7 +322,8 @@ class SegmentedFileLog:
                     return
                 group, self._pending = self._pending, []
             try:
-                self._commit(group)
+                with self._write_lock:
+                    self._commit(group)
             except BaseException as exc:  # never leave a caller waiting forever
                 for request in group:
                     if not request.done.is_set():
@@ -435,13 +473,15 @@ class SegmentedFileLog:
                     if seg is not fseg:
                         j = bisect_right(seg.index_k, cur - seg.first_offset) - 1
                         seek_k, seek_pos = seg.index_k[j], seg.index_pos[j]
+                        # opened under the lock: a rewrite swaps files under it, so this file is `seg`'s
+                        try:
+                            opened = open(seg.path, "rb")
+                        except FileNotFoundError:
+                            raise ValueError(f"offset {cur} was deleted by retention") from None
                 if seg is not fseg:
                     if f is not None:
                         f.close()
-                    try:
-                        f = open(seg.path, "rb")
-                    except FileNotFoundError:
-                        raise ValueError(f"offset {cur} was deleted by retention") from None
+                    f = opened
                     fseg = seg
                     buf, buf_base = b"", seek_pos
                     pos = seek_pos
@@ -472,30 +512,261 @@ class SegmentedFileLog:
             if offset < self._segments[0].first_offset:
                 raise ValueError(f"offset {offset} precedes the oldest retained offset "
                                  f"{self._segments[0].first_offset}")
-            segs = [(s.path, s.first_offset, s.records, s.size, s.index_k, s.index_pos)
-                    for s in self._segments if s.first_offset + s.records > offset]
+            firsts = [s.first_offset for s in self._segments if s.first_offset + s.records > offset]
         out: list[tuple[int, object]] = []
-        for path, first, records, size, index_k, index_pos in segs:
+        for first in firsts:
             k = max(0, offset - first)
-            j = bisect_right(index_k, k) - 1
-            try:
-                with open(path, "rb") as f:
-                    out.extend(_scan_where(f, path, first, index_k[j], index_pos[j], k, records, size, head))
-            except FileNotFoundError:
-                raise ValueError(f"offset {max(offset, first)} was deleted by retention") from None
+            with self._lock:  # the file is opened with the metadata it matches (a rewrite swaps both under it)
+                i = bisect_right(self._firsts, first) - 1
+                seg = self._segments[i] if i >= 0 else None
+                if seg is None or seg.first_offset != first:
+                    raise ValueError(f"offset {max(offset, first)} was deleted by retention")
+                path, records, size = seg.path, seg.records, seg.size
+                j = bisect_right(seg.index_k, k) - 1
+                n, pos = seg.index_k[j], seg.index_pos[j]
+                try:
+                    f = open(path, "rb")
+                except FileNotFoundError:
+                    raise ValueError(f"offset {max(offset, first)} was deleted by retention") from None
+            with f:
+                out.extend(_scan_where(f, path, first, n, pos, k, records, size, head))
         return out
+
+    # --------------------------------------------------------------- rewrite
+
+    def rewrite(self, before: int, fn: Callable[[int, object], object]) -> RewriteStats:
+        """See :meth:`engine.log.EventLog.rewrite`.
+
+        Steps (module doc): roll the active segment if it holds a record
+        ``< before`` (the writer waits for that roll only), then per segment
+        holding such records read and decode it, call ``fn``, and, if a
+        record's bytes changed, write the whole segment to ``<segment>.rw``
+        (same header, unchanged records byte for byte, changed ones packed
+        and framed as :meth:`append_payloads` frames them) and fsync it. Then
+        the manifest (commit point), the renames with the in-memory segments
+        swapped under the lock readers open files under, the manifest's
+        deletion. A failure before the commit point deletes the temps and
+        changes nothing; after it, the manifest stays and the next
+        :meth:`rewrite` (or :meth:`open`) finishes the renames.
+
+        A returned record that is a new object but packs to the same bytes
+        counts as unchanged. Appends continue throughout; retention spares
+        the segments being rewritten. Memory: one segment's bytes and
+        records at a time. ``O(bytes of the segments below before)``.
+        """
+        if self._closed or self._closing:
+            raise ValueError("rewrite of a closed log")
+        with self._rewrite_lock:
+            self._finish_rewrite()
+            limit = self._close_active_below(before)
+            with self._lock:
+                segs = [s for s in self._segments[:-1] if s.first_offset < limit and s.records > 0]
+                held = {s.first_offset for s in segs}
+                self._rewriting |= held
+            try:
+                return self._rewrite_segments(segs, limit, fn)
+            finally:
+                with self._lock:
+                    self._rewriting -= held
+
+    def _close_active_below(self, before: int) -> int:
+        """Roll the active segment if it holds a durable record ``< before``;
+        returns the end of the rewrite range (``before``, at most the durable
+        offset). Holds the writer's lock for the roll only."""
+        with self._write_lock:
+            with self._lock:
+                limit = max(0, min(before, self._durable))
+                active = self._segments[-1]
+            if active.records > 0 and active.first_offset < limit:
+                try:
+                    if self._dirty:
+                        self._truncate_active()
+                    self._roll()
+                    self._roll_first = False
+                except OSError as exc:
+                    raise StorageUnavailable(f"event log segment roll before a rewrite failed on "
+                                             f"{active.path}: {exc}") from exc
+        return limit
+
+    def _rewrite_segments(self, segs: list[_Segment], limit: int,
+                          fn: Callable[[int, object], object]) -> RewriteStats:
+        written: list[_Rewritten] = []
+        try:
+            for seg in segs:
+                got = self._rewrite_segment(seg, limit, fn)
+                if got is not None:
+                    written.append(got)
+            if written:
+                self._commit_manifest(written)
+        except BaseException as exc:
+            for w in written:
+                _unlink_quietly(w.temp)
+            if isinstance(exc, OSError):
+                raise StorageUnavailable(f"event log rewrite failed: {exc}") from exc
+            raise
+        if not written:
+            return RewriteStats(0, 0, 0)
+        try:
+            self._swap(written)
+        except OSError as exc:
+            raise StorageUnavailable(f"event log rewrite failed after its commit point (the next rewrite "
+                                     f"or open finishes it): {exc}") from exc
+        return RewriteStats(len(written), sum(w.changed for w in written), sum(w.segment.size for w in written))
+
+    def _rewrite_segment(self, seg: _Segment, limit: int,
+                         fn: Callable[[int, object], object]) -> "_Rewritten | None":
+        """One segment through ``fn``; its temp file written and fsync'd if
+        a record changed, else None."""
+        with open(seg.path, "rb") as f:  # not active: its file no longer changes (rewrites run one at a time)
+            data = f.read(seg.size)
+        result = parse_frames(data, SEGMENT_HEADER_SIZE, len(data), seg.records, keep=True)
+        if len(result.starts) != seg.records:
+            raise LogCorruption(f"log segment {seg.path}: {result.problem or 'file shorter than its durable size'} "
+                                f"at byte offset {result.end}")
+        view = memoryview(data)
+        unpack_header = FRAME_HEADER.unpack_from
+        payloads: list = []
+        changed = 0
+        first = seg.first_offset
+        calls = min(seg.records, limit - first)
+        for k, (start, value) in enumerate(zip(result.starts, result.values)):
+            length = unpack_header(data, start)[0]
+            payload = view[start + FRAME_HEADER_SIZE:start + FRAME_HEADER_SIZE + length]
+            if k < calls:
+                new = fn(first + k, value)
+                if new is not value:
+                    packed = pack_payload(new)
+                    if packed != payload:
+                        payload = packed
+                        changed += 1
+            payloads.append(payload)
+        if not changed:
+            return None
+        blob, starts = encode_payloads(payloads)
+        header = encode_segment_header(first, seg.record_format)
+        temp = seg.path + REWRITE_SUFFIX
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            self._call_hook("rewrite.write", temp)
+            _pwrite_all(fd, header, 0)
+            _pwrite_all(fd, blob, SEGMENT_HEADER_SIZE)
+            if self._fsync:
+                self._call_hook("rewrite.fsync", temp)
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(temp)
+            raise
+        os.close(fd)
+        interval = self._interval
+        index_k = list(range(0, len(starts), interval)) or [0]
+        index_pos = [SEGMENT_HEADER_SIZE + starts[k] for k in index_k] if starts else [SEGMENT_HEADER_SIZE]
+        new_seg = _Segment(first, seg.path, seg.records, SEGMENT_HEADER_SIZE + len(blob), index_k, index_pos,
+                           seg.record_format)
+        return _Rewritten(new_seg, temp, changed, zlib.crc32(blob, zlib.crc32(header)))
+
+    def _commit_manifest(self, written: list["_Rewritten"]) -> None:
+        """Write the manifest: temp, fsync, directory fsync (the ``.rw`` files'
+        entries too), rename (the commit point), directory fsync."""
+        manifest = os.path.join(self._dir, REWRITE_MANIFEST)
+        temp = manifest + ".tmp"
+        body = json.dumps({"format": _MANIFEST_FORMAT, "segments": [
+            {"temp": os.path.basename(w.temp), "segment": os.path.basename(w.segment.path),
+             "bytes": w.segment.size, "records": w.segment.records, "crc32": w.crc32} for w in written]},
+            separators=(",", ":")).encode()
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                self._call_hook("rewrite.manifest.write", temp)
+                _pwrite_all(fd, body, 0)
+                if self._fsync:
+                    self._call_hook("rewrite.manifest.fsync", temp)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if self._fsync:
+                self._call_hook("rewrite.dirsync", self._dir)
+                fsync_directory(self._dir)
+            self._call_hook("rewrite.manifest.rename", manifest)
+            os.replace(temp, manifest)
+        except BaseException:
+            _unlink_quietly(temp)
+            raise
+
+    def _swap(self, written: list["_Rewritten"]) -> None:
+        """After the commit point: rename every temp onto its segment, swapping
+        the in-memory segment with it, all under the lock readers open files
+        under; then make the renames durable and delete the manifest."""
+        manifest = os.path.join(self._dir, REWRITE_MANIFEST)
+        if self._fsync:
+            self._call_hook("rewrite.dirsync", self._dir)
+            fsync_directory(self._dir)  # the manifest is durable before any segment changes
+        with self._lock:
+            for w in written:
+                self._call_hook("rewrite.rename", w.segment.path)
+                os.replace(w.temp, w.segment.path)
+                i = bisect_right(self._firsts, w.segment.first_offset) - 1
+                self._segments[i] = w.segment
+        self._delete_manifest(manifest)
+
+    def _delete_manifest(self, manifest: str) -> None:
+        if self._fsync:
+            self._call_hook("rewrite.dirsync", self._dir)
+            fsync_directory(self._dir)
+        self._call_hook("rewrite.manifest.delete", manifest)
+        os.unlink(manifest)
+        if self._fsync:
+            self._call_hook("rewrite.dirsync", self._dir)
+            fsync_directory(self._dir)
+
+    def _finish_rewrite(self) -> None:
+        """Finish a rewrite of this process that failed after its commit point
+        (its manifest is still there): the remaining renames, each segment
+        verified again and swapped under the lock; then the manifest goes.
+        Without a manifest, deletes leftover temps. Called under the rewrite lock."""
+        manifest = os.path.join(self._dir, REWRITE_MANIFEST)
+        try:
+            if not os.path.exists(manifest):
+                _delete_rewrite_temps(self._dir)
+                return
+            entries = _read_manifest(manifest)
+            for entry in entries:
+                temp = os.path.join(self._dir, entry["temp"])
+                path = os.path.join(self._dir, entry["segment"])
+                with self._lock:
+                    i = bisect_right(self._firsts, _first_of(path)) - 1
+                    seg = self._segments[i] if i >= 0 else None
+                    if seg is None or seg.path != path:  # deleted by retention meanwhile
+                        _unlink_quietly(temp)
+                        continue
+                    if os.path.exists(temp):
+                        _check_rewritten(temp, entry)
+                        self._call_hook("rewrite.rename", path)
+                        os.replace(temp, path)
+                    else:
+                        _check_rewritten(path, entry)
+                    new = _scan_segment(path, seg.first_offset, False, self._interval, self._fsync, seg.record_format)
+                    if new.records != seg.records:
+                        raise LogCorruption(f"log segment {path}: rewritten with {new.records} records, "
+                                            f"{seg.records} before")
+                    self._segments[i] = new
+            self._delete_manifest(manifest)
+            _delete_rewrite_temps(self._dir)
+        except OSError as exc:
+            raise StorageUnavailable(f"event log rewrite could not finish the previous one: {exc}") from exc
 
     # --------------------------------------------------------------- retention
 
     def delete_segments_before(self, offset: int) -> list[str]:
         """Delete the oldest segments whose records are all ``< offset``;
-        never the active one. ``O(segments deleted)`` + one directory fsync."""
+        never the active one, nor one a :meth:`rewrite` in progress holds (nor
+        any after it). ``O(segments deleted)`` + one directory fsync."""
         deleted: list[str] = []
         with self._lock:
             while len(self._segments) > 1:
                 seg = self._segments[0]
-                if seg.first_offset + seg.records > offset:
-                    break
+                if seg.first_offset + seg.records > offset or seg.first_offset in self._rewriting:
+                    break  # a segment a rewrite holds stays, and so do the newer ones
                 os.unlink(seg.path)
                 self._segments.pop(0)
                 self._firsts.pop(0)
@@ -691,3 +962,87 @@ def _scan_segment(path: str, first: int, last: bool, interval: int, fsync: bool,
     index_k = list(range(0, len(starts), interval)) or [0]
     index_pos = [starts[k] for k in index_k] if starts else [SEGMENT_HEADER_SIZE]
     return _Segment(first, path, len(starts), end, index_k, index_pos, header.record_format)
+
+
+# ------------------------------------------------------- rewrite recovery
+
+
+def _first_of(path: str) -> int:
+    m = SEGMENT_NAME.match(os.path.basename(path))
+    if m is None:
+        raise LogCorruption(f"rewrite manifest names {path!r}, not a log segment (byte offset 0)")
+    return int(m.group(1))
+
+
+def _read_manifest(path: str) -> list[dict]:
+    """The entries of a rewrite manifest; ``LogCorruption`` if it does not
+    parse (it is written whole before its rename, so it never should)."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+        if doc["format"] != _MANIFEST_FORMAT:
+            raise UnsupportedFormat(f"rewrite manifest {path}: format {doc['format']}, this FlowRank version "
+                                    f"reads format {_MANIFEST_FORMAT}")
+        entries = doc["segments"]
+        for e in entries:
+            _first_of(e["segment"])
+            if e["temp"] != e["segment"] + REWRITE_SUFFIX:
+                raise ValueError(f"temp {e['temp']!r} is not its segment's")
+            int(e["bytes"]), int(e["records"]), int(e["crc32"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LogCorruption(f"rewrite manifest {path}: unreadable ({exc}) at byte offset 0") from exc
+    return entries
+
+
+def _check_rewritten(path: str, entry: dict) -> None:
+    """``path`` is the file a manifest entry describes (size and CRC-32 of
+    the whole file), else ``LogCorruption``: never put an unknown file in
+    place of a segment."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) != entry["bytes"] or zlib.crc32(data) != entry["crc32"]:
+        raise LogCorruption(f"log segment rewrite {path}: {len(data)} bytes with CRC-32 {zlib.crc32(data)}, "
+                            f"the rewrite manifest says {entry['bytes']} bytes with CRC-32 {entry['crc32']} "
+                            f"(byte offset 0)")
+
+
+def _delete_rewrite_temps(directory: str) -> list[str]:
+    """Delete ``.rw`` files and a manifest temp (a rewrite that never reached
+    its commit point); returns the deleted names."""
+    gone = []
+    for name in os.listdir(directory):
+        if name.endswith(".log" + REWRITE_SUFFIX) or name == REWRITE_MANIFEST + ".tmp":
+            os.unlink(os.path.join(directory, name))
+            gone.append(name)
+    return gone
+
+
+def _recover_rewrite(directory: str, fsync: bool) -> None:
+    """At open: roll forward a committed rewrite (its manifest is there),
+    roll back an uncommitted one (delete its temps). See the module doc."""
+    manifest = os.path.join(directory, REWRITE_MANIFEST)
+    rolled = os.path.exists(manifest)
+    if rolled:
+        entries = _read_manifest(manifest)
+        renamed = 0
+        for entry in entries:
+            temp = os.path.join(directory, entry["temp"])
+            path = os.path.join(directory, entry["segment"])
+            if not os.path.exists(path):  # retention deleted it since
+                _unlink_quietly(temp)
+            elif os.path.exists(temp):
+                _check_rewritten(temp, entry)
+                os.replace(temp, path)
+                renamed += 1
+            else:
+                _check_rewritten(path, entry)  # renamed before the crash: it must be the new file
+        if fsync:
+            fsync_directory(directory)
+        os.unlink(manifest)
+        logger.warning("log %s: finished an interrupted rewrite of %d segments (%d renames were left)",
+                       directory, len(entries), renamed)
+    gone = _delete_rewrite_temps(directory)
+    if gone:
+        logger.warning("log %s: deleted %s of a rewrite that had not committed", directory, ", ".join(sorted(gone)))
+    if fsync and (rolled or gone):
+        fsync_directory(directory)
