@@ -166,13 +166,15 @@ def test_a_crash_at_any_step_is_finished_by_the_next_start(tmp_path, step):
         await svc.erasure_job.stop()
         assert (await svc.erasure(got.erasure_id)).status == "pending"
         await crash(svc)
+        needles = [VICTIM.encode()] + [e.event_id.encode() for e in mine if e.player_id == VICTIM]
+        if STEPS.index(step) <= STEPS.index("log"):  # the log still names the player: the start must finish
+            assert _files_holding(d / "log", needles)
         svc = await open_service(d, 3)
         svc.erasure_job.delay_s = 0.0
         assert await _all_views(svc, None) == live
         await _complete(svc, got.erasure_id)
         assert await _all_views(svc, None) == live
         await svc.close()
-        needles = [VICTIM.encode()] + [e.event_id.encode() for e in mine if e.player_id == VICTIM]
         assert _files_holding(d, needles) == []
         drop_snapshots(d)
         svc = await open_service(d, 3)
