@@ -52,6 +52,7 @@ EXIT_USAGE = 2        # bad command line, no --url/--key
 EXIT_INPUT = 3        # submit: the file is unreadable or a line is not a valid event (nothing sent)
 EXIT_REFUSED = 4      # the server answered an error (4xx, or 5xx after the retries)
 EXIT_UNREACHABLE = 5  # no answer from the server after the retries
+EXIT_PENDING = 6      # players erase --wait: the erasure was still pending when the wait ran out
 
 EXIT_CODES = {
     EXIT_UNEXPECTED: "unexpected failure",
@@ -59,6 +60,7 @@ EXIT_CODES = {
     EXIT_INPUT: "submit: the events file is unreadable or has an invalid line (nothing was sent)",
     EXIT_REFUSED: "the server refused the request (its error code is printed)",
     EXIT_UNREACHABLE: "the server could not be reached",
+    EXIT_PENDING: "players erase --wait: the erasure was accepted but still pending when the wait ran out",
 }
 
 MAX_BATCH = 500
@@ -290,6 +292,42 @@ def cmd_players_data(api: Api, args, out: IO[str]) -> int:
              "held": len(b["held"]), "awards": len(b["awards"]), "cohort": b.get("cohort") or "-"}
             for b in data["boards"]]
     _table(rows, ("board_id", "rank", "value", "events", "held", "awards", "cohort"), out)
+    return EXIT_OK
+
+
+def cmd_players_erase(api: Api, args, out: IO[str]) -> int:
+    """Erase a player from every board (docs/api.md §17, admin); with --wait, until it is complete on disk."""
+    got = api.json("DELETE", f"/v1/players/{_p(args.player)}", what=f"erasure of player {args.player}")
+    if not args.wait:
+        if args.json:
+            _dump(got, out)
+        else:
+            print(f"erasure {got['erasure_id']} of {got['player_id']} accepted on {len(got['boards'])} board(s): "
+                  f"{', '.join(got['boards'])}", file=out)
+        return EXIT_OK
+    deadline = time.monotonic() + args.wait
+    while True:
+        status = api.json("GET", f"/v1/erasures/{_p(got['erasure_id'])}", what=f"erasure {got['erasure_id']}")
+        if status["status"] == "complete" or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    if args.json:
+        _dump(got | {"status": status["status"], "requested_at": status["requested_at"],
+                     "completed_at": status["completed_at"]}, out)
+    else:
+        print(f"erasure {got['erasure_id']} of {got['player_id']}: {status['status']} "
+              f"(requested {status['requested_at']}, completed {status['completed_at'] or '-'})", file=out)
+    return EXIT_OK if status["status"] == "complete" else EXIT_PENDING
+
+
+def cmd_erasure(api: Api, args, out: IO[str]) -> int:
+    """An erasure's status (docs/api.md §17, admin)."""
+    status = api.json("GET", f"/v1/erasures/{_p(args.erasure_id)}", what=f"erasure {args.erasure_id}")
+    if args.json:
+        _dump(status, out)
+    else:
+        print(f"{status['erasure_id']}  {status['status']}  requested {status['requested_at']}  "
+              f"completed {status['completed_at'] or '-'}", file=out)
     return EXIT_OK
 
 
@@ -782,6 +820,18 @@ def register(sub) -> None:
     c.add_argument("player")
     c.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     c.set_defaults(admin=cmd_players_data)
+    c = psub.add_parser("erase", parents=[conn], help="erase a player from every board; their ids leave the data "
+                                                      "directory within --erasure-deadline-s (admin)")
+    c.add_argument("player")
+    c.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                   help="then wait up to this long until the erasure is complete on disk (exit 6 if not)")
+    c.add_argument("--json", action="store_true", help="print the answer as JSON")
+    c.set_defaults(admin=cmd_players_erase)
+
+    c = sub.add_parser("erasure", parents=[conn], help="an erasure's status: pending or complete (admin)")
+    c.add_argument("erasure_id")
+    c.add_argument("--json", action="store_true", help="print the answer as JSON")
+    c.set_defaults(admin=cmd_erasure)
 
     c = sub.add_parser("export", parents=[conn], help="every ranked row at one version (admin, moderator)")
     c.add_argument("board")

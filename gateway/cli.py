@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--webhook-give-up-s", type=_positive_seconds, default=d.webhook_give_up_s, metavar="SECONDS",
                    help=f"retry a webhook until this long after it was created, then mark it failed "
                         f"(default {d.webhook_give_up_s:,.0f})")
+    s.add_argument("--erasure-deadline-s", type=_positive_seconds, default=d.erasure_deadline_s, metavar="SECONDS",
+                   help=f"an erased player's ids leave every file under the data directory within this long of "
+                        f"the request (docs/api.md §17; default {d.erasure_deadline_s:,.0f})")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     w = sub.add_parser("warm", help="compile every kernel into the compile cache (an image build), then exit")
     w.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -192,6 +195,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         webhook_url=args.webhook_url,
         webhook_secret_file=args.webhook_secret_file,
         webhook_give_up_s=args.webhook_give_up_s,
+        erasure_deadline_s=args.erasure_deadline_s,
     )
 
 

@@ -29,6 +29,11 @@ seconds``                                               {quantile}``
                                                         counters ``flowrank_webhook_delivered_total``,
                                                         ``flowrank_webhook_failed_total``,
                                                         ``flowrank_webhook_attempts_total``
+``erasures``            ``ErasureJob.stats()``          :func:`erasure_families`: gauges
+                        (engine.runtime.erasure)        ``flowrank_erasures_pending``,
+                                                        ``flowrank_erasure_oldest_pending_age_seconds``;
+                                                        counters ``flowrank_erasures_completed_total``,
+                                                        ``flowrank_erasure_bytes_rewritten_total``
 other numeric ``k``                                     gauge ``flowrank_engine_<k>``
 other list ``k``        numbers                         ``flowrank_engine_<k>{quantile}``
 ======================  ==============================  ===============================================
@@ -85,6 +90,31 @@ _WEBHOOK = {
     "oldest_pending_age_s": (False, "flowrank_webhook_oldest_pending_age_seconds",
                              "Age of the oldest webhook message not yet delivered or failed (0: none)."),
 }
+
+
+_ERASURE = {  # key of ErasureJob.stats() -> (counter?, name, help); docs/api.md §17
+    "pending": (False, "flowrank_erasures_pending", "Player erasures not yet complete on disk."),
+    "oldest_pending_age_seconds": (False, "flowrank_erasure_oldest_pending_age_seconds",
+                                   "Age of the oldest erasure not yet complete on disk (0: none); alert well "
+                                   "before --erasure-deadline-s."),
+    "complete": (True, "flowrank_erasures_completed", "Player erasures complete on disk (every one the log holds)."),
+    "bytes_rewritten": (True, "flowrank_erasure_bytes_rewritten",
+                        "Bytes the erasure job rewrote (log segments, journal runs) since start."),
+}
+
+
+def erasure_families(stats: dict) -> list:
+    """The ``flowrank_erasure*`` families of one ``ErasureJob.stats()`` (engine.runtime.erasure).
+
+    >>> [f.name for f in erasure_families({"pending": 1, "oldest_pending_age_seconds": 2.5})]
+    ['flowrank_erasures_pending', 'flowrank_erasure_oldest_pending_age_seconds']
+    """
+    out = []
+    for key, (counter, name, doc) in _ERASURE.items():
+        value = stats.get(key)
+        if _num(value):
+            out.append((CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, value=value))
+    return out
 
 
 def webhook_families(stats: dict) -> list:
@@ -167,6 +197,9 @@ class EngineStatsCollector:
         webhooks = stats.pop("webhooks", None)
         if isinstance(webhooks, dict):
             yield from webhook_families(webhooks)
+        erasures = stats.pop("erasures", None)
+        if isinstance(erasures, dict):
+            yield from erasure_families(erasures)
         histograms = stats.pop("histograms", None)
         if isinstance(histograms, dict):
             for key, (name, doc) in _TIMINGS.items():

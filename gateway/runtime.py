@@ -47,6 +47,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
                 webhooks=webhook_config(settings),
+                erasure_deadline_s=settings.erasure_deadline_s,
             )
         else:
             from engine.cluster import ClusterEngine  # noqa: PLC0415
@@ -64,6 +65,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 ray_dashboard=settings.ray_dashboard,
                 cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.runtime.warm)
                 webhooks=webhook_config(settings),
+                erasure_deadline_s=settings.erasure_deadline_s,
             )
     finally:
         for sig, handler in saved.items():

@@ -50,6 +50,8 @@ class Settings:
     webhook_secret_file: str | None = None
     # --webhook-give-up-s: a message not delivered this long after it was created is failed
     webhook_give_up_s: float = float(DEFAULT_GIVE_UP_S)
+    # --erasure-deadline-s (docs/api.md §17): an erasure is complete on disk within this long of its request
+    erasure_deadline_s: float = 3600.0
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

@@ -71,6 +71,7 @@ def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
         snapshot_every_seconds=settings.snapshot_every_seconds,
         prune_log=settings.prune_log,
         webhooks=webhook_config(settings),
+        erasure_deadline_s=settings.erasure_deadline_s,
     )
 
 

@@ -37,8 +37,11 @@ from engine.runtime import warm
 from engine.core.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
 from engine.core.journal import JournalPlace
+from engine.runtime.erasure import erase_log
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
+from engine.core import records as R
 from engine.core import wire as W
+from engine.log.port import RewriteStats
 
 log = logging.getLogger("flowrank.cluster")
 
@@ -110,6 +113,17 @@ class LogServer:
         self.dead = DeadLetterIndex(self.log)
         return list(stats)
 
+    @ray.method(concurrency_group="maintenance")
+    def erase_log(self, plain: bytes) -> list:
+        """An erasure's log rewrite (engine.runtime.erasure.erase_log) here, next to the log: ``plain``
+        packs the [offset, X record] pairs."""
+        stats = erase_log(self.log, [(o, R.parse(r)) for o, r in unpack(plain)])
+        self.dead = DeadLetterIndex(self.log)
+        return list(stats)
+
+    def delete_snapshots_through(self, offset: int) -> list:
+        return self.store.delete_through(offset)
+
     def stats(self) -> dict:
         return self.log.stats() | {"end_offset": self.log.end_offset()}
 
@@ -132,6 +146,13 @@ class RemoteLogView:
 
     def __init__(self, log_server):
         self.server = log_server
+
+    def erase_log(self, plain: list):
+        """The erasure job's log step, run by the log actor (engine.runtime.erasure.erase_log)."""
+        return RewriteStats(*ray.get(self.server.erase_log.remote(pack([[o, list(r)] for o, r in plain]))))
+
+    def delete_through(self, offset: int) -> list:
+        return ray.get(self.server.delete_snapshots_through.remote(offset))
 
     def read_from(self, offset: int, chunk_records: int = REPLAY_CHUNK):
         while True:

@@ -22,6 +22,7 @@ from typing import Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from engine.log.secret import load_secret
 from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
 from engine.core.errors import Overloaded
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
@@ -131,6 +132,7 @@ class ClusterEngine(RouterClient):
         wall_clock: Callable[[], int] | None = None,
         cache_dir: str | None = None,
         webhooks: WebhookConfig | None = None,
+        erasure_deadline_s: float = 3600.0,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -149,8 +151,10 @@ class ClusterEngine(RouterClient):
         shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
                   for i in range(n)]
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
+        secret = await asyncio.to_thread(load_secret, root)
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
-            dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events),
+            dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events,
+            erasure_secret=secret),
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
         eng = cls(router, log_server, shards, lock_fd, started_ray)
@@ -160,6 +164,7 @@ class ClusterEngine(RouterClient):
         eng.snapshot_every_seconds = snapshot_every_seconds
         eng.prune_log = prune_log
         eng.webhooks, eng.webhook_dir = webhooks, str(root)
+        eng.erasure_deadline_s = erasure_deadline_s
         view = RemoteLogView(log_server)
         await eng._start(view, view)  # the same start sequence as the local service (RouterClient._start)
         eng.recovery_seconds = time.monotonic() - started

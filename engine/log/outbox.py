@@ -400,6 +400,51 @@ class Outbox:
         except OSError:
             pass
 
+    def scrub(self, player_ids: Sequence[str]) -> int:
+        """Blank every award message of these players (docs/api.md §17, erasure): its id's player part and its
+        body become as many ``x`` / space bytes (same frame length, CRC recomputed, pwrite in place, one
+        fdatasync), and a pending one is marked failed (never sent). Idempotent. Returns how many it
+        blanked. O(messages) reads of ids (the bodies of matches only)."""
+        wanted = set(player_ids)
+        found: list[int] = []
+        seq = 0
+        while True:
+            got = self.read(seq, 4096)
+            if not got:
+                break
+            for s, m in got:
+                if m.message_id.startswith("award/") and m.message_id.rsplit("/", 1)[-1] in wanted:
+                    found.append(s)
+            seq = got[-1][0] + 1
+        if not found:
+            return 0
+        with self._state_lock:
+            for s in found:
+                pos = self._position(s)
+                length = FRAME_HEADER.unpack(os.pread(self._fd, FRAME_HEADER_SIZE, pos))[0]
+                v = unpack_payload(os.pread(self._fd, length, pos + FRAME_HEADER_SIZE))
+                head, _, tail = v[3].rpartition("/")
+                v[3] = head + "/" + "x" * len(tail.encode("utf-8", "surrogatepass"))
+                v[4] = b" " * len(v[4])
+                blob, _ = encode_batch([v])
+                assert len(blob) == FRAME_HEADER_SIZE + length, "a blanked message keeps its length"
+                _pwrite_all(self._fd, blob, pos)
+            if self._fsync:
+                os.fdatasync(self._fd)
+        pending = [s for s in found if int(self._status.a[s]) == PENDING]
+        if pending:
+            _, att = self.status(pending)
+            self.set_status(pending, FAILED, att)
+        return len(found)
+
+    def _position(self, seq: int) -> int:
+        """The byte position of message ``seq``'s frame (from the sparse index, then frame by frame)."""
+        with self._lock:
+            pos = int(self._index.a[seq // INDEX_EVERY])
+        for _ in range(seq % INDEX_EVERY):
+            pos += FRAME_HEADER_SIZE + FRAME_HEADER.unpack(os.pread(self._fd, FRAME_HEADER_SIZE, pos))[0]
+        return pos
+
     def counts(self) -> dict[str, int]:
         """``{"pending", "delivered", "failed", "attempts"}``: messages by durable
         status and the sum of their attempts. ``O(1)``."""

@@ -132,8 +132,6 @@ class BoardRegistry:
         self.outbox_safe: Callable[[], int] | None = None
         self.loaded_outbox_safe: int | None = None  # what the router snapshot recovery loaded kept of it
         self.erasures = ErasureTable()  # every erasure logged (docs/api.md §17), never a player id
-        # called with each X record folded (live and in replay): the webhook feed cancels the player's messages
-        self.on_erase: Callable[[int, R.ErasureRecord], None] | None = None
 
     def add(self, ctl: BoardCtl) -> None:
         """Keep a new board's control state (and index it under its series, for an instance)."""
@@ -241,8 +239,6 @@ class BoardRegistry:
             ctl.admission.erase(ids, ev)
             if ctl.awards is not None:
                 ctl.awards.erase(ids)
-        if self.on_erase is not None:
-            self.on_erase(offset, rec)
 
     def _apply_scores(self, rec, memo) -> None:
         ctl = self.boards.get(rec.board_id)

@@ -149,13 +149,8 @@ class ErasureJob:
         return out
 
     def _rewrite_log(self, plain: list[tuple[int, R.ErasureRecord]]):
-        eraser = LogEraser(plain)
-        start = self.event_log.start_offset()
-        for offset, rec in self.event_log.read_from(start):
-            if offset > eraser.last:
-                break
-            eraser.collect(offset, rec)
-        return self.event_log.rewrite(eraser.last + 1, eraser.rewrite)
+        remote = getattr(self.event_log, "erase_log", None)  # the Ray log actor runs it next to the log
+        return remote(plain) if remote is not None else erase_log(self.event_log, plain)
 
     def stats(self) -> dict:
         """What /metrics shows: pending erasures and the oldest one's age (seconds, by the wall clock)."""
@@ -165,3 +160,14 @@ class ErasureJob:
         return {"pending": len(table.pending()), "complete": len(table) - len(table.pending()),
                 "oldest_pending_age_seconds": 0.0 if oldest is None else max(0.0, (now - oldest.requested_at) / 1000),
                 "runs": self.runs, "last_run_seconds": self.last_seconds, "bytes_rewritten": self.bytes_rewritten}
+
+
+def erase_log(event_log, plain: list[tuple[int, R.ErasureRecord]]):
+    """Rewrite the log before the ``X`` records ``plain`` (offset, record as logged, with its player id):
+    one pass collecting the players' event ids, then the log's atomic ``rewrite``. Its RewriteStats."""
+    eraser = LogEraser(plain)
+    for offset, rec in event_log.read_from(event_log.start_offset()):
+        if offset > eraser.last:
+            break
+        eraser.collect(offset, rec)
+    return event_log.rewrite(eraser.last + 1, eraser.rewrite)
