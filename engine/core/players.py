@@ -9,6 +9,13 @@ UTF-8 byte order is code-point order (surrogates passed through keep it),
 so comparing the stored bytes settles exact player-id ties the way the API's
 comparator orders ids (:func:`id_less`).
 
+A player can be *scrubbed* (forgotten, issue 28): :meth:`PlayerTable.scrub`
+overwrites the id's bytes with as many zero bytes (every offset stays valid)
+and takes the index out of the slot table, so it is unreachable: ``lookup``
+of the old id answers -1 and ``intern`` gives it a new index. The index
+itself stays allocated (columns keyed by it keep their shape) and is listed in
+``gone`` so a rehash (growth, :meth:`PlayerTable.from_state`) leaves it out.
+
 >>> t = PlayerTable()
 >>> t.intern(["p-ava", "p-ben", "p-ava"]).tolist()
 [0, 1, 0]
@@ -126,14 +133,57 @@ def _intern(buf, boffs, arena, offs, n, slots, create, out):
 
 
 @numba.njit(cache=True)
-def _rehash(arena, offs, n, slots):
+def _rehash(arena, offs, n, slots, gone):
+    """Link players ``0 .. n-1`` but the scrubbed ones (``gone``, sorted)."""
     mask = len(slots) - 1
     slots[:] = -1
+    g = 0
     for i in range(n):
+        while g < len(gone) and gone[g] < i:
+            g += 1
+        if g < len(gone) and gone[g] == i:
+            continue
         pos = np.int64(hash_bytes(arena, offs[i], offs[i + 1]) & np.uint64(mask))
         while slots[pos] >= 0:
             pos = (pos + 1) & mask
         slots[pos] = i
+
+
+@numba.njit(cache=True)
+def _unlink(arena, offs, slots, idx):
+    """Take players ``idx`` out of the slot table, found by their current
+    bytes (a player not linked, one scrubbed before, is skipped). Deletion by
+    backward shift: each later entry of the probe run moves into the hole
+    unless its home slot lies cyclically after the hole, so every other id's
+    probe still reaches it and no tombstone is left for ``_intern`` to skip.
+    Returns how many were unlinked. O(probe run) per player."""
+    mask = np.int64(len(slots) - 1)
+    done = 0
+    for i in idx:
+        p = np.int64(hash_bytes(arena, offs[i], offs[i + 1]) & np.uint64(mask))
+        while slots[p] >= 0 and slots[p] != i:
+            p = (p + 1) & mask
+        if slots[p] < 0:
+            continue
+        hole, q = p, p
+        while True:
+            q = (q + 1) & mask
+            c = slots[q]
+            if c < 0:
+                break
+            home = np.int64(hash_bytes(arena, offs[c], offs[c + 1]) & np.uint64(mask))
+            if ((q - home) & mask) >= ((q - hole) & mask):  # home at or before the hole: it may move back
+                slots[hole] = c
+                hole = q
+        slots[hole] = -1
+        done += 1
+    return done
+
+
+@numba.njit(cache=True)
+def _zero(arena, offs, idx):
+    for i in idx:
+        arena[offs[i]:offs[i + 1]] = 0
 
 
 @numba.njit(cache=True)
@@ -220,6 +270,7 @@ class PlayerTable:
         self.arena = np.zeros(1024, dtype=np.uint8)
         self.offs = np.zeros(65, dtype=np.int64)
         self.slots = np.full(128, -1, dtype=np.int32)
+        self.gone = np.zeros(0, dtype=np.int64)  # scrubbed players, sorted
 
     def __len__(self) -> int:
         return self.n
@@ -238,7 +289,7 @@ class PlayerTable:
             while 2 * (n + k) > size:
                 size *= 2
             self.slots = np.empty(size, dtype=np.int32)
-            _rehash(self.arena, self.offs, n, self.slots)
+            _rehash(self.arena, self.offs, n, self.slots, self.gone)
 
     def reserve_scratch(self, k: int, nbytes: int) -> None:
         """Room for ``k`` ids of ``nbytes`` after the players, not interned
@@ -265,6 +316,24 @@ class PlayerTable:
         """Indexes of ``ids``; -1 for an id the table has never seen."""
         return self.intern_encoded(*encode_ids(ids), create=False)
 
+    def scrub(self, idx: np.ndarray) -> None:
+        """Forget players ``idx``: their id bytes become as many zero bytes
+        and their indexes leave the slot table, so ``lookup`` of the old ids
+        answers -1 and ``intern`` of one gives a new index; ``id_of`` of a
+        scrubbed index answers as many NUL characters. Idempotent (an index
+        scrubbed before is skipped). Callers take the player out of anything
+        ordered by id bytes (the rank index) first: their bytes change.
+        O(their bytes + probe runs)."""
+        idx = np.unique(np.asarray(idx, dtype=np.int64))
+        if len(idx) and (idx[0] < 0 or idx[-1] >= self.n):
+            raise ValueError(f"players {idx[0]}..{idx[-1]}: the table holds {self.n}")
+        idx = np.setdiff1d(idx, self.gone, assume_unique=True)
+        if not len(idx):
+            return
+        _unlink(self.arena, self.offs, self.slots, idx)
+        _zero(self.arena, self.offs, idx)
+        self.gone = np.union1d(self.gone, idx)
+
     def id_of(self, i: int) -> str:
         return decode_id(self.arena[self.offs[i]:self.offs[i + 1]].tobytes())
 
@@ -287,13 +356,18 @@ class PlayerTable:
 
     def nbytes(self) -> int:
         """Bytes in use (arena and offsets as filled, the whole slot table)."""
-        return int(self.offs[self.n]) + 8 * (self.n + 1) + self.slots.nbytes
+        return int(self.offs[self.n]) + 8 * (self.n + 1) + self.slots.nbytes + self.gone.nbytes
 
     # --------------------------------------------------------------- snapshots
 
     def to_state(self) -> dict:
+        """``gone`` (int64 bytes) only once a player was scrubbed: a table that
+        never was has the state it always had."""
         n = self.n
-        return {"arena": self.arena[: self.offs[n]].tobytes(), "offs": self.offs[: n + 1].tobytes()}
+        state = {"arena": self.arena[: self.offs[n]].tobytes(), "offs": self.offs[: n + 1].tobytes()}
+        if len(self.gone):
+            state["gone"] = self.gone.astype("<i8").tobytes()
+        return state
 
     @classmethod
     def from_state(cls, state: dict) -> "PlayerTable":
@@ -303,22 +377,31 @@ class PlayerTable:
         t.n = len(offs) - 1
         t.offs = _grown(offs, len(offs) + 64)
         t.arena = _grown(arena, len(arena) + 1024)
+        t.gone = np.frombuffer(state.get("gone", b""), dtype="<i8").astype(np.int64)
         size = 128
         while 2 * t.n > size:
             size *= 2
         t.slots = np.empty(size, dtype=np.int32)
-        _rehash(t.arena, t.offs, t.n, t.slots)
+        _rehash(t.arena, t.offs, t.n, t.slots, t.gone)
         return t
 
     def _check(self) -> None:
+        """O(n): every live (not scrubbed) player sits in exactly one slot and
+        is found again from its id; scrubbed players sit in none and hold
+        only zero bytes."""
         n = self.n
         assert 2 * n <= len(self.slots)
         assert np.all(np.diff(self.offs[: n + 1]) >= 0)
+        gone = self.gone
+        assert (np.diff(gone) > 0).all() and (not len(gone) or (gone[0] >= 0 and gone[-1] < n))
+        live = np.setdiff1d(np.arange(n, dtype=np.int64), gone)
         seen = np.sort(self.slots[self.slots >= 0])
-        assert seen.tolist() == list(range(n)), "every player sits in exactly one slot"
-        ids = self.ids_of(range(n))
-        assert len(set(ids)) == n
-        assert self.lookup(ids).tolist() == list(range(n))
+        assert seen.tolist() == live.tolist(), "every live player sits in exactly one slot, a scrubbed one in none"
+        ids = self.ids_of(live)
+        assert len(set(ids)) == len(live)
+        assert self.lookup(ids).tolist() == live.tolist()
+        raw, _ = self.bytes_of(gone)
+        assert not raw.any(), "a scrubbed id holds zero bytes only"
 
 
 def _grown(a: np.ndarray, need: int) -> np.ndarray:
