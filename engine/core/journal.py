@@ -41,10 +41,22 @@ but a batch's lookups hold their pages only while they run
 the process. A merge streams its two runs into
 the new one a block at a time. What grows with events is on disk, where the store
 puts it: ``FileStore`` (:mod:`engine.log.journal_files`: files in a
-directory, fsync'd at each snapshot, never rewritten in place, so truncating
-them to a snapshot's sizes restores them) or :class:`MemoryStore` (the same
-bytes in memory, for tests and the in-memory service). This module does no
-I/O of its own: the store is handed in.
+directory, fsync'd at each snapshot, never rewritten in place but by a
+scrub, so truncating them to a snapshot's sizes restores them) or
+:class:`MemoryStore` (the same bytes in memory, for tests and the in-memory
+service). This module does no I/O of its own: the store is handed in.
+
+Scrubbing (issue 28, forgetting a player): :meth:`Journal.scrub` overwrites
+the event ids and metadata of given rows with as many zero bytes, in the
+tail and in place in the files (every offset stays valid, and so does every
+record and ``prev`` chain), and removes the rows from the owner table and
+the runs (a run holding any is written again, under a new sequence number,
+without them; a stored row also loses its ``OWNED`` bit, so a rebuild of the
+runs leaves it out). A scrub is the one edit in place, and it is not undone
+by truncating the files: a journal reopened from a snapshot older than the
+scrub has the scrubbed bytes of its stored rows zeroed and its stale runs
+rebuilt, while its tail (from the snapshot) still holds them until the
+scrub is applied again (it is idempotent: rows are found in runs by number).
 
 A snapshot (:meth:`Journal.to_state`) holds the tail, the sizes of the
 files, the runs, and the store's identity; :meth:`Journal.from_state` truncates
@@ -57,7 +69,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, Iterator, NamedTuple, Protocol
 
 import numba
 import numpy as np
@@ -91,7 +103,9 @@ class JournalColumns(NamedTuple):
     partition's history, docs/storage.md "Archives"): per row the player's
     index, kind, outcome code, value, achieved_at, submitted_at, whether a
     later invalidation made its event invalid, and its event id and metadata
-    (b"" none) as byte arenas with int64 offsets (``rows + 1``, from 0)."""
+    (b"" none) as byte arenas with int64 offsets (``rows + 1``, from 0). A
+    scrubbed row (:meth:`Journal.scrub`) has as many zero bytes as its id
+    and metadata had: its offsets are the ones it always had."""
 
     pid: np.ndarray
     kind: np.ndarray
@@ -197,6 +211,41 @@ def hash_ids(buf, offs, sel):
 
 
 @numba.njit(cache=True)
+def copy_ranges(dst, dst_at, src, src_at, lens):
+    """``dst[dst_at[k]:+lens[k]] = src[src_at[k]:+lens[k]]`` for every k."""
+    for k in range(len(lens)):
+        d, s = dst_at[k], src_at[k]
+        for q in range(lens[k]):
+            dst[d + q] = src[s + q]
+
+
+@numba.njit(cache=True)
+def zero_ranges(buf, starts, lens):
+    """Zero ``buf[starts[k]:+lens[k]]`` for every k; returns the bytes zeroed."""
+    done = 0
+    for k in range(len(lens)):
+        buf[starts[k]:starts[k] + lens[k]] = 0
+        done += lens[k]
+    return done
+
+
+def gather_ranges(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The ranges ``buf[starts[k]:+lens[k]]``, one after another, as a new array."""
+    at = np.zeros(len(lens), np.int64)
+    np.cumsum(lens[:-1], out=at[1:])
+    out = np.empty(int(lens.sum()), np.uint8)
+    copy_ranges(out, at, buf, starts, lens)
+    return out
+
+
+def scatter_ranges(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, src: np.ndarray) -> None:
+    """Write ``src``'s consecutive slices of ``lens`` at ``starts`` of ``buf``."""
+    at = np.zeros(len(lens), np.int64)
+    np.cumsum(lens[:-1], out=at[1:])
+    copy_ranges(buf, starts, src, at, lens)
+
+
+@numba.njit(cache=True)
 def chain_prev(pid, heads, base, prev):
     """``prev`` of rows ``base..base+len(pid)`` and the heads after them."""
     for k in range(len(pid)):
@@ -209,7 +258,7 @@ def chain_prev(pid, heads, base, prev):
 
 
 class MemoryBlob:
-    """An append-only byte file, in memory."""
+    """An append-only byte file, in memory (edited in place only by a scrub)."""
 
     def __init__(self, data: bytes = b"") -> None:
         self.data = bytearray(data)
@@ -223,6 +272,33 @@ class MemoryBlob:
 
     def read(self, off: int, n: int) -> bytes:
         return bytes(self.data[off:off + n])
+
+    def gather(self, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Many ranges at once, one after another (:func:`gather_ranges`)."""
+        view = np.frombuffer(self.data, np.uint8)  # released before the bytearray may grow again
+        try:
+            return gather_ranges(view, _i64(starts), _i64(lens))
+        finally:
+            del view
+
+    def scatter(self, starts: np.ndarray, lens: np.ndarray, src: np.ndarray) -> None:
+        """Overwrite many ranges in place (:func:`scatter_ranges`)."""
+        view = np.frombuffer(self.data, np.uint8)
+        try:
+            scatter_ranges(view, _i64(starts), _i64(lens), np.ascontiguousarray(src, np.uint8))
+        finally:
+            del view
+
+    def zero(self, starts: np.ndarray, lens: np.ndarray) -> int:
+        """Overwrite many ranges with zero bytes in place; returns how many bytes."""
+        view = np.frombuffer(self.data, np.uint8)
+        try:
+            return int(zero_ranges(view, _i64(starts), _i64(lens)))
+        finally:
+            del view
+
+    def sync(self) -> None:
+        pass
 
 
 
@@ -319,6 +395,48 @@ def merged_blocks(a: Run, b: Run, size: int = MERGE_BLOCK) -> Iterator[tuple[np.
         b.drop_pages()
 
 
+def kept_blocks(run: Run, drop: np.ndarray, size: int = MERGE_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The entries of ``run`` whose row is not in ``drop`` (sorted), in order,
+    as blocks of ``size`` entries (a multiple of FENCE; the last may be
+    shorter), each a view of one reused buffer valid until the next is asked
+    for (as :func:`merged_blocks`). One pass over the run; memory O(size)."""
+    out_h, out_r = np.empty(size, np.uint64), np.empty(size, np.int64)
+    k = 0
+    for a in range(0, len(run), size):
+        rows = np.asarray(run.rows[a:a + size], np.int64)
+        keep = ~_members(rows, drop)
+        h, r = np.asarray(run.hashes[a:a + size], np.uint64)[keep], rows[keep]
+        at = 0
+        while at < len(h):
+            m = min(size - k, len(h) - at)
+            out_h[k:k + m], out_r[k:k + m] = h[at:at + m], r[at:at + m]
+            k, at = k + m, at + m
+            if k == size:
+                yield out_h, out_r
+                k = 0
+        run.drop_pages()
+    if k:
+        yield out_h[:k], out_r[:k]
+
+
+def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in ``sorted_set`` (sorted, distinct). O(n log k)."""
+    if not len(sorted_set):
+        return np.zeros(len(values), np.bool_)
+    at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[at] == values
+
+
+def run_holds(run: Run, rows: np.ndarray, size: int = MERGE_BLOCK) -> int:
+    """How many entries of ``run`` point at ``rows`` (sorted, distinct): one
+    pass over the run's rows, a block at a time."""
+    hits = 0
+    for a in range(0, len(run), size):
+        hits += int(_members(np.asarray(run.rows[a:a + size], np.int64), rows).sum())
+    run.drop_pages()
+    return hits
+
+
 class MemoryStore:
     """Journal files in memory: what :class:`FileStore` writes, as bytes."""
 
@@ -350,6 +468,9 @@ class MemoryStore:
     def delete_run(self, seq: int) -> None:
         self._runs.pop(seq, None)
 
+    def sync(self, runs: list[Run]) -> None:
+        pass
+
     def to_state(self, runs: list[Run]) -> dict:
         return {"memory": True, "rows": bytes(self.rows.data), "ids": bytes(self.ids.data),
                 "meta": bytes(self.meta.data), "moffs": bytes(self.moffs.data),
@@ -359,19 +480,34 @@ class MemoryStore:
         pass
 
 
+class Blob(Protocol):
+    """One of a store's byte files: appended to at the end, read anywhere,
+    and edited in place only by a scrub (gather, scatter, zero), then synced."""
+
+    @property
+    def size(self) -> int: ...
+    def append(self, b: bytes) -> None: ...
+    def read(self, off: int, n: int) -> bytes: ...
+    def gather(self, starts: np.ndarray, lens: np.ndarray) -> np.ndarray: ...
+    def scatter(self, starts: np.ndarray, lens: np.ndarray, src: np.ndarray) -> None: ...
+    def zero(self, starts: np.ndarray, lens: np.ndarray) -> int: ...
+    def sync(self) -> None: ...
+
+
 class Store(Protocol):
     """Where a journal's rows, ids and runs live (MemoryStore here; the
     file-backed one is engine.log.journal_files.FileStore)."""
 
-    rows: Any
-    ids: Any
-    meta: Any
-    moffs: Any
+    rows: Blob
+    ids: Blob
+    meta: Blob
+    moffs: Blob
 
     def write_run(self, seq: int, hashes: np.ndarray, rows: np.ndarray) -> Run: ...
     def write_run_blocks(self, seq: int, n: int, blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Run: ...
     def load_run(self, seq: int, n: int) -> Run: ...
     def delete_run(self, seq: int) -> None: ...
+    def sync(self, runs: list[Run]) -> None: ...
     def to_state(self, runs: list[Run]) -> dict: ...
     def close(self) -> None: ...
 
@@ -511,13 +647,104 @@ class Journal:
         self._merge_runs()
 
     def _merge_runs(self) -> None:
-        """Keep each run at least twice the size of the next (newer) one."""
-        while len(self.runs) >= 2 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
-            b, a = self.runs.pop(), self.runs.pop()
-            self.runs.append(self.store.write_run_blocks(self.next_seq, len(a) + len(b), merged_blocks(a, b)))
+        """Keep each run at least twice the size of the next (newer) one:
+        merge the newest pair that is not, until none is. After a flush only
+        the newest pair can be (a scrub shrinks runs anywhere)."""
+        while True:
+            runs = self.runs
+            i = next((i for i in range(len(runs) - 1, 0, -1) if len(runs[i - 1]) <= 2 * len(runs[i])), 0)
+            if not i:
+                return
+            a, b = runs[i - 1], runs[i]
+            runs[i - 1:i + 1] = [self.store.write_run_blocks(self.next_seq, len(a) + len(b), merged_blocks(a, b))]
             self.next_seq += 1
             self.store.delete_run(a.seq)
             self.store.delete_run(b.seq)
+
+    # ------------------------------------------------------------ scrubbing
+
+    def scrub(self, rows: np.ndarray) -> int:
+        """Forget the event ids and metadata of journal rows ``rows`` (tail or
+        stored; issue 28): their bytes become as many zero bytes, in the tail
+        arenas and in the store's ``ids`` and ``meta`` files (so every offset
+        stays valid), a stored row loses its ``OWNED`` bit, and the rows leave
+        the tail's owner table and every run (a run holding any of them is
+        written again under a new sequence number without them, the old file
+        deleted; then runs merge by size again). The store is synced last.
+
+        After it :meth:`find` and :meth:`find_stored` answer -1 for those ids
+        (unless another, unscrubbed row owns the same id), :meth:`id_bytes`,
+        :meth:`meta_bytes` and :meth:`columns` hand back the zero bytes (the
+        original lengths), and everything else (records, ``prev`` chains,
+        heads, invalidated rows) is unchanged. Returns the id and metadata
+        bytes overwritten.
+
+        Idempotent: a row is found in the runs by its row number, not its id,
+        so scrubbing rows again (a scrub redone after a crash) finds nothing
+        left to remove and zeroes zeros. Raises ValueError for a row past the
+        journal. Columnar: one gather of the rows' records, one zeroing pass
+        per file, one pass per run file. O(rows + their bytes + run sizes)."""
+        rows = np.unique(np.asarray(rows, np.int64))
+        if len(rows) and (rows[0] < 0 or rows[-1] >= len(self)):
+            raise ValueError(f"rows {rows[0]}..{rows[-1]}: the journal holds {len(self)}")
+        cut = int(np.searchsorted(rows, self.base))
+        wiped = self._scrub_tail(rows[cut:] - self.base)
+        stored = rows[:cut]
+        if len(stored):
+            wiped += self._scrub_stored(stored)
+            self._scrub_runs(stored)
+            self.store.sync(self.runs)
+        return wiped
+
+    def _scrub_tail(self, t: np.ndarray) -> int:
+        """Tail rows ``t`` (local, sorted): zero their bytes, unlink them from the owner table."""
+        if not len(t):
+            return 0
+        wiped = int(zero_ranges(self.earena, self.eoffs[t], self.eoffs[t + 1] - self.eoffs[t]))
+        wiped += int(zero_ranges(self.marena, self.moffs[t], self.moffs[t + 1] - self.moffs[t]))
+        owned = self.owned_tail_rows()
+        keep = owned[~_members(owned, t)]
+        if len(keep) != len(owned):
+            _rehash_owned(self.slots, self.eoffs, self.earena, keep)
+            self.owned = len(keep)
+        return wiped
+
+    def _scrub_stored(self, s: np.ndarray) -> int:
+        """Stored rows ``s`` (sorted): zero their ids and metadata in the files, clear their OWNED bits."""
+        size = ROW.itemsize
+        rec = self.store.rows.gather(s * size, np.full(len(s), size, np.int64)).view(ROW)
+        wiped = self.store.ids.zero(rec["eoff"].astype(np.int64), rec["elen"].astype(np.int64))
+        i = s[s >= self.meta_from] - self.meta_from  # entries of the moffs file: the end of each row's metadata
+        if len(i):
+            eight = np.full(len(i), 8, np.int64)
+            ends = self.store.moffs.gather(8 * i, eight).view("<i8").astype(np.int64)
+            starts = np.zeros(len(i), np.int64)
+            after = i > 0
+            starts[after] = self.store.moffs.gather(8 * (i[after] - 1), eight[after]).view("<i8")
+            wiped += self.store.meta.zero(starts, ends - starts)
+        owned = (rec["kind"] & OWNED) != 0
+        if owned.any():
+            kind_at = ROW.fields["kind"][1]
+            self.store.rows.scatter(s[owned] * size + kind_at, np.ones(int(owned.sum()), np.int64),
+                                    rec["kind"][owned] & np.uint8(~OWNED & 0xFF))
+        return wiped
+
+    def _scrub_runs(self, s: np.ndarray) -> None:
+        """Write every run holding an entry of rows ``s`` again without them
+        (new sequence number; the old file deleted once its successor is
+        written), drop runs left empty, merge by size."""
+        runs = []
+        for run in self.runs:
+            gone = run_holds(run, s)
+            if not gone:
+                runs.append(run)
+                continue
+            if gone < len(run):
+                runs.append(self.store.write_run_blocks(self.next_seq, len(run) - gone, kept_blocks(run, s)))
+                self.next_seq += 1
+            self.store.delete_run(run.seq)
+        self.runs = runs
+        self._merge_runs()
 
     # ------------------------------------------------------------ reading
 
@@ -658,7 +885,9 @@ class Journal:
         owner table holds exactly ``owned`` tail rows, each found again from
         its id; the store holds ``base`` rows; runs are sorted by hash, point
         at stored rows that own those ids, keep their fence, and each is at
-        least twice the size of the next (newer) one."""
+        least twice the size of the next (newer) one; together they hold
+        exactly the stored rows with the OWNED bit, once each (what a rebuild
+        of the runs reads; a scrubbed row has neither)."""
         n, base = self.n, self.base
         assert n >= 0 and base >= 0 and len(self) == base + n
         for offs, arena in ((self.eoffs, self.earena), (self.moffs, self.marena)):
@@ -687,6 +916,9 @@ class Journal:
             ids = [self.id_bytes(int(r)) for r in run.rows.tolist()]
             got = hash_ids(*_arena(ids), np.arange(len(ids), dtype=np.int64)) if ids else np.zeros(0, np.uint64)
             assert (got == run.hashes).all(), "a run's hashes are its rows' ids"
+        kinds = np.frombuffer(self.store.rows.read(0, base * ROW.itemsize), ROW)["kind"]
+        in_runs = np.sort(np.concatenate([np.asarray(r.rows, np.int64) for r in self.runs] + [np.zeros(0, np.int64)]))
+        assert in_runs.tolist() == np.flatnonzero(kinds & OWNED).tolist(), "the runs hold exactly the stored owners"
         assert all(0 <= r < len(self) for r in self.invalid)
 
     def nbytes(self) -> int:
@@ -832,6 +1064,10 @@ def _arena(ids: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     offs = np.zeros(len(ids) + 1, np.int64)
     offs[1:] = np.cumsum([len(b) for b in ids])
     return np.frombuffer(b"".join(ids), np.uint8).copy(), offs
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int64)
 
 
 def _resized(a: np.ndarray, size: int) -> np.ndarray:

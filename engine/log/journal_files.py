@@ -1,7 +1,9 @@
 """Journal stores on disk: one directory per partition (docs/storage.md, "Journals").
 
 The I/O half of :mod:`engine.core.journal`: ``rows``, ``ids``, ``meta`` and ``moffs`` are append-only
-files (pwrite at the end, pread anywhere, never rewritten in place); each
+files (pwrite at the end, pread anywhere, rewritten in place only by a scrub:
+:meth:`engine.core.journal.Journal.scrub` zeroes forgotten ids and metadata and
+clears their rows' OWNED bits through a shared ``mmap``, then fsyncs); each
 run is a file of sorted 64-bit hashes then their rows, read through an
 ``mmap`` (whose pages a journal drops after each batch's lookups:
 :meth:`engine.core.journal.Run.drop_pages`); ``instance`` names this incarnation of the directory, so a
@@ -14,11 +16,11 @@ import mmap
 import os
 import uuid
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from engine.core.journal import FENCE, JournalLost, Run
+from engine.core.journal import FENCE, JournalLost, Run, gather_ranges, scatter_ranges, zero_ranges
 
 __all__ = ["FileBlob", "FileStore", "FilePlace"]
 
@@ -49,6 +51,37 @@ class FileBlob:
     def read(self, off: int, n: int) -> bytes:
         return os.pread(self.fd, n, off)
 
+    def gather(self, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Many ranges at once, one after another, read through a mapping of the file."""
+        return self._mapped(lambda buf: gather_ranges(buf, _i64(starts), _i64(lens)))
+
+    def scatter(self, starts: np.ndarray, lens: np.ndarray, src: np.ndarray) -> None:
+        """Overwrite many ranges in place (through a shared mapping, msync'd; :meth:`sync` makes it durable)."""
+        self._mapped(lambda buf: scatter_ranges(buf, _i64(starts), _i64(lens), np.ascontiguousarray(src, np.uint8)),
+                     write=True)
+
+    def zero(self, starts: np.ndarray, lens: np.ndarray) -> int:
+        """Overwrite many ranges with zero bytes in place; returns how many bytes."""
+        return int(self._mapped(lambda buf: zero_ranges(buf, _i64(starts), _i64(lens)), write=True))
+
+    def _mapped(self, fn: Callable[[np.ndarray], Any], write: bool = False) -> Any:
+        """``fn`` of the file's bytes as a uint8 array (a mapping of its
+        ``size`` bytes, unmapped when ``fn`` returns: what it returns must
+        not be a view of them)."""
+        if self.size == 0:
+            return fn(np.zeros(0, np.uint8))
+        m = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ | (mmap.PROT_WRITE if write else 0))
+        try:
+            out = fn(np.frombuffer(m, np.uint8))
+            if write:
+                m.flush()
+            return out
+        finally:
+            try:
+                m.close()
+            except BufferError:  # fn raised and its traceback still holds the array: unmapped when collected
+                pass
+
     def sync(self) -> None:
         os.fsync(self.fd)
 
@@ -57,6 +90,10 @@ class FileBlob:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int64)
 
 
 def _pwrite_all(fd: int, b: bytes, off: int) -> None:
@@ -150,15 +187,24 @@ class FileStore:
         except FileNotFoundError:
             pass
 
-    def to_state(self, runs: list[Run]) -> dict:
+    def sync(self, runs: list[Run]) -> None:
+        """fsync the byte files, the files of ``runs`` and the directory (a
+        scrub: the run files it created and deleted)."""
+        self._fsync(runs, directory=True)
+
+    def _fsync(self, runs: list[Run], directory: bool = False) -> None:
         for blob in (self.rows, self.ids, self.meta, self.moffs):
             blob.sync()
-        for seq in {r.seq for r in runs}:
-            fd = os.open(self._run_path(seq), os.O_RDONLY)
+        paths = [self._run_path(seq) for seq in sorted({r.seq for r in runs})] + ([self.dir] if directory else [])
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def to_state(self, runs: list[Run]) -> dict:
+        self._fsync(runs)
         return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size,
                 "meta_size": self.meta.size, "moffs_size": self.moffs.size}
 
