@@ -41,10 +41,22 @@ but a batch's lookups hold their pages only while they run
 the process. A merge streams its two runs into
 the new one a block at a time. What grows with events is on disk, where the store
 puts it: ``FileStore`` (:mod:`engine.log.journal_files`: files in a
-directory, fsync'd at each snapshot, never rewritten in place, so truncating
-them to a snapshot's sizes restores them) or :class:`MemoryStore` (the same
-bytes in memory, for tests and the in-memory service). This module does no
-I/O of its own: the store is handed in.
+directory, fsync'd at each snapshot, never rewritten in place but by a
+scrub, so truncating them to a snapshot's sizes restores them) or
+:class:`MemoryStore` (the same bytes in memory, for tests and the in-memory
+service). This module does no I/O of its own: the store is handed in.
+
+Scrubbing (issue 28, forgetting a player): :meth:`Journal.scrub` overwrites
+the event ids and metadata of given rows with as many zero bytes, in the
+tail and in place in the files (every offset stays valid, and so does every
+record and ``prev`` chain), and removes the rows from the owner table and
+the runs (a run holding any is written again, under a new sequence number,
+without them; a stored row also loses its ``OWNED`` bit, so a rebuild of the
+runs leaves it out). A scrub is the one edit in place, and it is not undone
+by truncating the files: a journal reopened from a snapshot older than the
+scrub has the scrubbed bytes of its stored rows zeroed and its stale runs
+rebuilt, while its tail (from the snapshot) still holds them until the
+scrub is applied again (it is idempotent: rows are found in runs by number).
 
 A snapshot (:meth:`Journal.to_state`) holds the tail, the sizes of the
 files, the runs, and the store's identity; :meth:`Journal.from_state` truncates
@@ -91,7 +103,9 @@ class JournalColumns(NamedTuple):
     partition's history, docs/storage.md "Archives"): per row the player's
     index, kind, outcome code, value, achieved_at, submitted_at, whether a
     later invalidation made its event invalid, and its event id and metadata
-    (b"" none) as byte arenas with int64 offsets (``rows + 1``, from 0)."""
+    (b"" none) as byte arenas with int64 offsets (``rows + 1``, from 0). A
+    scrubbed row (:meth:`Journal.scrub`) has as many zero bytes as its id
+    and metadata had: its offsets are the ones it always had."""
 
     pid: np.ndarray
     kind: np.ndarray
@@ -871,7 +885,9 @@ class Journal:
         owner table holds exactly ``owned`` tail rows, each found again from
         its id; the store holds ``base`` rows; runs are sorted by hash, point
         at stored rows that own those ids, keep their fence, and each is at
-        least twice the size of the next (newer) one."""
+        least twice the size of the next (newer) one; together they hold
+        exactly the stored rows with the OWNED bit, once each (what a rebuild
+        of the runs reads; a scrubbed row has neither)."""
         n, base = self.n, self.base
         assert n >= 0 and base >= 0 and len(self) == base + n
         for offs, arena in ((self.eoffs, self.earena), (self.moffs, self.marena)):
@@ -900,6 +916,9 @@ class Journal:
             ids = [self.id_bytes(int(r)) for r in run.rows.tolist()]
             got = hash_ids(*_arena(ids), np.arange(len(ids), dtype=np.int64)) if ids else np.zeros(0, np.uint64)
             assert (got == run.hashes).all(), "a run's hashes are its rows' ids"
+        kinds = np.frombuffer(self.store.rows.read(0, base * ROW.itemsize), ROW)["kind"]
+        in_runs = np.sort(np.concatenate([np.asarray(r.rows, np.int64) for r in self.runs] + [np.zeros(0, np.int64)]))
+        assert in_runs.tolist() == np.flatnonzero(kinds & OWNED).tolist(), "the runs hold exactly the stored owners"
         assert all(0 <= r < len(self) for r in self.invalid)
 
     def nbytes(self) -> int:

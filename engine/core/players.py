@@ -172,7 +172,7 @@ def _unlink(arena, offs, slots, idx):
             if c < 0:
                 break
             home = np.int64(hash_bytes(arena, offs[c], offs[c + 1]) & np.uint64(mask))
-            if True:
+            if ((q - home) & mask) >= ((q - hole) & mask):  # home at or before the hole: it may move back
                 slots[hole] = c
                 hole = q
         slots[hole] = -1

@@ -188,11 +188,15 @@ class FileStore:
             pass
 
     def sync(self, runs: list[Run]) -> None:
-        """fsync the byte files, the files of ``runs`` and the directory
-        (run files created and deleted since)."""
+        """fsync the byte files, the files of ``runs`` and the directory (a
+        scrub: the run files it created and deleted)."""
+        self._fsync(runs, directory=True)
+
+    def _fsync(self, runs: list[Run], directory: bool = False) -> None:
         for blob in (self.rows, self.ids, self.meta, self.moffs):
             blob.sync()
-        for path in [self._run_path(seq) for seq in sorted({r.seq for r in runs})] + [self.dir]:
+        paths = [self._run_path(seq) for seq in sorted({r.seq for r in runs})] + ([self.dir] if directory else [])
+        for path in paths:
             fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -200,7 +204,7 @@ class FileStore:
                 os.close(fd)
 
     def to_state(self, runs: list[Run]) -> dict:
-        self.sync(runs)
+        self._fsync(runs)
         return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size,
                 "meta_size": self.meta.size, "moffs_size": self.moffs.size}
 

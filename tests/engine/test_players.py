@@ -62,3 +62,59 @@ def test_batch_ids_encode_players_and_events():
 def test_distinct_is_first_appearance_order(values):
     a = np.array(values, np.int32)
     assert distinct(a).tolist() == list(dict.fromkeys(values))
+
+
+def test_a_scrubbed_player_is_unreachable_and_comes_back_as_a_new_index():
+    """PlayerTable.scrub (issue 28): the id's bytes become zero bytes, the old
+    id is not found, interning it again gives a new index; a legitimate
+    ``"\\x00"`` is not confused with a scrubbed one-byte id; growth (a rehash)
+    and a snapshot keep scrubbed players out of the slot table."""
+    t = PlayerTable()
+    ids = ["p-ava", "é-ben", "c", "\x00", "p-dan"]
+    t.intern(ids)
+    t.scrub(np.array([0, 2, 1]))
+    t._check()
+    assert t.lookup(ids).tolist() == [-1, -1, -1, 3, 4]
+    assert t.id_of(0) == "\x00" * 5 and t.id_of(1) == "\x00" * 6 and t.id_of(2) == "\x00"
+    assert t.arena[: t.offs[3]].tobytes() == bytes(12)
+    t.scrub(np.array([2, 0]))  # again: nothing changes
+    t._check()
+    assert t.intern(["c", "p-ava"]).tolist() == [5, 6]  # new players, new indexes
+    assert t.lookup(["\x00", "c"]).tolist() == [3, 5]
+    state = t.to_state()
+    back = PlayerTable.from_state(state)
+    back._check()
+    assert back.to_state() == state and back.lookup(ids + ["c"]).tolist() == [6, -1, 5, 3, 4, 5]
+    more = [f"q{k}" for k in range(3000)]  # the slot table doubles several times
+    assert back.intern(more).tolist() == list(range(7, 3007))
+    back._check()
+    assert back.lookup(["é-ben", "\x00" * 6]).tolist() == [-1, -1]
+    assert PlayerTable().to_state().keys() == {"arena", "offs"}  # a table never scrubbed keeps its state as it was
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(IDS, st.lists(st.integers(0, 60), max_size=8)), min_size=1, max_size=6))
+def test_interning_and_scrubbing_match_a_dict(steps):
+    """Batches of interning, each followed by scrubbing some indexes, against
+    a dict of the live ids: lookups find exactly the live ones, every index
+    is new when first interned, scrubbed players hold zero bytes; the slot
+    table (128 slots first: collisions, probe runs, backward shifts) checks
+    after each step and after a snapshot."""
+    t, live, n, gone = PlayerTable(), {}, 0, set()
+    for ids, victims in steps:
+        got = t.intern(ids).tolist()
+        for i, g in zip(ids, got):
+            if i not in live:
+                assert g == n
+                live[i], n = n, n + 1
+            assert g == live[i]
+        idx = [v for v in victims if v < n]
+        t.scrub(np.array(idx, np.int64))
+        gone |= set(idx)
+        live = {i: k for i, k in live.items() if k not in gone}
+        t._check()
+        assert len(t) == n and t.lookup(list(live)).tolist() == list(live.values())
+        assert all(set(t.id_of(k)) <= {"\x00"} for k in gone)
+    back = PlayerTable.from_state(t.to_state())
+    back._check()
+    assert back.lookup(list(live)).tolist() == list(live.values()) and back.gone.tolist() == sorted(gone)
