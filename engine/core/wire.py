@@ -75,7 +75,6 @@ SPILL = "spill"  # write every partition's ranked rows to a spill file (an expor
 SPILL_READ = "spill_read"  # one frame of a spill file
 SPILL_DROP = "spill_drop"  # remove an export's spill files
 DROP = "drop"  # control, not a read: forget an archived board's partitions
-SCRUB = "scrub"  # control, not a read: remove erased events' entries from the journals' run files (a Drop, board "")
 
 #: Requests that change what later reads see: reads batched before one answer first.
 CHANGES_STATE = frozenset({DROP})
@@ -186,7 +185,7 @@ class Drop(NamedTuple):
 REQUESTS: dict[str, type] = {
     TOP: Top, MGET: MGet, SIZE: Size, GET: Get, COUNT: Count, NBRS: Nbrs, SAMPLE: Sample, HIST: Hist, SUM: Sum,
     ROWS: Rows, HCOLS: HCols, RCOLS: RCols, SPILL: Spill, SPILL_READ: SpillRead, SPILL_DROP: SpillDrop, DROP: Drop,
-    EFPS: Hist, SCRUB: Drop,
+    EFPS: Hist,
 }
 
 

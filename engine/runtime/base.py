@@ -37,6 +37,7 @@ class RouterClient:
     feed: OutboxFeed | None = None
     erasure_job: ErasureJob | None = None
     erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
+    erasure_delay_s: float | None = None  # the job waits this long after a request (None: min(1 s, deadline / 10))
 
     def _init_snapshots(self) -> None:
         self._events_since_snapshot = 0
@@ -112,8 +113,8 @@ class RouterClient:
             self.feed.start()
             await self.feed.delivery.start()
         router.start()
-        self.erasure_job = ErasureJob(self, event_log, store, delay_s=min(1.0, self.erasure_deadline_s / 10),
-                                      deadline_s=self.erasure_deadline_s)
+        delay = min(1.0, self.erasure_deadline_s / 10) if self.erasure_delay_s is None else self.erasure_delay_s
+        self.erasure_job = ErasureJob(self, event_log, store, delay_s=delay, deadline_s=self.erasure_deadline_s)
         self.erasure_job.start()
         await router.finish_awards()
         await router.finish_archiving()

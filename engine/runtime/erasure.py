@@ -1,20 +1,19 @@
 """The erasure job: forgetting on disk (docs/api.md §17, docs/storage.md "Erasure").
 
 An erasure's ``X`` record made every process forget the player in memory, and the shard actors zeroed
-the player's event ids and metadata in their journal files as they applied it. This job, running in the
+the player's event ids and metadata in their journal files and rewrote the journal run files holding
+their hashes as they applied it (``Partition.erase``, ``Journal.scrub``). This job, running in the
 engine's own process beside the router, does the rest for every pending erasure at once, step by step;
 each step is idempotent, so a crash at any point is finished by the next start (the erasures are still
 pending: their ``Z`` record is the last step):
 
-1. ``journals``: every shard actor rewrites the journal run files that still hold erased events'
-   hashes (``SCRUB``).
-2. ``archives``: every archive holding an erased player is rewritten without them.
-3. ``outbox``: webhook messages naming an erased player are blanked (and never sent).
-4. ``snapshot``: a snapshot of the router and every shard actor, taken after the ``X`` records applied.
-5. ``snapshots``: every snapshot taken at or before the last ``X`` record is deleted.
-6. ``log``: the log before each ``X`` record is rewritten with pseudonyms (:class:`engine.core.erasure.LogEraser`,
+1. ``archives``: every archive holding an erased player is rewritten without them.
+2. ``outbox``: webhook messages naming an erased player are blanked (and never sent).
+3. ``snapshot``: a snapshot of the router and every shard actor, taken after the ``X`` records applied.
+4. ``snapshots``: every snapshot taken at or before the last ``X`` record is deleted.
+5. ``log``: the log before each ``X`` record is rewritten with pseudonyms (:class:`engine.core.erasure.LogEraser`,
    ``rewrite`` of the log: same offsets, one atomic swap of the segments).
-7. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
+6. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
 
 The job starts ``delay_s`` after a request (so a burst of erasures shares one pass over the log) and
 always before ``deadline_s`` has passed since the oldest pending request.
@@ -28,12 +27,11 @@ import time
 from typing import Callable
 
 from engine.core import records as R
-from engine.core import wire as W
 from engine.core.erasure import ErasureEntry, LogEraser
 
 log = logging.getLogger("flowrank.erasure")
 
-STEPS = ("journals", "archives", "outbox", "snapshot", "snapshots", "log", "complete")
+STEPS = ("archives", "outbox", "snapshot", "snapshots", "log", "complete")
 
 
 class ErasureJob:
@@ -106,11 +104,6 @@ class ErasureJob:
         players = [r.player_id for _, r in xrecs if r.player_id is not None]
         boards = sorted({b[0] for _, r in xrecs for b in r.boards})
         last = max(e.offset for e in pending)
-        self._step("journals")
-        t = self.router.t
-        for a in range(t.n):
-            _, reply = await self.router.reads.ask(a, W.Drop(W.SCRUB, ""))
-            self.bytes_rewritten += int(reply.value or 0)
         self._step("archives")
         if players:
             await self.router.erasures.rewrite_archives(players)

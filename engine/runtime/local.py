@@ -57,6 +57,7 @@ class ServiceConfig:
     packed_wire: bool = False
     webhooks: WebhookConfig | None = None  # --webhook-url and its settings (docs/api.md §16)
     erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
+    erasure_delay_s: float | None = None  # test seam: the erasure job's wait after a request (None: the default)
 
 
 class InProcessShards:
@@ -163,7 +164,7 @@ class LocalService(RouterClient):
             max_queued_events=cfg.max_queued_events, erasure_secret=secret), archives=archives,
             wall_clock=cfg.wall_clock)
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
-        svc.erasure_deadline_s = cfg.erasure_deadline_s
+        svc.erasure_deadline_s, svc.erasure_delay_s = cfg.erasure_deadline_s, cfg.erasure_delay_s
         svc.webhooks, svc.webhook_dir = cfg.webhooks, data_dir
         await svc._start(event_log, store)
         svc.recovery_seconds = time.monotonic() - started

@@ -554,9 +554,6 @@ class ShardCore:
             return W.Reply(version, list(read_frame(path, req.token, req.at)))
         if op == W.SPILL_DROP:
             return W.Reply(version, remove_spills(self._spill_root(), req.token))
-        if op == W.SCRUB:  # control: erased events' run entries (docs/api.md §17); bytes rewritten
-            return W.Reply(version, sum(p.journal.scrub_runs() for ps in self.parts.values() for p in ps.values()
-                                        if getattr(p.journal, "holds_pending_scrub", False)))
         if op == W.DROP:  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
             return W.Reply(version, self.drop(board_id))
         if op == W.SAMPLE:

@@ -27,8 +27,8 @@ from engine.core.errors import UnsupportedFormat
 from engine.log import SegmentedFileLog
 from engine.log.framing import encode_batch
 from engine.log.snapshots import decode_snapshot, encode_snapshot
-from tests.fixtures.make_golden import (dead_letters, observe, observe_competitions, open_data, probe_event,
-                                       stop_without_snapshot)
+from tests.fixtures.make_golden import (dead_letters, observe, observe_competitions, observe_erasures, open_data,
+                                       probe_event, stop_without_snapshot)
 from tests.service.helpers import run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -86,6 +86,9 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
                            for b in set(got) - set(pinned)), sorted(set(got) - set(pinned))
             if "competitions" in expected:  # golden_v7 on: league cohorts and awards (docs/api.md §16)
                 assert await observe_competitions(svc) == expected["competitions"]
+            if "erasures" in expected:  # golden_v8 on: erasures and their status (docs/api.md §17)
+                got = await observe_erasures(svc, {e: v[0] for e, v in expected["erasures"].items()})
+                assert got == expected["erasures"]
             if "dead_letters" in expected:  # golden_v5 on: dead-letter records, honoured with the bug fixed
                 assert dead_letters(svc) == expected["dead_letters"]
             probes = [probe_event(p["event"]) for p in expected["probes"]]
@@ -126,6 +129,9 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
         assert R.GROUP in kinds[:snap_offset] and R.GROUP in kinds[snap_offset:]
     if expected["formats"]["log_format"] >= 6:  # a league with prizes: entries, awards, the tiers carried
         assert R.ENTER in kinds[:snap_offset] and {R.AWARDS, R.CARRY} <= set(kinds[snap_offset:])
+    if expected["formats"]["log_format"] >= 7:  # erasures: one complete before the snapshot, one pending after it
+        assert {R.ERASE, R.ERASED} <= set(kinds[:snap_offset]) and R.ERASE in kinds[snap_offset:]
+        assert R.ERASED not in kinds[snap_offset:]
 
 
 # ------------------------------------------------------- newer formats refuse
@@ -206,8 +212,8 @@ def test_a_snapshot_without_a_format_key_reads_as_format_1(tmp_path):
 def test_an_unknown_record_kind_in_the_tail_refuses_to_open(tmp_path):
     data = _newest_fixture(tmp_path)
     last = sorted((data / "log").glob("*.log"))[-1]
-    blob, _ = encode_batch([["X", "golden:best:1", "something new"]])
+    blob, _ = encode_batch([["Y", "golden:best:1", "something new"]])
     with open(last, "ab") as f:
         f.write(blob)
-    _open_refuses(data, "has kind 'X', not in log record format")
+    _open_refuses(data, "has kind 'Y', not in log record format")
 
