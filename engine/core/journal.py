@@ -531,6 +531,7 @@ class Journal:
     def __init__(self, store: Store | None = None, tail_rows: int = TAIL_ROWS) -> None:
         self.store: Store = MemoryStore() if store is None else store
         self.tail_rows = tail_rows
+        self.scrub_pending = np.zeros(0, np.int64)  # stored rows scrubbed with runs=False: run entries still to go
         self.base = 0
         self.n = 0
         self.owned = 0
@@ -663,7 +664,7 @@ class Journal:
 
     # ------------------------------------------------------------ scrubbing
 
-    def scrub(self, rows: np.ndarray) -> int:
+    def scrub(self, rows: np.ndarray, runs: bool = True) -> int:
         """Forget the event ids and metadata of journal rows ``rows`` (tail or
         stored; issue 28): their bytes become as many zero bytes, in the tail
         arenas and in the store's ``ids`` and ``meta`` files (so every offset
@@ -679,6 +680,10 @@ class Journal:
         heads, invalidated rows) is unchanged. Returns the id and metadata
         bytes overwritten.
 
+        ``runs=False`` leaves the run files for :meth:`scrub_runs` (an erasure's
+        apply defers them to the erasure job, so a burst of erasures rewrites
+        each run once); the rows wait in ``scrub_pending`` (kept in the state).
+
         Idempotent: a row is found in the runs by its row number, not its id,
         so scrubbing rows again (a scrub redone after a crash) finds nothing
         left to remove and zeroes zeros. Raises ValueError for a row past the
@@ -692,9 +697,27 @@ class Journal:
         stored = rows[:cut]
         if len(stored):
             wiped += self._scrub_stored(stored)
-            self._scrub_runs(stored)
+            if runs:
+                self._scrub_runs(stored)
+            else:  # later, in a batch (scrub_runs): a run hit is verified on the now zero id bytes meanwhile
+                self.scrub_pending = np.union1d(self.scrub_pending, stored).astype(np.int64)
             self.store.sync(self.runs)
         return wiped
+
+    @property
+    def holds_pending_scrub(self) -> bool:
+        return bool(len(self.scrub_pending))
+
+    def scrub_runs(self) -> int:
+        """The run files' part of the scrubs made with ``runs=False``, all at once: every run holding an
+        entry of a pending row is written again without them. Returns how many rows were pending."""
+        pending = self.scrub_pending
+        if not len(pending):
+            return 0
+        self._scrub_runs(pending)
+        self.store.sync(self.runs)
+        self.scrub_pending = np.zeros(0, np.int64)
+        return len(pending)
 
     def _scrub_tail(self, t: np.ndarray) -> int:
         """Tail rows ``t`` (local, sorted): zero their bytes, unlink them from the owner table."""
@@ -948,7 +971,7 @@ class Journal:
             "runs": [[r.seq, len(r)] for r in self.runs],
             "next_seq": self.next_seq,
             "store": self.store.to_state(self.runs),
-        }
+        } | ({"scrub_pending": self.scrub_pending.astype("<i8").tobytes()} if len(self.scrub_pending) else {})
 
     @classmethod
     def from_state(cls, state: dict, place: StorePlace | None = None, tail_rows: int = TAIL_ROWS) -> "Journal":
@@ -982,6 +1005,7 @@ class Journal:
         j.base = state["base"]
         j.n = n
         j.next_seq = state["next_seq"]
+        j.scrub_pending = np.frombuffer(state.get("scrub_pending", b""), "<i8").astype(np.int64)
         try:
             j.runs = [store.load_run(seq, size) for seq, size in state["runs"]]
         except JournalLost:  # merged away after this snapshot: runs are derived, rebuild them

@@ -856,8 +856,8 @@ class Partition:
             if self._pol == POL_LATEST:
                 self.src[p] = -1
             rows = self.journal.rows_of(p)
-            if rows:
-                self.journal.scrub(np.array(rows, np.int64))
+            if rows:  # the run files' entries are left to the erasure job (Journal.scrub_runs), in one batch
+                self.journal.scrub(np.array(rows, np.int64), runs=False)
             self.players.scrub(touched)
             self.gone = np.union1d(self.gone, touched).astype(np.int32)
         return out

@@ -75,6 +75,7 @@ SPILL = "spill"  # write every partition's ranked rows to a spill file (an expor
 SPILL_READ = "spill_read"  # one frame of a spill file
 SPILL_DROP = "spill_drop"  # remove an export's spill files
 DROP = "drop"  # control, not a read: forget an archived board's partitions
+SCRUB = "scrub"  # control, not a read: the journals' run files lose the entries of erased events (a Drop, board "")
 
 #: Requests that change what later reads see: reads batched before one answer first.
 CHANGES_STATE = frozenset({DROP})
@@ -185,7 +186,7 @@ class Drop(NamedTuple):
 REQUESTS: dict[str, type] = {
     TOP: Top, MGET: MGet, SIZE: Size, GET: Get, COUNT: Count, NBRS: Nbrs, SAMPLE: Sample, HIST: Hist, SUM: Sum,
     ROWS: Rows, HCOLS: HCols, RCOLS: RCols, SPILL: Spill, SPILL_READ: SpillRead, SPILL_DROP: SpillDrop, DROP: Drop,
-    EFPS: Hist,
+    EFPS: Hist, SCRUB: Drop,
 }
 
 

@@ -1,19 +1,21 @@
 """The erasure job: forgetting on disk (docs/api.md §17, docs/storage.md "Erasure").
 
 An erasure's ``X`` record made every process forget the player in memory, and the shard actors zeroed
-the player's event ids and metadata in their journal files and rewrote the journal run files holding
-their hashes as they applied it (``Partition.erase``, ``Journal.scrub``). This job, running in the
+the player's event ids and metadata in their journal files as they applied it (``Partition.erase``,
+``Journal.scrub``). This job, running in the
 engine's own process beside the router, does the rest for every pending erasure at once, step by step;
 each step is idempotent, so a crash at any point is finished by the next start (the erasures are still
 pending: their ``Z`` record is the last step):
 
-1. ``archives``: every archive holding an erased player is rewritten without them.
-2. ``outbox``: webhook messages naming an erased player are blanked (and never sent).
-3. ``snapshot``: a snapshot of the router and every shard actor, taken after the ``X`` records applied.
-4. ``snapshots``: every snapshot taken at or before the last ``X`` record is deleted.
-5. ``log``: the log before each ``X`` record is rewritten with pseudonyms (:class:`engine.core.erasure.LogEraser`,
+1. ``journals``: every shard actor rewrites the journal run files that still hold the erased events'
+   hashes (``SCRUB``: each run once for the whole burst).
+2. ``archives``: every archive holding an erased player is rewritten without them.
+3. ``outbox``: webhook messages naming an erased player are blanked (and never sent).
+4. ``snapshot``: a snapshot of the router and every shard actor, taken after the ``X`` records applied.
+5. ``snapshots``: every snapshot taken at or before the last ``X`` record is deleted.
+6. ``log``: the log before each ``X`` record is rewritten with pseudonyms (:class:`engine.core.erasure.LogEraser`,
    ``rewrite`` of the log: same offsets, one atomic swap of the segments).
-6. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
+7. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
 
 The job starts ``delay_s`` after a request (so a burst of erasures shares one pass over the log) and
 always before ``deadline_s`` has passed since the oldest pending request.
@@ -27,11 +29,12 @@ import time
 from typing import Callable
 
 from engine.core import records as R
+from engine.core import wire as W
 from engine.core.erasure import ErasureEntry, LogEraser
 
 log = logging.getLogger("flowrank.erasure")
 
-STEPS = ("archives", "outbox", "snapshot", "snapshots", "log", "complete")
+STEPS = ("journals", "archives", "outbox", "snapshot", "snapshots", "log", "complete")
 
 
 class ErasureJob:
@@ -104,6 +107,9 @@ class ErasureJob:
         players = [r.player_id for _, r in xrecs if r.player_id is not None]
         boards = sorted({b[0] for _, r in xrecs for b in r.boards})
         last = max(e.offset for e in pending)
+        self._step("journals")
+        for a in range(self.router.t.n):  # the journal runs still holding erased events' hashes
+            await self.router.fanout.reads.ask(a, W.Drop(W.SCRUB, ""))
         self._step("archives")
         if players:
             await self.router.erasures.rewrite_archives(players)

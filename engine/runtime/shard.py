@@ -554,6 +554,8 @@ class ShardCore:
             return W.Reply(version, list(read_frame(path, req.token, req.at)))
         if op == W.SPILL_DROP:
             return W.Reply(version, remove_spills(self._spill_root(), req.token))
+        if op == W.SCRUB:  # control: erased events' journal run entries (docs/api.md §17); rows scrubbed
+            return W.Reply(version, sum(p.journal.scrub_runs() for ps in self.parts.values() for p in ps.values()))
         if op == W.DROP:  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
             return W.Reply(version, self.drop(board_id))
         if op == W.SAMPLE:

@@ -577,3 +577,20 @@ def test_a_league_with_prizes_its_cohorts_and_awards(env, capsys, tmp_path):
     assert got["player_id"] == "p-a" and [b["awards"][0]["rank"] for b in got["boards"]] == [2]
     code, _, err = _run(capsys, "players", "data", "p-nobody")
     assert code == admin_cli.EXIT_REFUSED and "HTTP 404 PLAYER_NOT_FOUND" in err
+    # erasure (docs/api.md §17): accepted, then complete on disk within --wait
+    code, out, err = _run(capsys, "players", "erase", "p-c", "--wait", "60", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["player_id"] == "p-c" and got["boards"] == [board] and got["status"] == "complete"
+    assert got["completed_at"] >= got["requested_at"]
+    code, out, err = _run(capsys, "erasure", got["erasure_id"])
+    assert code == 0, err
+    assert out.split()[:2] == [got["erasure_id"], "complete"]
+    code, _, err = _run(capsys, "players", "data", "p-c")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 PLAYER_NOT_FOUND" in err
+    code, _, err = _run(capsys, "players", "erase", "p-c")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 PLAYER_NOT_FOUND" in err
+    code, out, err = _run(capsys, "players", "erase", "p-a")
+    assert code == 0 and out.startswith("erasure ") and "accepted on 1 board(s)" in out, err
+    code, _, err = _run(capsys, "erasure", "nope")
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 404 ERASURE_NOT_FOUND" in err
