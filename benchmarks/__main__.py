@@ -11,6 +11,7 @@
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
     python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
     python -m benchmarks competitions [--players N] [--cohort S] [--tiers T] [--json OUT]
+    python -m benchmarks erasure [--players N] [--events N] [--batch K] [--json OUT]
 
 This module registers the Redis scenarios (the denominators of every ratio)
 and the naive tie check. FlowRank scenarios register themselves from modules
@@ -403,6 +404,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("coldstart", add_help=False,
                    help="flowrank serve to ready on a fresh and on a kept compile cache, then the first requests "
                         "(benchmarks/coldstart.py)")
+    sub.add_parser("erasure", add_help=False,
+                   help="erase one player, then 1,000, from 10M events over 1M players on 3 boards (one archived): "
+                        "exclusion, completion on disk, ingest and reads meanwhile (benchmarks/erasure_bench.py)")
     sub.add_parser("competitions", add_help=False,
                    help="a 1M-player league through HTTP: joins, cohort reads beside friends views, finalize with "
                         "1M awards, webhook delivery (benchmarks/competitions.py)")
@@ -539,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
         from .coldstart import main as coldstart_main
 
         return coldstart_main(argv[1:])
+    if argv[0] == "erasure":
+        from .erasure_bench import main as erasure_main
+
+        return erasure_main(argv[1:])
     if argv[0] == "competitions":
         from .competitions import main as competitions_main
 

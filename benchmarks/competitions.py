@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -41,7 +40,7 @@ import httpx
 
 from .http_bench import flowrank_server, run_wrk
 from .http_load import ADMIN_KEY, READ_KEY, WRITE_KEY
-from .machine import describe, header
+from .machine import run_and_report
 from .webhook_receiver import Receiver
 
 BOARD = "bench:league:S1:global"
@@ -197,17 +196,4 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delivery-timeout-s", type=float, default=1800)
     p.add_argument("--wrk", default=shutil.which("wrk") or "wrk")
     p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-    machine = describe()
-    print(header({k: v for k, v in vars(args).items() if k != "json"}, machine))
-    load_before = os.getloadavg()
-    print(f"  load    : {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1/5/15 min, before the run)")
-    result = run(args)
-    result["load_before"] = load_before
-    result["machine"] = machine
-    result["load_after"] = os.getloadavg()
-    result["targets"] = TARGETS
-    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2, default=str))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
-    return 0
+    return run_and_report(p.parse_args(argv), run, TARGETS)

@@ -119,3 +119,25 @@ def header(params: dict, machine: dict | None = None) -> str:
     ]
     lines.append("  params  : " + " ".join(f"{k}={v}" for k, v in params.items()))
     return "\n".join(lines)
+
+
+def run_and_report(args, run, targets: dict) -> int:
+    """What a one-scenario benchmark's ``main`` does after parsing: print the machine, the parameters and
+    the load average, ``run(args)``, add the load after it, the machine and the targets, print the result
+    as JSON and write it to ``args.json`` when given."""
+    import json
+    from pathlib import Path
+
+    machine = describe()
+    print(header({k: v for k, v in vars(args).items() if k != "json"}, machine))
+    load_before = os.getloadavg()
+    print(f"  load    : {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1/5/15 min, before the run)")
+    result = run(args)
+    result["load_before"] = load_before
+    result["machine"] = machine
+    result["load_after"] = os.getloadavg()
+    result["targets"] = targets
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2, default=str))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    return 0

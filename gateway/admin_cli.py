@@ -311,24 +311,23 @@ def cmd_players_erase(api: Api, args, out: IO[str]) -> int:
         if status["status"] == "complete" or time.monotonic() >= deadline:
             break
         time.sleep(0.25)
-    if args.json:
-        _dump(got | {"status": status["status"], "requested_at": status["requested_at"],
-                     "completed_at": status["completed_at"]}, out)
-    else:
-        print(f"erasure {got['erasure_id']} of {got['player_id']}: {status['status']} "
-              f"(requested {status['requested_at']}, completed {status['completed_at'] or '-'})", file=out)
+    _print_erasure(got | status, args.json, out)
     return EXIT_OK if status["status"] == "complete" else EXIT_PENDING
 
 
 def cmd_erasure(api: Api, args, out: IO[str]) -> int:
     """An erasure's status (docs/api.md §17, admin)."""
-    status = api.json("GET", f"/v1/erasures/{_p(args.erasure_id)}", what=f"erasure {args.erasure_id}")
-    if args.json:
+    _print_erasure(api.json("GET", f"/v1/erasures/{_p(args.erasure_id)}", what=f"erasure {args.erasure_id}"),
+                   args.json, out)
+    return EXIT_OK
+
+
+def _print_erasure(status: dict, as_json: bool, out: IO[str]) -> None:
+    if as_json:
         _dump(status, out)
     else:
         print(f"{status['erasure_id']}  {status['status']}  requested {status['requested_at']}  "
               f"completed {status['completed_at'] or '-'}", file=out)
-    return EXIT_OK
 
 
 # ----------------------------------------------------------------- submit

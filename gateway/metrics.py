@@ -109,8 +109,13 @@ def erasure_families(stats: dict) -> list:
     >>> [f.name for f in erasure_families({"pending": 1, "oldest_pending_age_seconds": 2.5})]
     ['flowrank_erasures_pending', 'flowrank_erasure_oldest_pending_age_seconds']
     """
+    return _families(_ERASURE, stats)
+
+
+def _families(table: dict, stats: dict) -> list:
+    """A gauge or counter family per key of ``table`` that ``stats`` has a number for."""
     out = []
-    for key, (counter, name, doc) in _ERASURE.items():
+    for key, (counter, name, doc) in table.items():
         value = stats.get(key)
         if _num(value):
             out.append((CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, value=value))
@@ -124,12 +129,7 @@ def webhook_families(stats: dict) -> list:
     >>> [f.name for f in webhook_families({"pending": 2, "failed": 0})]
     ['flowrank_webhook_pending', 'flowrank_webhook_failed']
     """
-    out = []
-    for key, (counter, name, doc) in _WEBHOOK.items():
-        value = stats.get(key)
-        if _num(value):
-            out.append((CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, value=value))
-    return out
+    return _families(_WEBHOOK, stats)
 
 
 def _num(x) -> bool:

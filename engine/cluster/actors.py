@@ -117,7 +117,7 @@ class LogServer:
     def erase_log(self, plain: bytes) -> list:
         """An erasure's log rewrite (engine.runtime.erasure.erase_log) here, next to the log: ``plain``
         packs the [offset, X record] pairs."""
-        stats = erase_log(self.log, [(o, R.parse(r)) for o, r in unpack(plain)])
+        stats = erase_log(self.log, [(o, R.ErasureRecord._make(r)) for o, r in unpack(plain)])
         self.dead = DeadLetterIndex(self.log)
         return list(stats)
 

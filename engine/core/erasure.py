@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -262,7 +262,7 @@ class LogEraser:
     def rewrite(self, offset: int, rec):
         """The record to keep at ``offset`` (``rec`` itself when unchanged)."""
         self._ready()
-        p = R.parse(rec)
+        p: Any = R.parse(rec)  # every kind's fields are read by name below, after its kind is known
         kind = p.kind
         if kind == R.ERASE:
             sub = self.by_id.get(p.erasure_id)

@@ -412,8 +412,8 @@ class Outbox:
             got = self.read(seq, 4096)
             if not got:
                 break
-            for s, m in got:
-                if m.message_id.startswith("award/") and m.message_id.rsplit("/", 1)[-1] in wanted:
+            for s, m in got:  # award/<board_id>/<player_id>: a board id has no "/", a player id may
+                if m.message_id.startswith("award/") and m.message_id[6:].partition("/")[2] in wanted:
                     found.append(s)
             seq = got[-1][0] + 1
         if not found:
@@ -423,8 +423,8 @@ class Outbox:
                 pos = self._position(s)
                 length = FRAME_HEADER.unpack(os.pread(self._fd, FRAME_HEADER_SIZE, pos))[0]
                 v = unpack_payload(os.pread(self._fd, length, pos + FRAME_HEADER_SIZE))
-                head, _, tail = v[3].rpartition("/")
-                v[3] = head + "/" + "x" * len(tail.encode("utf-8", "surrogatepass"))
+                board, _, tail = v[3][6:].partition("/")
+                v[3] = "award/" + board + "/" + "x" * len(tail.encode("utf-8", "surrogatepass"))
                 v[4] = b" " * len(v[4])
                 blob, _ = encode_batch([v])
                 assert len(blob) == FRAME_HEADER_SIZE + length, "a blanked message keeps its length"

@@ -277,9 +277,9 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
             return _plain([])
         return _plain([rec])
     if kind == Submission.ERASED:
-        done: R.ErasureDoneRecord = payload
-        got = ov.registry.erasures.get(done.erasure_id)
-        return _plain([done] if got is not None and got.pending else [])
+        complete: R.ErasureDoneRecord = payload
+        got = ov.registry.erasures.get(complete.erasure_id)
+        return _plain([complete] if got is not None and got.pending else [])
     raise ValueError(kind)
 
 

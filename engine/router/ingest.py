@@ -34,7 +34,7 @@ import numpy as np
 
 from engine.core import records as R
 from engine.core import wire as W
-from engine.router.decide import Overlay, ScorePlace, Submission, decide
+from engine.router.decide import Overlay, Submission, decide
 from engine.core.columns import BatchResult, ScoreBatch, ScoreColumns
 from engine.core.errors import (
     AwardsPending,

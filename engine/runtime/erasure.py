@@ -142,7 +142,7 @@ class ErasureJob:
             for offset, rec in self.event_log.read_from(e.offset, 1):
                 if offset == e.offset:
                     p = R.parse(rec, offset)
-                    if p.kind == R.ERASE:
+                    if isinstance(p, R.ErasureRecord):
                         out.append((offset, p))
                 break
         return out

@@ -414,3 +414,53 @@ def test_series_and_fan_out_through_ray_shards_survive_a_restart(ray_session, lo
             await eng.close()
 
     loop.run_until_complete(go())
+
+
+def test_an_erasure_through_ray_shards_reaches_every_file_and_survives_a_restart(ray_session, loop, tmp_path):
+    """docs/api.md §17 on Ray: the X record applied by every shard actor, the log rewritten by the log actor
+    (erase_log), older snapshots deleted through it; nothing under the data directory holds the player or
+    their events' ids once complete (the shard actors' journals live in the node's temp directory: scanned
+    too), and a restart reads the same checksums."""
+    boards = ["g:solo:S1:a", "g:solo:S1:b"]
+    victim = "victim-Rq7w"
+
+    async def go():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        eng.erasure_job.delay_s = 0.0
+        try:
+            await eng.create_board(BoardSpec(boards[0], Policy.CUMULATIVE, shards=3))
+            await eng.create_board(BoardSpec(boards[1], Policy.BEST_SCORE, shards=1))
+            await eng.submit([ScoreEvent(b, f"e{i}-{b[-1]}", f"p{i % 7}", i + 1, 1000 + i, 1000 + i)
+                              for i in range(40) for b in boards])
+            mine = [ScoreEvent(b, f"vic-ev-{b[-1]}-{k}", victim, 50 + k, 2000 + k, 2000 + k) for b in boards
+                    for k in range(3)]
+            await eng.submit(mine)
+            await eng.snapshot()
+            got = await eng.erase_player(victim)
+            assert sorted(got.boards) == boards
+            for _ in range(600):
+                if (await eng.erasure(got.erasure_id)).status == "complete":
+                    break
+                await asyncio.sleep(0.05)
+            assert (await eng.erasure(got.erasure_id)).status == "complete"
+            live = [await eng.checksum(b) for b in boards]
+            for b in boards:
+                with pytest.raises(PlayerNotFound):
+                    await eng.player(b, victim)
+            journals = eng.journal_root if hasattr(eng, "journal_root") else None
+        finally:
+            await eng.close()
+        needles = [victim.encode()] + [e.event_id.encode() for e in mine]
+        for root in [tmp_path] + ([journals] if journals else []):
+            for dirpath, _, names in os.walk(root):
+                for name in names:
+                    data = open(os.path.join(dirpath, name), "rb").read()
+                    assert not any(n in data for n in needles), os.path.join(dirpath, name)
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            assert [await eng.checksum(b) for b in boards] == live
+            assert (await eng.submit([mine[0]]))[0].outcome.value == "DUPLICATE_IGNORED"
+        finally:
+            await eng.close()
+
+    loop.run_until_complete(go())

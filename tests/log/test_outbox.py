@@ -292,3 +292,30 @@ def test_state_is_seq_indexed_and_needs_no_write_for_new_messages(tmp_path):
 
 def state_message_batch(off: int) -> list[Message]:
     return [state_message(f"b{off}", s, off, created_ms=off) for s in ("FROZEN", "FINALIZED")]
+
+
+def test_scrub_blanks_an_erased_players_award_messages_in_place(tmp_path):
+    """An erasure (docs/api.md §17): the player's award messages keep their place and length, hold neither
+    their id nor their body any more, a pending one is failed (never sent); the rest are untouched."""
+    from engine.core.webhooks import award_message
+
+    board = "g:m:s:x"
+    msgs = [award_message(board, p, k + 1, None, {"coins": k}, 3, 1000 + k)
+            for k, p in enumerate(["p-a", "p/slash-Zz9", "p-b", "p-c"])]
+    with Outbox.open(str(tmp_path)) as box:
+        box.put(10, msgs[:2])
+        box.put(11, [state_message(board, "FINALIZED", 3, 999)])
+        box.put(12, msgs[2:])
+        box.set_status([0], DELIVERED, 1)
+        assert box.scrub(["p/slash-Zz9", "p-a", "nobody"]) == 2
+        assert box.scrub(["p/slash-Zz9", "p-a"]) == 0  # idempotent: blanked ids no longer match
+        statuses, _ = box.status([0, 1, 2, 3, 4])
+        assert statuses.tolist() == [DELIVERED, FAILED, PENDING, PENDING, PENDING]
+        kept = box.read(0, 10)
+    raw = (tmp_path / MESSAGES_FILE).read_bytes()
+    assert b"p/slash-Zz9" not in raw and b"p-a" not in raw and b"p-b" in raw
+    with Outbox.open(str(tmp_path)) as box:  # every frame still verifies
+        again = box.read(0, 10)
+        assert again == kept and box.count == 5
+    assert again[0][1].message_id == f"award/{board}/xxx" and again[0][1].body.strip() == b""
+    assert again[3][1] == msgs[2]
