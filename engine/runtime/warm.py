@@ -467,6 +467,11 @@ async def exercise(engine, again: bool = False) -> None:
         await engine.set_state(archived, state)
     await _reads(engine, archived)
     await engine.next_season(archived, f"next{suffix}", None)
+    # an erasure (docs/api.md §17): the journals' and player tables' scrub kernels, the archive rewrite, and the
+    # job's run-file rewrite and log rewrite
+    erased = await engine.erase_player(PLAYERS[1])
+    await engine.erasure(erased.erasure_id)
+    await engine.erasure_job.run()
 
 
 async def _reads(engine, board_id: str) -> None:
