@@ -109,7 +109,19 @@ def erasure_families(stats: dict) -> list:
     >>> [f.name for f in erasure_families({"pending": 1, "oldest_pending_age_seconds": 2.5})]
     ['flowrank_erasures_pending', 'flowrank_erasure_oldest_pending_age_seconds']
     """
-    return _families(_ERASURE, stats)
+    out = _families(_ERASURE, stats)
+    steps = stats.get("steps")
+    if isinstance(steps, dict) and steps:
+        secs = GaugeMetricFamily("flowrank_erasure_last_run_step_seconds",
+                                 "How long each step of the erasure job's last run took.", labels=["step"])
+        began = GaugeMetricFamily("flowrank_erasure_last_run_step_started_seconds",
+                                  "When each step of the erasure job's last run started (epoch seconds).",
+                                  labels=["step"])
+        for name, (start, seconds) in steps.items():
+            secs.add_metric([name], seconds)
+            began.add_metric([name], start)
+        out += [secs, began]
+    return out
 
 
 def _families(table: dict, stats: dict) -> list:

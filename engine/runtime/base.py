@@ -38,6 +38,10 @@ class RouterClient:
     erasure_job: ErasureJob | None = None
     erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
     erasure_delay_s: float | None = None  # the job waits this long after a request (None: min(1 s, deadline / 10))
+    # how long the job waits for the next periodic snapshot before it takes one itself (None: the snapshot period
+    # plus 5 s, at most half the deadline; 0: at once)
+    erasure_snapshot_wait_s: float | None = None
+    snapshot_offset: int = -1  # every record at or before it is in the newest snapshot
 
     def _init_snapshots(self) -> None:
         self._events_since_snapshot = 0
@@ -115,6 +119,9 @@ class RouterClient:
         router.start()
         delay = min(1.0, self.erasure_deadline_s / 10) if self.erasure_delay_s is None else self.erasure_delay_s
         self.erasure_job = ErasureJob(self, event_log, store, delay_s=delay, deadline_s=self.erasure_deadline_s)
+        wait = self.erasure_snapshot_wait_s
+        self.erasure_job.snapshot_wait_s = (min(self.snapshot_every_seconds + 5.0, self.erasure_deadline_s / 2)
+                                            if wait is None else wait)
         self.erasure_job.start()
         await router.finish_awards()
         await router.finish_archiving()
@@ -143,13 +150,24 @@ class RouterClient:
     async def snapshot(self) -> float:
         """Snapshot router and shards; returns how long ingestion paused."""
         async with self._snapshot_lock:
+            covered = self.router.log_offset
             pause = await self._take_snapshot()
+            self.snapshot_offset = max(self.snapshot_offset, covered)
             self.snapshot_pauses.append(pause)
             self.snapshot_pause_histogram.observe(pause)
             del self.snapshot_pauses[:-256]
             self._events_since_snapshot = 0
             self._last_snapshot = time.monotonic()
             return pause
+
+    async def snapshot_after(self, offset: int, wait_s: float) -> None:
+        """Until a snapshot covers ``offset``: the next periodic one when writes are flowing (for up to
+        ``wait_s``), else one taken now (an erasure's job adds no snapshot of its own to a busy service)."""
+        deadline = time.monotonic() + wait_s
+        while self.snapshot_offset < offset and self._events_since_snapshot and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        if self.snapshot_offset < offset:
+            await self.snapshot()
 
     async def _take_snapshot(self) -> float:
         raise NotImplementedError

@@ -11,20 +11,26 @@ pending: their ``Z`` record is the last step):
    hashes (``SCRUB``: each run once for the whole burst).
 2. ``archives``: every archive holding an erased player is rewritten without them.
 3. ``outbox``: webhook messages naming an erased player are blanked (and never sent).
-4. ``snapshot``: a snapshot of the router and every shard actor, taken after the ``X`` records applied.
+4. ``snapshot``: a snapshot of the router and every shard actor taken after the ``X`` records applied:
+   the next periodic one while writes flow (the job adds no snapshot pause of its own to a busy service;
+   it waits at most the snapshot period plus 5 s, and at most half the deadline), else one taken now.
 5. ``snapshots``: every snapshot taken at or before the last ``X`` record is deleted.
 6. ``log``: the log before each ``X`` record is rewritten with pseudonyms (:class:`engine.core.erasure.LogEraser`,
    ``rewrite`` of the log: same offsets, one atomic swap of the segments).
 7. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
 
-The job starts ``delay_s`` after a request (so a burst of erasures shares one pass over the log) and
-always before ``deadline_s`` has passed since the oldest pending request.
+The job starts once no request came for ``delay_s`` (so a burst of erasures shares one pass over the log),
+at most ``gather_s`` (a minute, or a quarter of the deadline) after the first of them, and always well
+before ``deadline_s`` has passed since the oldest pending request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import threading
 import time
 from typing import Callable
 
@@ -45,6 +51,8 @@ class ErasureJob:
         self.store = store
         self.delay_s = delay_s
         self.deadline_s = deadline_s
+        self.gather_s = min(60.0, deadline_s / 4)  # the longest a burst is gathered before a run starts
+        self.snapshot_wait_s = 0.0  # how long the snapshot step waits for a periodic snapshot (set by the client)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.running = False
@@ -53,6 +61,9 @@ class ErasureJob:
         self.bytes_rewritten = 0
         # test seam: called with each step's name before it runs (raise to simulate a crash there)
         self.fault: Callable[[str], None] | None = None
+        # the last run's steps: name -> [started (epoch s), seconds] (metrics: where a run's time goes)
+        self.steps: dict[str, list[float]] = {}
+        self._step_at: tuple[str, float, float] | None = None
         self.router.erasures.kick = self.kick
 
     def kick(self) -> None:
@@ -72,8 +83,12 @@ class ErasureJob:
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
-            self._wake.clear()
-            await asyncio.sleep(self.delay_s)
+            first = time.monotonic()
+            while True:  # a burst of requests shares one run: wait until none came for delay_s (at most gather_s)
+                self._wake.clear()
+                await asyncio.sleep(self.delay_s)
+                if not self._wake.is_set() or time.monotonic() - first >= self.gather_s:
+                    break
             try:
                 await self.run()
             except asyncio.CancelledError:
@@ -90,16 +105,24 @@ class ErasureJob:
             return 0
         started = time.monotonic()
         self.running = True
+        self.steps = {}
         try:
             await self._run(pending)
         finally:
+            self._step(None)
             self.running = False
         self.runs += 1
         self.last_seconds = time.monotonic() - started
         return len(pending)
 
-    def _step(self, name: str) -> None:
-        if self.fault is not None:
+    def _step(self, name: str | None) -> None:
+        """The step ``name`` begins (None: the run ends): the one before it is timed."""
+        now, wall = time.monotonic(), time.time()
+        if self._step_at is not None:
+            prev, t0, w0 = self._step_at
+            self.steps[prev] = [w0, now - t0]
+        self._step_at = None if name is None else (name, now, wall)
+        if name is not None and self.fault is not None:
             self.fault(name)
 
     async def _run(self, pending: list[ErasureEntry]) -> None:
@@ -118,7 +141,7 @@ class ErasureJob:
         if feed is not None and players:
             await asyncio.to_thread(feed.outbox.scrub, players)
         self._step("snapshot")
-        await self.client.snapshot()
+        await self.client.snapshot_after(last, self.snapshot_wait_s)
         self._step("snapshots")
         await asyncio.to_thread(self.store.delete_through, last)
         self._step("log")
@@ -158,15 +181,38 @@ class ErasureJob:
         now = self.router.control.wall_clock()
         return {"pending": len(table.pending()), "complete": len(table) - len(table.pending()),
                 "oldest_pending_age_seconds": 0.0 if oldest is None else max(0.0, (now - oldest.requested_at) / 1000),
-                "runs": self.runs, "last_run_seconds": self.last_seconds, "bytes_rewritten": self.bytes_rewritten}
+                "runs": self.runs, "last_run_seconds": self.last_seconds, "bytes_rewritten": self.bytes_rewritten,
+                "steps": {k: list(v) for k, v in self.steps.items()}}
 
 
 def erase_log(event_log, plain: list[tuple[int, R.ErasureRecord]]):
     """Rewrite the log before the ``X`` records ``plain`` (offset, record as logged, with its player id):
-    one pass collecting the players' event ids, then the log's atomic ``rewrite``. Its RewriteStats."""
-    eraser = LogEraser(plain)
-    for offset, rec in event_log.read_from(event_log.start_offset()):
-        if offset > eraser.last:
-            break
-        eraser.collect(offset, rec)
-    return event_log.rewrite(eraser.last + 1, eraser.rewrite)
+    one pass collecting the players' event ids, then the log's atomic ``rewrite``. Its RewriteStats. Runs at
+    the lowest CPU priority (this thread only): appends, applies and reads of the same processes go first."""
+    with background_priority():
+        eraser = LogEraser(plain)
+        for offset, rec in event_log.read_from(event_log.start_offset(), chunk_records=64):
+            if offset > eraser.last:
+                break
+            eraser.collect(offset, rec)
+        return event_log.rewrite(eraser.last + 1, eraser.rewrite)
+
+
+@contextlib.contextmanager
+def background_priority(nice: int = 19):
+    """This OS thread at ``nice`` for the block (Linux: a thread's own niceness), then back where it was
+    (when the process may raise its priority again; else the thread stays nice, which only slows it)."""
+    tid = threading.get_native_id()
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except (AttributeError, OSError):  # not Linux, or not allowed: run as is
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, before)
+        except OSError:
+            log.warning("could not restore the priority of thread %d after an erasure's log rewrite", tid)

@@ -58,6 +58,7 @@ class ServiceConfig:
     webhooks: WebhookConfig | None = None  # --webhook-url and its settings (docs/api.md §16)
     erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
     erasure_delay_s: float | None = None  # test seam: the erasure job's wait after a request (None: the default)
+    erasure_snapshot_wait_s: float | None = None  # test seam: its wait for a periodic snapshot (None: the default)
 
 
 class InProcessShards:
@@ -165,6 +166,7 @@ class LocalService(RouterClient):
             wall_clock=cfg.wall_clock)
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
         svc.erasure_deadline_s, svc.erasure_delay_s = cfg.erasure_deadline_s, cfg.erasure_delay_s
+        svc.erasure_snapshot_wait_s = cfg.erasure_snapshot_wait_s
         svc.webhooks, svc.webhook_dir = cfg.webhooks, data_dir
         await svc._start(event_log, store)
         svc.recovery_seconds = time.monotonic() - started

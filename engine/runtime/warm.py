@@ -471,6 +471,7 @@ async def exercise(engine, again: bool = False) -> None:
     # job's run-file rewrite and log rewrite
     erased = await engine.erase_player(PLAYERS[1])
     await engine.erasure(erased.erasure_id)
+    engine.erasure_job.snapshot_wait_s = 0.0
     await engine.erasure_job.run()
 
 

@@ -427,7 +427,7 @@ def test_an_erasure_through_ray_shards_reaches_every_file_and_survives_a_restart
 
     async def go():
         eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
-        eng.erasure_job.delay_s = 0.0
+        eng.erasure_job.delay_s = eng.erasure_job.snapshot_wait_s = 0.0
         try:
             await eng.create_board(BoardSpec(boards[0], Policy.CUMULATIVE, shards=3))
             await eng.create_board(BoardSpec(boards[1], Policy.BEST_SCORE, shards=1))

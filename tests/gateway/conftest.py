@@ -51,8 +51,10 @@ def anyio_backend():
 
 
 async def open_engine(delta_retention: int = 10_000, n_shards: int = 2) -> LocalService:
-    """The real engine, in memory; the caller closes it (``await engine.close()``)."""
-    return await LocalService.open(data_dir=None, n_shards=n_shards, delta_retention=delta_retention)
+    """The real engine, in memory; the caller closes it (``await engine.close()``). An erasure's job
+    snapshots at once instead of waiting for a periodic snapshot."""
+    return await LocalService.open(data_dir=None, n_shards=n_shards, delta_retention=delta_retention,
+                                   erasure_snapshot_wait_s=0.0)
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ async def open_service(data_dir, n_shards=3, **kw) -> LocalService:
     kw.setdefault("snapshot_every_events", 10**9)
     kw.setdefault("snapshot_every_seconds", 10**9)
     kw.setdefault("journal_tail_rows", 8)  # nearly every journal row goes through the files on disk
+    kw.setdefault("erasure_snapshot_wait_s", 0.0)  # an erasure's job snapshots at once (no periodic ones here)
     return await LocalService.open(data_dir=str(data_dir), n_shards=n_shards, **kw)
 
 
