@@ -172,15 +172,19 @@ def _metric(c: httpx.Client, url: str, name: str) -> float:
     return 0.0
 
 
-async def _erase_many(url: str, players: list[str], concurrency: int = 64) -> tuple[list[dict], float]:
+async def _erase_many(url: str, players: list[str], concurrency: int = 64,
+                      latencies: list | None = None) -> tuple[list[dict], float]:
     todo = list(players)
     out: list[dict] = []
 
     async def one(client: httpx.AsyncClient):
         while todo:
             p = todo.pop()
+            t = time.perf_counter()
             r = await client.delete(f"{url}/v1/players/{p}", headers=_h(ADMIN_KEY))
             r.raise_for_status()
+            if latencies is not None:
+                latencies.append(time.perf_counter() - t)
             out.append(r.json())
 
     async with httpx.AsyncClient(timeout=600) as client:
@@ -239,7 +243,8 @@ def run(args) -> dict:
             many = [f"p{i}" for i in random.Random(3).sample(range(8, args.players // 2), args.batch)]
             bytes0 = _metric(c, url, "flowrank_erasure_bytes_rewritten_total")
             t = time.perf_counter()
-            got, last = asyncio.run(_erase_many(url, many))
+            lat: list[float] = []
+            got, last = asyncio.run(_erase_many(url, many, latencies=lat))
             answered = time.perf_counter()
             sample_gone = all(_gone(c, url, p) for p in many[:20])  # the first round of reads after the last 202
             excluded = time.perf_counter()
@@ -247,6 +252,7 @@ def run(args) -> dict:
             done = _wait_complete(c, url, [g["erasure_id"] for g in got], 3600)
             during = load.window(answered, done)
             result["many"] = {"players": len(many), "seconds_to_last_202": last - t,
+                              "delete_ms_p50": 1000 * sorted(lat)[len(lat) // 2], "delete_ms_p99": 1000 * _p99(lat),
                               "excluded": all_gone and sample_gone, "exclude_checks": 3 * len(many),
                               "exclude_after_last_202_ms": 1000 * (excluded - answered),
                               "exclude_after_last_202_note": "20 players x 3 boards read one by one, all 404",

@@ -676,9 +676,6 @@ def without_players(buf, player_ids: Sequence[str]) -> ArchiveRewrite | None:
 
     O(archive bytes) in numpy masks and gathers, plus O(k log n) for the k
     ids: no Python object per remaining row or event."""
-    if not digest_ok(lambda at, k: buf[at:at + k], len(buf)):
-        raise StorageUnavailable("The archive to rewrite is damaged: its digest does not match; restore it from "
-                                 "a backup.")
     view = ArchiveView(buf)
     ids = list(dict.fromkeys(player_ids))
     if not ids:
@@ -694,7 +691,10 @@ def without_players(buf, player_ids: Sequence[str]) -> ArchiveRewrite | None:
                             id_hashes(q_bytes, q_offs), q_bytes, q_offs)
         x_gone = x_gone[x_gone >= 0]
     if not len(gone) and not len(x_gone):
-        return None
+        return None  # (before the digest check: asking about players an archive no longer holds is cheap)
+    if not digest_ok(lambda at, k: buf[at:at + k], len(buf)):
+        raise StorageUnavailable("The archive to rewrite is damaged: its digest does not match; restore it from "
+                                 "a backup.")
     keep = np.ones(n, bool)
     keep[gone] = False
     x_keep = np.ones(extra, bool)

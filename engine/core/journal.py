@@ -699,9 +699,11 @@ class Journal:
             wiped += self._scrub_stored(stored)
             if runs:
                 self._scrub_runs(stored)
-            else:  # later, in a batch (scrub_runs): a run hit is verified on the now zero id bytes meanwhile
+                self.store.sync(self.runs)
+            else:  # later, in a batch (scrub_runs, which syncs): a run hit is verified on the now zero id bytes
+                # meanwhile; the zeroed bytes are durable at the next snapshot (to_state fsyncs the files), and a
+                # replay from an older one scrubs them again
                 self.scrub_pending = np.union1d(self.scrub_pending, stored).astype(np.int64)
-            self.store.sync(self.runs)
         return wiped
 
     @property

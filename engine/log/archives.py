@@ -90,11 +90,14 @@ class FileArchiveStore:
     (tests) runs before each step of a save: "archive.write", "archive.fsync",
     "archive.rename", "archive.dirsync"."""
 
-    def __init__(self, directory: str | os.PathLike, fault_hook: Callable[[str, str], None] | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike, fault_hook: Callable[[str, str], None] | None = None,
+                 clean: bool = True) -> None:
+        """``clean``: delete leftover temp files (the service's own store, at start; not a second store over
+        the same directory in a helper process, where another save may be in progress)."""
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._hook = fault_hook
-        for tmp in self.dir.glob("*.tmp"):  # a save that did not finish: never an archive
+        for tmp in self.dir.glob("*.tmp") if clean else ():  # a save that did not finish: never an archive
             tmp.unlink()
 
     def path(self, board_id: str) -> Path:
@@ -160,3 +163,11 @@ class FileArchiveStore:
         """The archive without ``player_ids`` (see :class:`ArchiveStore`), read
         from the old file's mapping, written by :meth:`replace`."""
         return _erase(self, board_id, player_ids)
+
+
+def erase_file(directory: str, board_id: str, player_ids: Sequence[str]) -> bool:
+    """:meth:`FileArchiveStore.erase` in another process (the router's helper process, for a big archive: the
+    rewrite's CPU and GIL stay out of the process that answers requests); whether it rewrote the file. The
+    caller opens the new file."""
+    got = _erase(FileArchiveStore(directory, clean=False), board_id, player_ids)
+    return got is not None

@@ -25,6 +25,10 @@ from engine.core.journal import FENCE, JournalLost, Run, gather_ranges, scatter_
 __all__ = ["FileBlob", "FileStore", "FilePlace"]
 
 
+#: At most this many ranges are edited with a pwrite each (an erasure's few events), more through a mapping.
+FEW_RANGES = 64
+
+
 class FileBlob:
     """An append-only byte file on disk (pwrite at the end, pread anywhere)."""
 
@@ -56,12 +60,26 @@ class FileBlob:
         return self._mapped(lambda buf: gather_ranges(buf, _i64(starts), _i64(lens)))
 
     def scatter(self, starts: np.ndarray, lens: np.ndarray, src: np.ndarray) -> None:
-        """Overwrite many ranges in place (through a shared mapping, msync'd; :meth:`sync` makes it durable)."""
-        self._mapped(lambda buf: scatter_ranges(buf, _i64(starts), _i64(lens), np.ascontiguousarray(src, np.uint8)),
-                     write=True)
+        """Overwrite many ranges in place (a few: one pwrite each; many: through a shared mapping, msync'd);
+        :meth:`sync` makes it durable."""
+        src = np.ascontiguousarray(src, np.uint8)
+        if len(starts) <= FEW_RANGES:
+            at = 0
+            for start, n in zip(_i64(starts).tolist(), _i64(lens).tolist()):
+                os.pwrite(self.fd, src[at:at + n].tobytes(), start)
+                at += n
+            return
+        self._mapped(lambda buf: scatter_ranges(buf, _i64(starts), _i64(lens), src), write=True)
 
     def zero(self, starts: np.ndarray, lens: np.ndarray) -> int:
         """Overwrite many ranges with zero bytes in place; returns how many bytes."""
+        if len(starts) <= FEW_RANGES:
+            total = 0
+            for start, n in zip(_i64(starts).tolist(), _i64(lens).tolist()):
+                if n:
+                    os.pwrite(self.fd, bytes(n), start)
+                    total += n
+            return total
         return int(self._mapped(lambda buf: zero_ranges(buf, _i64(starts), _i64(lens)), write=True))
 
     def _mapped(self, fn: Callable[[np.ndarray], Any], write: bool = False) -> Any:

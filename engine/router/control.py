@@ -232,7 +232,7 @@ class BoardControl:
             args = (spec.policy, spec.subscores, spec.prizes, parts, league)
             if n >= self.cfg.awards_process_rows:  # a big board: ranked in a helper process, whose numba
                 # kernels and sorts then never hold this interpreter's lock (the event loop's writes wait on it)
-                helper = await asyncio.to_thread(self._ensure_helper)
+                helper = await asyncio.to_thread(self.ensure_helper)
                 awards = await asyncio.get_running_loop().run_in_executor(helper, board_awards, *args)
             else:
                 awards = await asyncio.to_thread(board_awards, *args)
@@ -472,8 +472,9 @@ class BoardControl:
                                     rec.keep, exc_info=True)
                     excess -= 1
 
-    def _ensure_helper(self) -> ProcessPoolExecutor:
-        """The helper process that ranks big boards' awards, started (and answering) now if it was not.
+    def ensure_helper(self) -> ProcessPoolExecutor:
+        """The helper process that ranks big boards' awards (and rewrites big archives for an erasure), started
+        (and answering) now if it was not.
         Blocking: run it in a thread (starting a process costs ~0.1 s of this interpreter)."""
         with self._helper_lock:
             if self._helper is None:
@@ -487,7 +488,7 @@ class BoardControl:
         process now, in the background, so that finalizing never waits for it."""
         ctl = self.boards.get(board_id)
         if ctl is not None and ctl.awards is not None and self._helper is None:
-            task = asyncio.ensure_future(asyncio.to_thread(self._ensure_helper))
+            task = asyncio.ensure_future(asyncio.to_thread(self.ensure_helper))
             task.add_done_callback(_log_awards_failure)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Callable, Protocol
 
 import numpy as np
@@ -26,7 +27,7 @@ from engine.core.erasure import erased_events, erasure_record, subject_of
 from engine.core.errors import ErasureNotFound
 from engine.core.model import ErasureAccepted, ErasureStatus, PlayerData
 from engine.core.placement import part_of
-from engine.log.archives import ArchiveStore
+from engine.log.archives import ArchiveStore, FileArchiveStore, erase_file
 from engine.router.registry import BoardRegistry
 
 
@@ -44,12 +45,14 @@ class Erasures:
     """``erase_player`` and ``erasure`` of the engine's API; ``kick`` wakes the disk job."""
 
     def __init__(self, registry: BoardRegistry, sequencer: ErasureWrites, fanout: ErasureReads,
-                 archives: Callable[[], ArchiveStore], wall_clock: Callable[[], int]):
+                 archives: Callable[[], ArchiveStore], wall_clock: Callable[[], int],
+                 helper: Callable[[], Executor] | None = None):
         self.registry = registry
         self.sequencer = sequencer
         self.fanout = fanout
         self.archives = archives
         self.wall_clock = wall_clock
+        self.helper = helper or (lambda: ThreadPoolExecutor(1))  # blocking: the process big archives are rewritten in
         self.kick: Callable[[], None] = lambda: None  # set by the runtime: wake the job that forgets on disk
         self._lock = asyncio.Lock()  # archive rewrites, one at a time
         self._archive_wait: dict[str, set] = {}  # board -> players whose archive rewrite has not started
@@ -101,7 +104,16 @@ class Erasures:
                 ctl = self.registry.boards.get(board_id)
                 if not players or ctl is None or ctl.archive is None:
                     continue
-                got = await asyncio.to_thread(self.archives().erase, board_id, sorted(players))
+                store = self.archives()
+                if isinstance(store, FileArchiveStore) and ctl.archive.info.rows >= self.registry.cfg.awards_process_rows:
+                    # a big archive is rewritten in the helper process: its CPU and GIL stay out of this one
+                    helper = await asyncio.to_thread(self.helper)
+                    changed = await asyncio.get_running_loop().run_in_executor(
+                        helper, erase_file, str(store.dir), board_id, sorted(players))
+                    if changed:
+                        ctl.archive = await asyncio.to_thread(store.open, board_id)
+                    continue
+                got = await asyncio.to_thread(store.erase, board_id, sorted(players))
                 if got is not None:
                     ctl.archive = got[0]
 

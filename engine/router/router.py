@@ -66,7 +66,8 @@ class Router:
         self.sequencer = seq = Sequencer(transport, log_port, self.registry, fan.cut, clock)
         self.control = ctl = BoardControl(self.registry, seq, fan, archives, wall_clock)
         seq.resync = ctl.sync_versions
-        self.erasures = ers = Erasures(self.registry, seq, fan, lambda: ctl.archives, lambda: ctl.wall_clock())
+        self.erasures = ers = Erasures(self.registry, seq, fan, lambda: ctl.archives, lambda: ctl.wall_clock(),
+                                       ctl.ensure_helper)
         seq.erase_hooks.append(fan.forget_views)
         # one wall clock: the season timer's, decide's and the reads' (series windows)
         seq.wall_clock = fan.wall_clock = lambda: ctl.wall_clock()

@@ -20,7 +20,7 @@ pending: their ``Z`` record is the last step):
 7. ``complete``: a ``Z`` record per erasure; the boards' ``ERASED`` deltas are no longer served.
 
 The job starts once no request came for ``delay_s`` (so a burst of erasures shares one pass over the log),
-at most ``gather_s`` (a minute, or a quarter of the deadline) after the first of them, and always well
+at most ``gather_s`` (five minutes, or a quarter of the deadline) after the first of them, and always well
 before ``deadline_s`` has passed since the oldest pending request.
 """
 
@@ -51,7 +51,7 @@ class ErasureJob:
         self.store = store
         self.delay_s = delay_s
         self.deadline_s = deadline_s
-        self.gather_s = min(60.0, deadline_s / 4)  # the longest a burst is gathered before a run starts
+        self.gather_s = min(300.0, deadline_s / 4)  # the longest a burst is gathered before a run starts
         self.snapshot_wait_s = 0.0  # how long the snapshot step waits for a periodic snapshot (set by the client)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -191,11 +191,34 @@ def erase_log(event_log, plain: list[tuple[int, R.ErasureRecord]]):
     the lowest CPU priority (this thread only): appends, applies and reads of the same processes go first."""
     with background_priority():
         eraser = LogEraser(plain)
+        pace = DutyCycle()
         for offset, rec in event_log.read_from(event_log.start_offset(), chunk_records=64):
             if offset > eraser.last:
                 break
             eraser.collect(offset, rec)
-        return event_log.rewrite(eraser.last + 1, eraser.rewrite)
+            pace.tick()
+
+        def rewrite(offset: int, rec):
+            pace.tick()
+            return eraser.rewrite(offset, rec)
+
+        return event_log.rewrite(eraser.last + 1, rewrite)
+
+
+class DutyCycle:
+    """Keeps a loop to at most ``share`` of one core: after each ``slice_s`` of work it sleeps for as long as
+    the rest of the cycle (a sleep gives up the GIL too, so the process's other threads, the log's appends,
+    never wait behind a long stretch of this one)."""
+
+    def __init__(self, share: float = 0.5, slice_s: float = 0.01) -> None:
+        self.rest = slice_s * (1 - share) / share
+        self.slice_s = slice_s
+        self.since = time.monotonic()
+
+    def tick(self) -> None:
+        if time.monotonic() - self.since >= self.slice_s:
+            time.sleep(self.rest)
+            self.since = time.monotonic()
 
 
 @contextlib.contextmanager

@@ -186,3 +186,30 @@ def test_a_crash_at_any_step_is_finished_by_the_next_start(tmp_path, step):
         await svc.close()
 
     run(go())
+
+
+def test_a_big_archive_is_rewritten_in_the_helper_process(tmp_path):
+    """An archive of at least ``awards_process_rows`` rows is rewritten in the router's helper process (its
+    CPU and GIL out of the serving one): the same answers as in-process."""
+    async def go():
+        d = tmp_path / "d"
+        svc = await open_service(d, 3)
+        svc.erasure_job.delay_s = 0.0
+        await _scenario(svc)
+        svc.router.cfg.awards_process_rows = 1
+        before = (await svc.top(ARCHIVED, 0, 1000)).entries
+        info = await svc.board(ARCHIVED)
+        await svc.erase_player(VICTIM)
+        assert svc.router.control._helper is not None  # the helper did it
+        page = (await svc.top(ARCHIVED, 0, 1000)).entries
+        assert [e.player_id for e in page] == [e.player_id for e in before if e.player_id != VICTIM]
+        assert (await svc.board(ARCHIVED)).version == info.version + 1
+        live = await svc.checksum(ARCHIVED)
+        await svc.close()
+        svc = await open_service(d, 3)
+        assert await svc.checksum(ARCHIVED) == live
+        with pytest.raises(PlayerNotFound):
+            await svc.player(ARCHIVED, VICTIM)
+        await svc.close()
+
+    run(go())
