@@ -60,6 +60,7 @@ class Erasures:
     async def erase_player(self, player_id: str) -> ErasureAccepted:
         """Erase a player (docs/api.md §17); PlayerNotFound when nothing is held about them. Durable (and
         applied by every shard actor) before it returns."""
+        self.kick()  # a request in flight holds the job back (a burst shares one run), as its end does
         data = await self.fanout.player_data(player_id)  # raises PlayerNotFound
         secret = self.registry.cfg.erasure_secret
         events = []
