@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import Callable, Protocol
 
 import numpy as np
@@ -46,13 +46,13 @@ class Erasures:
 
     def __init__(self, registry: BoardRegistry, sequencer: ErasureWrites, fanout: ErasureReads,
                  archives: Callable[[], ArchiveStore], wall_clock: Callable[[], int],
-                 helper: Callable[[], Executor] | None = None):
+                 helper: Callable[[], Executor]):
         self.registry = registry
         self.sequencer = sequencer
         self.fanout = fanout
         self.archives = archives
         self.wall_clock = wall_clock
-        self.helper = helper or (lambda: ThreadPoolExecutor(1))  # blocking: the process big archives are rewritten in
+        self.helper = helper  # blocking: the (started) process big archives are rewritten in
         self.kick: Callable[[], None] = lambda: None  # set by the runtime: wake the job that forgets on disk
         self._lock = asyncio.Lock()  # archive rewrites, one at a time
         self._archive_wait: dict[str, set] = {}  # board -> players whose archive rewrite has not started

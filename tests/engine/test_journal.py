@@ -31,6 +31,23 @@ def make(kind: str, tmp_path, tail: int) -> Journal:
     return Journal(MemoryStore() if kind == "memory" else FileStore(tmp_path / "j"), tail)
 
 
+
+def put_row(j: Journal, p: int, raw, v: int, a: int, s: int, meta: bytes) -> int:
+    """Append one score row of player ``p`` (event id bytes ``raw``) to the tail, as the partition's
+    kernel does after ``reserve``; its tail index."""
+    t = j.n
+    j.pid[t], j.kind[t], j.out[t], j.val[t], j.ach[t], j.sub[t] = p, KIND_SCORE, 1, v, a, s
+    j.prev[t] = j.heads[p]
+    j.heads[p] = j.base + t
+    e0 = j.eoffs[t]
+    j.earena[e0:e0 + len(raw)] = raw
+    j.eoffs[t + 1] = e0 + len(raw)
+    m0 = j.moffs[t]
+    j.marena[m0:m0 + len(meta)] = np.frombuffer(meta, np.uint8)
+    j.moffs[t + 1] = m0 + len(meta)
+    j.n += 1
+    return t
+
 def append_batch(j: Journal, rows: list, rnd: random.Random, n: int, owned_ids: dict) -> None:
     """Append n rows as the partition's kernel would (a batch: one reserve),
     owning the ids not owned yet; record them in ``rows`` / ``owned_ids``."""
@@ -43,18 +60,7 @@ def append_batch(j: Journal, rows: list, rnd: random.Random, n: int, owned_ids: 
     j.reserve(len(batch), len(buf), sum(len(b[5]) for b in batch))
     j.ensure_players(12)
     for x, (p, eid, v, a, s, meta) in enumerate(batch):
-        t = j.n
-        j.pid[t], j.kind[t], j.out[t], j.val[t], j.ach[t], j.sub[t] = p, KIND_SCORE, 1, v, a, s
-        j.prev[t] = j.heads[p]
-        j.heads[p] = j.base + t
-        e0 = j.eoffs[t]
-        raw = buf[offs[x]:offs[x + 1]]
-        j.earena[e0:e0 + len(raw)] = raw
-        j.eoffs[t + 1] = e0 + len(raw)
-        m0 = j.moffs[t]
-        j.marena[m0:m0 + len(meta)] = np.frombuffer(meta, np.uint8)
-        j.moffs[t + 1] = m0 + len(meta)
-        j.n += 1
+        t = put_row(j, p, buf[offs[x]:offs[x + 1]], v, a, s, meta)
         r = j.base + t
         if eid not in owned_ids and j.find(eid) < 0:
             owner_add(j.slots, t, np.uint64(hash_bytes(j.earena, j.eoffs[t], j.eoffs[t + 1])))

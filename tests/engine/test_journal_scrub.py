@@ -23,8 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.core.journal import (
-    FENCE, KIND_SCORE, OWNED, ROW, Journal, MemoryStore, Run, kept_blocks, owner_add, run_holds,
+    FENCE, OWNED, ROW, Journal, MemoryStore, Run, kept_blocks, owner_add, run_holds,
 )
+from tests.engine.test_journal import put_row
 from engine.core.players import encode_ids, hash_bytes
 from engine.log.journal_files import FilePlace, FileStore
 
@@ -68,18 +69,7 @@ def grow(j: Journal, m: Model, rnd: random.Random, batches: int, most: int = 8) 
         j.reserve(len(batch), len(buf), sum(len(b[2]) for b in batch))
         j.ensure_players(PLAYERS)
         for x, (p, eid, meta) in enumerate(batch):
-            t = j.n
-            j.pid[t], j.kind[t], j.out[t], j.val[t], j.ach[t], j.sub[t] = p, KIND_SCORE, 1, x, 0, 0
-            j.prev[t] = j.heads[p]
-            j.heads[p] = j.base + t
-            e0 = j.eoffs[t]
-            raw = buf[offs[x]:offs[x + 1]]
-            j.earena[e0:e0 + len(raw)] = raw
-            j.eoffs[t + 1] = e0 + len(raw)
-            m0 = j.moffs[t]
-            j.marena[m0:m0 + len(meta)] = np.frombuffer(meta, np.uint8)
-            j.moffs[t + 1] = m0 + len(meta)
-            j.n += 1
+            t = put_row(j, p, buf[offs[x]:offs[x + 1]], x, 0, 0, meta)
             if eid not in m.owner and j.find(eid) < 0:
                 owner_add(j.slots, t, np.uint64(hash_bytes(j.earena, j.eoffs[t], j.eoffs[t + 1])))
                 j.owned += 1
