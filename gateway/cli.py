@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="the cache to fill (default: $FLOWRANK_CACHE_DIR, else <data-dir>/.numba-cache)")
     w.add_argument("--data-dir", default=d.data_dir, help="whose default cache to fill (default ./flowrank-data)")
+    w.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="processes compiling at once on a cold cache (default: the CPU count)")
     sub.add_parser("demo", help="run the engine demo (engine.runtime.demo)")
     admin_cli.register(sub)
     return p
@@ -303,14 +305,25 @@ def use_compile_cache(cache_dir: str | None, data_dir: str | None) -> str | None
     return warm.use_cache_dir(warm.cache_dir_for(root))
 
 
-def warm_command(cache_dir: str | None, data_dir: str | None) -> int:
-    """``flowrank warm``: compile every kernel into the compile cache, then exit 0."""
+def warm_command(cache_dir: str | None, data_dir: str | None, jobs: int | None = None) -> int:
+    """``flowrank warm``: compile every kernel into the compile cache, then exit 0. A cold
+    cache is compiled by ``jobs`` processes at once (engine.runtime.compile_share)."""
+    import subprocess  # noqa: PLC0415
+
     from engine.runtime import warm  # noqa: PLC0415
 
     path = use_compile_cache(cache_dir, data_dir)
     from gateway.warm import warm_gateway  # noqa: PLC0415
 
-    report = warm_gateway(local_engine=True)
+    claims = warm.start_claims(path)
+    helpers = [] if claims is None else [
+        subprocess.Popen([sys.executable, "-c", f"from engine.runtime import compile_share; compile_share.share({claims!r})"])
+        for _ in range(max(1, jobs or os.cpu_count() or 1) - 1)]
+    try:
+        report = warm_gateway(local_engine=True, claims=claims)
+    finally:
+        for h in helpers:
+            h.wait()
     left = [k for k in warm.unwarmed() if k not in warm.TEST_ONLY]
     if left:
         print(f"flowrank warm: error: kernels left cold: {', '.join(left)}", file=sys.stderr)
@@ -332,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(demo.main() or 0)
     if args.command == "warm":
-        return warm_command(args.cache_dir, args.data_dir)
+        return warm_command(args.cache_dir, args.data_dir, args.jobs)
     settings = settings_from_args(args)
     logformat.configure(args.log_format)
     use_compile_cache(settings.cache_dir, settings.data_dir)  # before any kernel module is imported

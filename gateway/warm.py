@@ -6,8 +6,9 @@ in process, and sends it one round of every route that reaches a kernel:
 boards of every policy, event batches with and without metadata,
 invalidations, tops, ranks, windows, subsets, changes, CSV and JSON Lines
 exports, history, an archived board; after the engine's own round
-(:func:`engine.runtime.warm.warm_engine`: every engine call, a snapshot and a recovery),
-which comes first because the shard actors wait for it on a cold cache.
+(:func:`engine.runtime.warm.warm_engine`: every engine call, a snapshot and a recovery).
+On a cold cache this process and the shard actors first share out the compile of
+the recorded kernel signatures (:mod:`engine.runtime.compile_share`), so the rounds load.
 Nothing reaches the service's engine or data directory.
 
 :class:`Warmup` is what ``/readyz`` asks while a process warms: the parts it
@@ -30,11 +31,12 @@ log = logging.getLogger("flowrank.warm")
 _KEY = "warm-admin-key"
 
 
-def warm_gateway(local_engine: bool = False) -> W.WarmReport:
+def warm_gateway(local_engine: bool = False, claims: str | None = None) -> W.WarmReport:
     """Compile (or load) every kernel of this process's code. Blocking: run it in a
-    thread. ``local_engine``: this process also holds the shards (``--engine local``)."""
+    thread. ``local_engine``: this process also holds the shards (``--engine local``).
+    ``claims``: a cold cache's compile shared out with other processes (engine.runtime.compile_share)."""
     started = time.monotonic()
-    W.warm_engine()
+    W.warm_engine(claims=claims)
     _gateway_round(local_engine)
     return W.report(started)
 
@@ -156,6 +158,7 @@ class Warmup:
         self.ok = True
         self._finish: asyncio.Future | None = None
         self._engine_round: asyncio.Future | None = None
+        self.claims: str | None = None  # a cold cache: the claim folder of its shared compile
         self._waiting: asyncio.Future | None = None
 
     def add(self, name: str, work: Awaitable) -> None:
@@ -163,9 +166,10 @@ class Warmup:
 
     def add_this_process(self, local_engine: bool) -> None:
         """Warm this gateway process in daemon threads: the engine's round first (what
-        the shard actors run too: with a cold cache they wait for it, then load it),
-        then the gateway's own round."""
-        engine_round = in_daemon_thread(W.warm_engine)
+        the shard actors run too), then the gateway's own round. A cold cache: this process
+        and the shard actors share its compile first (engine.runtime.compile_share)."""
+        self.claims = W.start_claims(os.environ.get("NUMBA_CACHE_DIR"))
+        engine_round = in_daemon_thread(W.warm_engine, True, self.claims)
         self._engine_round = engine_round
 
         async def here() -> W.WarmReport:
@@ -184,9 +188,13 @@ class Warmup:
             first = self._engine_round
             cache = os.environ.get("NUMBA_CACHE_DIR")
 
+            claims = self.claims
+
             async def actors():
+                if claims is not None:  # a cold cache: the compile shared out with this process
+                    return await engine_warm(claims)
                 if first is not None and not W.cache_complete(cache):
-                    await asyncio.wait([first])  # a cold cache: compile once here, then load there
+                    await asyncio.wait([first])  # numba's default place, cold: compile once here, then load there
                 return await engine_warm()
 
             self.add("the shard actors", actors())

@@ -198,12 +198,13 @@ class ShardActor:
         self.replayed = replayed
         gc_tuning.tune()  # a long-lived process full of long-lived objects
 
-    def warm(self) -> dict:
+    def warm(self, claims: str | None = None) -> dict:
         """Compile or load every engine kernel in this process (a throwaway engine:
         this shard's state is not touched) unless ``__init__`` did; what it took
-        (engine.runtime.warm.WarmReport)."""
+        (engine.runtime.warm.WarmReport). ``claims``: a cold cache shared out among the
+        processes of this start (engine.runtime.compile_share): this one compiles its part first."""
         if self.warmed is None:
-            self.warmed = dataclasses.asdict(warm.warm_engine())
+            self.warmed = dataclasses.asdict(warm.warm_engine(claims=claims))
         return self.warmed
 
     def apply(self, through: int, packed_items: bytes) -> bytes:

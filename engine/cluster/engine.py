@@ -171,10 +171,11 @@ class ClusterEngine(RouterClient):
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
 
-    async def warm(self) -> list[dict]:
+    async def warm(self, claims: str | None = None) -> list[dict]:
         """Every shard actor compiles or loads every kernel, in parallel (engine.runtime.warm);
-        one WarmReport (as a dict) per actor. Calls sent after it wait for it."""
-        return list(await asyncio.gather(*(s.warm.remote() for s in self.shards)))
+        one WarmReport (as a dict) per actor. Calls sent after it wait for it. ``claims``: a cold
+        cache's compile shared out among the processes of this start (engine.runtime.compile_share)."""
+        return list(await asyncio.gather(*(s.warm.remote(claims) for s in self.shards)))
 
     async def _take_snapshot(self) -> float:
         paused = time.monotonic()

@@ -46,12 +46,12 @@ class EngineHostActor:
 
         cache_dir = warm.use_cache_dir(engine_kwargs.get("cache_dir"))  # before recovery runs a kernel
         gc_tuning.fix_mmap_threshold()
-        here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine))  # while the engine recovers
+        # a cold cache: this process and the shard actors share its compile (engine.runtime.compile_share)
+        claims = warm.start_claims(cache_dir)
+        here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine, True, claims))  # while the engine recovers
         self.engine = await ClusterEngine.open(**engine_kwargs)
         try:
-            if not warm.cache_complete(cache_dir):  # a cold cache: compile once here, then the shards load it
-                await here
-            await asyncio.gather(here, self.engine.warm())
+            await asyncio.gather(here, self.engine.warm(claims))
             warm.mark_complete(cache_dir)
         except Exception:  # never a reason not to serve: the kernels then compile on first use, as before
             logging.getLogger("flowrank.host").exception("warming the engine host or its shard actors failed")

@@ -242,9 +242,28 @@ def cache_complete(cache_dir: str | None) -> bool:
     return cache_dir is not None and os.path.exists(complete_mark(cache_dir))
 
 
+def start_claims(cache_dir: str | None) -> str | None:
+    """A cold cache (no complete mark for this CPU): the claim folder through which every
+    process of this start shares the compile (:mod:`engine.runtime.compile_share`; stale
+    folders of starts that died are removed). None: a complete cache, or numba's default place."""
+    if cache_dir is None or cache_complete(cache_dir):
+        return None
+    import uuid  # noqa: PLC0415
+
+    from engine.runtime import compile_share  # noqa: PLC0415
+
+    compile_share.remove_claims(cache_dir, stale_only=True)
+    return compile_share.claims_dir(cache_dir, uuid.uuid4().hex)
+
+
 def mark_complete(cache_dir: str | None) -> None:
+    """Write the complete mark (every process of the next start loads in parallel) and remove
+    this cache's claim folders."""
     if cache_dir is None:
         return
+    from engine.runtime import compile_share  # noqa: PLC0415
+
+    compile_share.remove_claims(cache_dir)
     try:
         with open(complete_mark(cache_dir), "w") as f:
             f.write(cache_key() + "\n")
@@ -252,12 +271,19 @@ def mark_complete(cache_dir: str | None) -> None:
         pass  # a read-only cache: the next start waits for one process's warm round again
 
 
-def warm_engine(packed: bool = True) -> WarmReport:
+def warm_engine(packed: bool = True, claims: str | None = None) -> WarmReport:
     """Compile (or load) every engine kernel in this process through a throwaway
     engine. Blocking; run it in a thread from async code. ``packed``: the shards
     get their calls through msgpack, as a shard actor does (False: as the shards
-    of ``--engine local`` do, in process)."""
+    of ``--engine local`` do, in process). ``claims``: a cold cache's compile is shared
+    out among the processes of this start (:func:`start_claims`): this process first
+    compiles the recorded signatures it claims, then waits for the others' (the round
+    then loads them)."""
     started = time.monotonic()
+    if claims is not None:
+        from engine.runtime import compile_share  # noqa: PLC0415
+
+        compile_share.share(claims)
     warm_direct()
     run_round(engine_round(packed))
     return report(started, ENGINE_KERNEL_MODULES)

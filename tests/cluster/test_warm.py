@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,32 @@ def test_a_restarted_shard_actor_is_warm_before_it_serves(ray_session, tmp_path)
 
     asyncio.run(scenario())
     asyncio.run(unnamed())
+
+
+def test_shard_actors_share_a_cold_compile_through_claims(ray_session, tmp_path):
+    """A cache without its complete mark: this process and the actors take claims of the recorded
+    signatures (engine.runtime.compile_share) from one folder; each signature is claimed once and done
+    before any warm round runs. (The run's cache holds the kernels already, so this loads: what is
+    checked is the sharing, not a compile's time.)"""
+    from engine.runtime import compile_share
+
+    cache = warm.cache_dir_for(os.environ[warm.ENV_CACHE_ROOT])
+    Path(warm.complete_mark(cache)).unlink(missing_ok=True)
+    claims = warm.start_claims(cache)
+    assert claims is not None
+
+    async def scenario():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2, cache_dir=cache)
+        try:
+            assert not (await eng.shards[0].stats.remote())["warm"]  # cold: it waits for warm(claims)
+            here, there = await asyncio.gather(asyncio.to_thread(warm.warm_engine, True, claims), eng.warm(claims))
+            assert len(there) == 2 and all(r["loaded"] > 0 for r in there)
+        finally:
+            await eng.close()
+
+    asyncio.run(scenario())
+    n = len(compile_share.recorded())
+    names = set(os.listdir(claims))
+    assert names == {str(i) for i in range(n)} | {f"{i}.done" for i in range(n)}
+    warm.mark_complete(cache)
+    assert not os.path.exists(claims)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.runtime import warm
+from engine.runtime import compile_share, warm
 from gateway.app import create_app
 from gateway.warm import Warmup
 from tests.gateway.conftest import open_engine, settings
@@ -26,11 +26,17 @@ pytestmark = pytest.mark.anyio
 def test_a_warmed_gateway_process_leaves_no_kernel_to_compile():
     """A fresh interpreter (kernels compiled by other tests would hide a miss): after
     warm_gateway, every kernel of the code base is warm but the tests' invariant checks."""
-    code = ("import json; from engine.runtime import warm; from gateway.warm import warm_gateway; "
-            "warm_gateway(local_engine=True); print(json.dumps(warm.unwarmed()))")
+    code = ("import json; from engine.runtime import warm, compile_share as C; from gateway.warm import warm_gateway; "
+            "warm_gateway(local_engine=False); sigs = C.compiled_signatures(warm.KERNEL_MODULES); "
+            "warm_gateway(local_engine=True); print(json.dumps([warm.unwarmed(), sigs]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout) == sorted(warm.TEST_ONLY)
+    unwarmed, sigs = json.loads(out.stdout)
+    assert unwarmed == sorted(warm.TEST_ONLY)
+    # what a served gateway compiles (its engine on shard actors) is in the list a cold start shares out
+    # (engine.runtime.compile_share; a miss: record it again with python -m engine.runtime.compile_share)
+    recorded = {(k, a) for k, a, _ in compile_share.recorded()}
+    assert {(k, tuple(a)) for k, al in sigs.items() for a in al} <= recorded
 
 
 async def test_readyz_is_503_until_every_part_is_warm():
@@ -88,6 +94,7 @@ def test_flowrank_warm_fills_the_cache_and_exits_0(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("flowrank warm: ") and target in out.stdout
     assert mark.exists()
+    assert not os.listdir(os.path.join(target, ".claims"))  # the compile shared with --jobs processes: done
     assert list(tmp_path.iterdir()) == []  # nothing in the data directory: the cache was given
 
 
@@ -103,3 +110,43 @@ async def test_waiting_twice_logs_each_part_once(caplog):
         first, second = await asyncio.wait_for(asyncio.gather(warmup.wait(), warmup.wait()), 5)
     assert first == second
     assert caplog.text.count("warming the shard actors failed") == 1
+
+
+async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_actors(tmp_path, monkeypatch):
+    """On a cold cache the gateway does not compile alone while the shard actors wait: both get the
+    same claim folder of this start (engine.runtime.compile_share) at once; once warm, the cache is
+    marked complete and the folder removed, and the next start loads without claims."""
+    import gateway.warm as G
+
+    cache = str(tmp_path / "cache")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", cache)
+    seen: dict[str, object] = {}
+    actors_started = asyncio.Event()
+
+    def fake_round(packed=True, claims=None):  # the gateway's engine round (a daemon thread)
+        seen["gateway"] = claims
+        return warm.WarmReport(0.0, 0, 0, 0, cache)
+
+    class FakeEngine:
+        async def warm(self, claims=None):
+            seen["actors"] = claims
+            actors_started.set()
+            return []
+
+    monkeypatch.setattr(G.W, "warm_engine", fake_round)
+    monkeypatch.setattr(G, "_gateway_round", lambda local_engine: None)
+    warmup = Warmup()
+    warmup.add_this_process(local_engine=False)
+    warmup.add_engine(FakeEngine())
+    await asyncio.wait_for(actors_started.wait(), 5)  # the actors did not wait for this process's round
+    await asyncio.wait_for(warmup.wait(), 5)
+    await asyncio.wait_for(warmup._finish, 5)
+    assert seen["gateway"] is not None and seen["gateway"] == seen["actors"]
+    assert str(seen["gateway"]).startswith(os.path.join(cache, ".claims"))
+    assert warm.cache_complete(cache) and os.listdir(os.path.join(cache, ".claims")) == []
+    again = Warmup()
+    again.add_this_process(local_engine=False)
+    again.add_engine(FakeEngine())
+    await asyncio.wait_for(again.wait(), 5)
+    assert seen["gateway"] is None and seen["actors"] is None  # complete: every process loads, no claims
+    await asyncio.wait_for(again._finish, 5)
