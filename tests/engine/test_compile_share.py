@@ -114,3 +114,13 @@ def test_start_claims_only_for_a_cold_cache(tmp_path):
     warm.mark_complete(cache)
     assert warm.start_claims(cache) is None and warm.start_claims(None) is None
     assert not os.path.exists(claims)  # marking the cache complete removed the start's claims
+
+
+def test_an_unwritable_cache_shares_nothing_and_raises_nothing(tmp_path, caplog):
+    """A read-only image's cache: no claim folder can be made; the warm round then compiles alone."""
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    claims = str(blocker / "claims")  # under a file: makedirs fails
+    with caplog.at_level(logging.WARNING, logger="flowrank.warm"):
+        assert C.share(claims) == 0
+    assert "cannot share the compile" in caplog.text
