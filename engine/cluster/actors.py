@@ -27,6 +27,8 @@ import logging
 import os
 import pickle
 import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import msgpack
@@ -41,6 +43,7 @@ from engine.runtime.erasure import erase_log
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
 from engine.core import records as R
 from engine.core import wire as W
+from engine.log.framing import pack_in_pieces
 from engine.log.port import RewriteStats
 
 log = logging.getLogger("flowrank.cluster")
@@ -196,6 +199,11 @@ class ShardActor:
         core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
         self.core = core
         self.replayed = replayed
+        # background snapshot saves (snapshot / snapshot_result): one at a time, off the request thread
+        self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
+        self._jobs: dict[str, Future] = {}
+        self._jobs_made = 0
+        self.hold_saves_s = 0.0
         gc_tuning.tune()  # a long-lived process full of long-lived objects
 
     def warm(self) -> dict:
@@ -216,13 +224,47 @@ class ShardActor:
             gc_tuning.release_memory()
         return answer
 
-    def snapshot(self) -> int:
-        """Ship a snapshot of this shard to the log server; its offset."""
-        offset = self.core.applied_offset
+    def snapshot(self) -> list:
+        """Begin a snapshot of this shard: ``[offset, job, cut seconds]``. The cut (every array
+        copied, :meth:`engine.runtime.shard.ShardCore.snapshot_cut`) is made here, on the request
+        thread, between two calls (so it is consistent with every batch applied before it); the
+        journal fsyncs, the pack and the save through the log server run on this actor's snapshot
+        thread while it goes on applying and answering (docs/storage.md, "Snapshots in the
+        background"). ``job``: what :meth:`snapshot_result` answers for (None: nothing applied yet,
+        nothing to save). ``cut seconds``: how long this request thread was held."""
+        began = time.perf_counter()
+        offset, state, syncs = self.core.snapshot_cut()
+        job = None
         if offset >= 0:
+            self._jobs_made += 1
+            job = f"{os.getpid()}-{self._jobs_made}"
             # named by the first offset not in it (docs/storage.md)
-            ray.get(self.log_server.save_snapshot.remote(self.name, offset + 1, pack(self.core.to_state())))
-        return offset
+            self._jobs[job] = self._saver.submit(self._save, offset + 1, state, syncs)
+        return [offset, job, time.perf_counter() - began]
+
+    def _save(self, name_offset: int, state: dict, syncs: list) -> None:
+        """On the snapshot thread: what the cut named made durable, then the state packed and saved."""
+        if self.hold_saves_s:  # a test seam: a save in progress for a kill -9 to land in
+            time.sleep(self.hold_saves_s)
+        for sync in syncs:
+            sync()
+        ray.get(self.log_server.save_snapshot.remote(self.name, name_offset, pack_in_pieces(state)))
+
+    def snapshot_result(self, job: str) -> list | None:
+        """None while ``job`` is saving; ``[None]`` once saved durably; ``[error text]`` when it failed
+        or this process does not know it (a restarted actor: the save died with the old process)."""
+        fut = self._jobs.get(job)
+        if fut is None:
+            return [f"snapshot {job} is unknown to this shard process (it restarted)"]
+        if not fut.done():
+            return None
+        del self._jobs[job]
+        exc = fut.exception()
+        return [None] if exc is None else [f"{type(exc).__name__}: {exc}"]
+
+    def hold_saves(self, seconds: float) -> None:
+        """Test seam: each background save waits ``seconds`` before it starts."""
+        self.hold_saves_s = seconds
 
     def stats(self) -> dict:
         return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None}

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple, Protocol
+from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
 
 import numba
 import numpy as np
@@ -471,10 +471,13 @@ class MemoryStore:
     def sync(self, runs: list[Run]) -> None:
         pass
 
-    def to_state(self, runs: list[Run]) -> dict:
+    def to_state(self, runs: list[Run], sync: bool = True) -> dict:
         return {"memory": True, "rows": bytes(self.rows.data), "ids": bytes(self.ids.data),
                 "meta": bytes(self.meta.data), "moffs": bytes(self.moffs.data),
                 "runs": [[r.seq, *self._runs[r.seq]] for r in runs]}
+
+    def sync_later(self, runs: list[Run]) -> Callable[[], None]:
+        return _nothing
 
     def close(self) -> None:
         pass
@@ -508,7 +511,8 @@ class Store(Protocol):
     def load_run(self, seq: int, n: int) -> Run: ...
     def delete_run(self, seq: int) -> None: ...
     def sync(self, runs: list[Run]) -> None: ...
-    def to_state(self, runs: list[Run]) -> dict: ...
+    def to_state(self, runs: list[Run], sync: bool = True) -> dict: ...
+    def sync_later(self, runs: list[Run]) -> Callable[[], None]: ...
     def close(self) -> None: ...
 
 
@@ -954,7 +958,10 @@ class Journal:
 
     # ----------------------------------------------------------- snapshots
 
-    def to_state(self) -> dict:
+    def to_state(self, sync: bool = True) -> dict:
+        """The journal at this instant, as plain data (the tail copied). ``sync``: the store's files
+        are fsync'd first (the sizes named are durable on return); False leaves that to
+        :meth:`sync_later`'s callable, run before the snapshot is saved (a background save)."""
         n = self.n
         cols = {name: getattr(self, name)[:n].tobytes() for name in ("pid", "kind", "out", "val", "ach", "sub", "prev")}
         return {
@@ -972,8 +979,15 @@ class Journal:
             "base": self.base,
             "runs": [[r.seq, len(r)] for r in self.runs],
             "next_seq": self.next_seq,
-            "store": self.store.to_state(self.runs),
+            "store": self.store.to_state(self.runs, sync),
         } | ({"scrub_pending": self.scrub_pending.astype("<i8").tobytes()} if len(self.scrub_pending) else {})
+
+    def sync_later(self) -> Callable[[], None]:
+        """A callable that makes what :meth:`to_state` (``sync=False``) named durable: it fsyncs the
+        store's files, found by name (another thread may run it while this journal goes on; a file
+        merged away or dropped meanwhile is skipped: runs are derived, and a dropped journal's
+        snapshot is rebuilt from the log)."""
+        return self.store.sync_later(self.runs)
 
     @classmethod
     def from_state(cls, state: dict, place: StorePlace | None = None, tail_rows: int = TAIL_ROWS) -> "Journal":
@@ -1083,6 +1097,10 @@ class Journal:
         descriptor goes with its last array)."""
         self.store.close()
         self.runs = []
+
+
+def _nothing() -> None:
+    pass
 
 
 def _arena(ids: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

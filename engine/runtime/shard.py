@@ -659,19 +659,30 @@ class ShardCore:
 
     # --------------------------------------------------------------- snapshots
 
-    def to_state(self) -> dict:
+    def to_state(self, sync: bool = True) -> dict:
+        """This shard as plain data (every array copied). ``sync``: each journal's files fsync'd first;
+        False leaves that to :meth:`snapshot_cut`'s callables."""
         return {
             "format": SHARD_STATE_FORMAT,
             "index": self.index,
             "n_actors": self.n_actors,
             "applied_offset": self.applied_offset,
             "specs": [R.board_record(s) for s in self.specs.values()],
-            "parts": [[b, n, p.to_state()] for b, ps in self.parts.items() for n, p in ps.items()],
+            "parts": [[b, n, p.to_state(sync)] for b, ps in self.parts.items() for n, p in ps.items()],
             "dead_letters": self.dead_letters,
             "archived": sorted(self.archived),
             # additive (log format 4): which of them the log holds a dead-letter record of
             "dead_logged": [list(_dead_key(d)) for d in self.dead_letters if _dead_key(d) not in self._unlogged],
         }
+
+    def snapshot_cut(self) -> tuple[int, dict, list]:
+        """The cut of a background snapshot (docs/storage.md, "Snapshots in the background"):
+        ``(applied offset, state, syncs)``, where ``state`` equals :meth:`to_state`'s (every array
+        copied, so this shard may go on applying and answering at once) but no journal file is
+        fsync'd yet, and ``syncs`` are the callables that do it, for another thread to run before
+        the state is saved. O(rows + journal tails): memory copies, no I/O."""
+        syncs = [p.journal.sync_later() for ps in self.parts.values() for p in ps.values()]
+        return self.applied_offset, self.to_state(sync=False), syncs
 
     def _journal_place(self, board_id: str, part: int) -> FilePlace | None:
         """A partition's journal directory under the root (None: in memory)."""

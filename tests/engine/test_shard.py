@@ -248,3 +248,67 @@ def test_a_whole_record_dead_letter_is_skipped_only_where_it_applies():
     assert cores[1 - owner[0]].dead_letters == []
     row = cores[owner[0]].read([W.Get(W.GET, "b", "p0")]).replies[0].row
     assert row.player_id == "p0" and row.ranked  # still ranked: the invalidation was skipped, not applied
+
+
+# ----------------------------------------------------------------- background snapshots (issue 29 item 2)
+
+
+def _journaled(root, tail_rows: int = 64) -> tuple[ShardCore, list]:
+    """A shard whose journals are files under ``root`` with a small tail (flushes and run merges happen),
+    and the log it applied: a board of 2 partitions, then 12 score batches."""
+    from engine.core.journal import JournalPlace
+
+    records = [R.board_record(BoardSpec("b", Policy.BEST_SCORE, 2))] + [batch(off, 50) for off in range(1, 13)]
+    core = ShardCore(0, 1, JournalPlace(str(root), tail_rows))
+    core.apply(len(records) - 1, [[i, r] for i, r in enumerate(records)])
+    assert any(p.journal.runs for p in core.parts["b"].values())  # flushed: runs on disk
+    return core, records
+
+
+def test_a_snapshot_cut_equals_the_synchronous_state_and_its_syncs_find_every_file(tmp_path):
+    """The background cut holds exactly what the old synchronous snapshot held (the pack of both is
+    byte-equal); its callables fsync each journal's files by name, a file merged away meanwhile skipped."""
+    import msgpack
+
+    from engine.log.framing import pack_in_pieces, pack_payload as pack
+    from engine.log.journal_files import fsync_paths
+
+    core, _ = _journaled(tmp_path / "j")
+    offset, state, syncs = core.snapshot_cut()
+    assert offset == core.applied_offset == 12
+    assert pack(state) == pack(core.to_state())
+    assert pack_in_pieces(state) == pack(state)  # the snapshot thread's pack: the same bytes
+    assert len(syncs) == len(core.parts["b"]) == 2
+    for sync in syncs:
+        sync()
+    paths = syncs[0].args[0]
+    assert fsync_paths(paths) == len(paths)  # every file named exists now
+    assert fsync_paths([*paths, tmp_path / "gone"]) == len(paths)  # a missing one is skipped
+    assert msgpack.unpackb(pack(state), raw=False, strict_map_key=False)["applied_offset"] == 12
+
+
+def test_a_snapshot_cut_is_a_consistent_cut_while_batches_go_on(tmp_path):
+    """Batches applied after the cut (flushes and merges included) change nothing in it: the shard
+    restored from it plus the log tail equals the live one, journal files and all."""
+    import msgpack
+
+    core, records = _journaled(tmp_path / "j")
+    offset, state, syncs = core.snapshot_cut()
+    frozen = msgpack.packb(state, use_bin_type=True)
+    more = [batch(off, 50) for off in range(13, 30)]
+    core.apply(12 + len(more), [[13 + i, r] for i, r in enumerate(more)])
+    for sync in syncs:  # the snapshot thread's fsyncs, after the shard went on (some runs merged away)
+        sync()
+    assert msgpack.packb(state, use_bin_type=True) == frozen  # the cut did not move
+    live = core.checksum_of_state()
+    core.close()
+    from engine.core.journal import JournalPlace
+
+    again = ShardCore.from_state(msgpack.unpackb(frozen, raw=False, strict_map_key=False),
+                                 JournalPlace(str(tmp_path / "j"), 64))
+    assert again.applied_offset == offset
+    assert again.replay((13 + i, r) for i, r in enumerate(more)) == len(more)
+    assert again.checksum_of_state() == live
+    for p in again.parts["b"].values():
+        p.journal._check()
+    again.close()
