@@ -27,6 +27,7 @@ import logging
 import os
 import pickle
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -203,7 +204,8 @@ class ShardActor:
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
         self._jobs: dict[str, Future] = {}
         self._jobs_made = 0
-        self.hold_saves_s = 0.0
+        self._go = threading.Event()
+        self._go.set()
         gc_tuning.tune()  # a long-lived process full of long-lived objects
 
     def warm(self) -> dict:
@@ -244,8 +246,7 @@ class ShardActor:
 
     def _save(self, name_offset: int, state: dict, syncs: list) -> None:
         """On the snapshot thread: what the cut named made durable, then the state packed and saved."""
-        if self.hold_saves_s:  # a test seam: a save in progress for a kill -9 to land in
-            time.sleep(self.hold_saves_s)
+        self._go.wait()  # set unless a test holds saves (hold_saves): a save in progress to land in
         for sync in syncs:
             sync()
         ray.get(self.log_server.save_snapshot.remote(self.name, name_offset, pack_in_pieces(state)))
@@ -262,12 +263,17 @@ class ShardActor:
         exc = fut.exception()
         return [None] if exc is None else [f"{type(exc).__name__}: {exc}"]
 
-    def hold_saves(self, seconds: float) -> None:
-        """Test seam: each background save waits ``seconds`` before it starts."""
-        self.hold_saves_s = seconds
+    def hold_saves(self, hold: bool) -> None:
+        """Test seam: while held, a background save waits before it starts (a save in progress, for
+        reads and batches to go on during, or a kill -9 to land in); False lets it go."""
+        if hold:
+            self._go.clear()
+        else:
+            self._go.set()
 
     def stats(self) -> dict:
-        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None}
+        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None,
+                                    "snapshots_saving": sum(not f.done() for f in self._jobs.values())}
 
     def checksum(self) -> int:
         return self.core.checksum_of_state()
