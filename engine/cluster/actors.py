@@ -39,7 +39,7 @@ from engine.core import gc_tuning
 from engine.runtime import warm
 from engine.core.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
-from engine.core.journal import JournalPlace
+from engine.core.journal import TAIL_ROWS, JournalPlace
 from engine.runtime.erasure import erase_log
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
 from engine.core import records as R
@@ -174,6 +174,15 @@ class RemoteLogView:
         return unpack(ray.get(self.server.dead_letters.remote(offset)))
 
 
+def journal_tail_rows() -> int:
+    """Journal rows per partition a shard actor keeps in memory before a flush:
+    ``FLOWRANK_JOURNAL_TAIL_ROWS`` from the environment Ray workers inherit (a
+    tuning knob; benchmarks use it to make flushes and run merges happen
+    sooner), else :data:`engine.core.journal.TAIL_ROWS`."""
+    raw = os.environ.get("FLOWRANK_JOURNAL_TAIL_ROWS", "")
+    return int(raw) if raw.strip() else TAIL_ROWS
+
+
 class ShardActor:
     def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str, cache_dir: str | None = None):
         cache = warm.use_cache_dir(cache_dir)  # before recovery runs the first kernel
@@ -195,7 +204,8 @@ class ShardActor:
                                     ray.get_runtime_context().get_node_id(), self.name)
         view = RemoteLogView(log_server)
         # the same recovery as the local service's shards; a shadow, served only once complete
-        core, replayed = recover_shard(index, n_actors, view, view, JournalPlace(journal_root), view)
+        journals = JournalPlace(journal_root, journal_tail_rows())
+        core, replayed = recover_shard(index, n_actors, view, view, journals, view)
         # export spill files: node-local, so a gateway on this node reads them directly
         core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
         self.core = core
