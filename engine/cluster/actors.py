@@ -208,6 +208,7 @@ class ShardActor:
         core, replayed = recover_shard(index, n_actors, view, view, journals, view)
         # export spill files: node-local, so a gateway on this node reads them directly
         core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
+        core.merge_in_background()  # journal run merges on a merge thread, swapped in between calls
         self.core = core
         self.replayed = replayed
         # background snapshot saves (snapshot / snapshot_result): one at a time, off the request thread
@@ -283,7 +284,8 @@ class ShardActor:
 
     def stats(self) -> dict:
         return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None,
-                                    "snapshots_saving": sum(not f.done() for f in self._jobs.values())}
+                                    "snapshots_saving": sum(not f.done() for f in self._jobs.values()),
+                                    "merges_in_flight": self.core.merges_in_flight}
 
     def checksum(self) -> int:
         return self.core.checksum_of_state()

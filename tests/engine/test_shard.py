@@ -5,6 +5,8 @@ log's dead letters skips what they name."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from engine.core import records as R
@@ -312,3 +314,74 @@ def test_a_snapshot_cut_is_a_consistent_cut_while_batches_go_on(tmp_path):
     for p in again.parts["b"].values():
         p.journal._check()
     again.close()
+
+
+def test_run_merges_on_the_merge_thread_answer_the_same_and_swap_in_between_calls(tmp_path):
+    """With merges in the background, a flush leaves its merge to the merge thread; every lookup
+    (a redelivered old event is still recognised as a duplicate) and read answers as with merges
+    inline, the merged runs swap in between calls, and the journals end as the inline ones."""
+    from engine.core.journal import JournalPlace
+
+    records = [R.board_record(BoardSpec("b", Policy.BEST_SCORE, 2))] + [batch(off, 50) for off in range(1, 40)]
+    inline = ShardCore(0, 1, JournalPlace(str(tmp_path / "inline"), 64))
+    bg = ShardCore(0, 1, JournalPlace(str(tmp_path / "bg"), 64))
+    bg.merge_in_background()
+    started = 0
+    for off, rec in enumerate(records):
+        a, b = inline.apply(off, [[off, rec]]), bg.apply(off, [[off, rec]])
+        assert a == b
+        started += len(bg._merging)
+        redelivered = records[1 + off // 2] if off > 1 else None  # an event stored long ago, sent again
+        if redelivered is not None:
+            probe = [[off, redelivered]]  # already applied at that offset: the cached answer, as inline
+            assert inline.apply(off, probe) == bg.apply(off, probe)
+        for n, p in bg.parts.get("b", {}).items():
+            p.journal._check()  # consistent at every step, a merge due or in flight
+            for k in range(0, len(p.journal), 211):  # stored ids found through the runs, merging or not
+                eid = p.journal.event_id(k)
+                assert p.journal.find(eid) == inline.parts["b"][n].journal.find(eid) == k
+    assert started > 0  # merges did go to the merge thread
+    bg.settle_merges()
+    assert bg.checksum_of_state() == inline.checksum_of_state()
+    for n, p in bg.parts["b"].items():
+        q = inline.parts["b"][n]
+        for older, newer in zip(p.journal.runs, p.journal.runs[1:]):  # settled: merged by size again
+            assert len(older) > 2 * len(newer)
+
+        def entries(j):  # the runs' (hash, row) pairs: merged in another order, the same set
+            return sorted(zip(np.concatenate([np.zeros(0, np.uint64), *(r.hashes for r in j.runs)]).tolist(),
+                              np.concatenate([np.zeros(0, np.int64), *(r.rows for r in j.runs)]).tolist()))
+
+        assert entries(p.journal) == entries(q.journal)
+        for k in range(0, len(p.journal), 97):  # every owned id still found, through the merged runs
+            eid = p.journal.event_id(k)
+            assert p.journal.find(eid) == q.journal.find(eid)
+    bg.close()
+    inline.close()
+
+
+def test_a_merge_whose_runs_a_scrub_rewrote_is_discarded(tmp_path):
+    """A scrub that rewrites a run while its merge is being built: the merged run is not swapped
+    in, its file goes, and the scrubbed id is gone from every run."""
+    from engine.core.journal import JournalPlace
+
+    records = [R.board_record(BoardSpec("b", Policy.BEST_SCORE, 1))] + [batch(off, 50) for off in range(1, 40)]
+    core = ShardCore(0, 1, JournalPlace(str(tmp_path / "j"), 64))
+    core.merge_in_background()
+    for off, rec in enumerate(records):
+        core.apply(off, [[off, rec]])
+        if core._merging:
+            break
+    (journal, (plan, fut)), = core._merging.items()
+    fut.result()  # built, not yet swapped in
+    row = int(plan.b.rows[0])
+    eid = journal.event_id(row)
+    journal.scrub(np.array([row]))  # rewrites run b (and merges by size through the hook)
+    core.tend_merges()
+    assert all(r is not plan.b for r in journal.runs)
+    merged = tmp_path / "j" / next(iter(os.listdir(tmp_path / "j"))) / f"run-{plan.seq:08d}"
+    assert not merged.exists()  # the discarded merge's file went
+    core.settle_merges()
+    journal._check()
+    assert journal.find(eid) == -1
+    core.close()
