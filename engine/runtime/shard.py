@@ -744,7 +744,7 @@ class ShardCore:
             "applied_offset": self.applied_offset,
             "specs": [R.board_record(s) for s in self.specs.values()],
             "parts": [[b, n, p.to_state(sync)] for b, ps in self.parts.items() for n, p in ps.items()],
-            "dead_letters": self.dead_letters,
+            "dead_letters": [list(d) for d in self.dead_letters],  # copied: the snapshot thread packs it later
             "archived": sorted(self.archived),
             # additive (log format 4): which of them the log holds a dead-letter record of
             "dead_logged": [list(_dead_key(d)) for d in self.dead_letters if _dead_key(d) not in self._unlogged],
