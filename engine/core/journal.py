@@ -33,6 +33,9 @@ one sorted *run*. Runs merge by size (each run at least twice the size of
 the next one), so a board keeps O(log(events / tail_rows)) of them, and a
 batch looks all of its ids up in each run with one kernel call, which an
 in-memory fence (every 64th hash) narrows to one block of the run per id.
+A merge may also be built away from the journal (:meth:`Journal.plan_merge`,
+:func:`build_merge` on another thread, :meth:`Journal.finish_merge`): the
+two runs stay, and serve lookups, until the merged one is swapped in.
 
 Memory: the tail (bounded), the heads (per player), the ids of invalidated
 events (per invalidation) and one merge block. The runs are mapped files,
@@ -676,8 +679,7 @@ class Journal:
         the newest pair can be (a scrub shrinks runs anywhere).
 
         With ``merges_elsewhere`` set (a shard actor, issue 29 item 2) it merges
-        nothing: it calls ``merge_due`` (the caller's hook) instead, and the
-        caller runs :meth:`plan_merge`, :func:`build_merge` (on another thread)
+        nothing: it calls that hook with this journal instead, and the caller runs :meth:`plan_merge`, :func:`build_merge` (on another thread)
         and :meth:`finish_merge`, one pair at a time."""
         if self.merges_elsewhere is not None:
             if self.due_pair() is not None:
