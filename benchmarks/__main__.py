@@ -5,6 +5,7 @@
                              [--repeat R] [--shards 1,2,4] [--generators G]
     python -m benchmarks list
     python -m benchmarks http [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
+    python -m benchmarks http --background [--quick] [--size N] [--duration S] [--partitions 1,4] [--out DIR]
     python -m benchmarks core [--players N] [--events N] [--repeat R] [--batch B] [--json OUT]
     python -m benchmarks capacity [--max-rss-gib G] [--max-players N] [--json OUT]
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
@@ -511,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
         return _list()
     if argv[0] == "run":
         return run(argv[1:])
+    if argv[0] == "http" and "--background" in argv[1:]:  # issue 29 item 2: reads beside heavy work
+        from .http_background import main as background_main
+
+        return background_main(argv[1:])
     if argv[0] == "http":
         from .http_bench import main as http_main
 

@@ -4,6 +4,9 @@
                               [--partitions 1,4] [--workers 1,2] [--shard-actors 2] [--repeat 1]
                               [--seed 7] [--out DIR]
 
+(``--background``: reads beside a snapshot, journal run merges and an export instead,
+:mod:`benchmarks.http_background`.)
+
 In one run, on loopback:
 
 1. ``flowrank serve --workers N`` (embedded Ray, its own ``RAY_TMPDIR``) for
@@ -114,12 +117,14 @@ def _served(argv: list[str], env: dict, tmp: Path, what: str, port: int, timeout
 
 
 @contextlib.contextmanager
-def flowrank_server(shard_actors: int, workers: int = 1, extra: list[str] | None = None):
-    """``flowrank serve --workers N`` with an embedded Ray (its own RAY_TMPDIR), loopback, generous rate limits."""
+def flowrank_server(shard_actors: int, workers: int = 1, extra: list[str] | None = None, env: dict | None = None):
+    """``flowrank serve --workers N`` with an embedded Ray (its own RAY_TMPDIR), loopback, generous rate limits;
+    ``env``: more environment for it (and the Ray workers it starts)."""
     tmp = Path(tempfile.mkdtemp(prefix="fr-httpb-"))
     ray_tmp = tempfile.mkdtemp(prefix="fr-hb-", dir="/tmp")
     port = _free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0")
+    extra_env = env or {}
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0", **extra_env)
     env.pop("RAY_ADDRESS", None)
     argv = [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--data-dir", str(tmp / "data"), "--keys", str(_keys_file(tmp)), "--engine", "ray",

@@ -27,6 +27,9 @@ import logging
 import os
 import pickle
 import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import msgpack
@@ -36,11 +39,12 @@ from engine.core import gc_tuning
 from engine.runtime import warm
 from engine.core.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
-from engine.core.journal import JournalPlace
+from engine.core.journal import TAIL_ROWS, JournalPlace
 from engine.runtime.erasure import erase_log
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
 from engine.core import records as R
 from engine.core import wire as W
+from engine.log.framing import pack_in_pieces
 from engine.log.port import RewriteStats
 
 log = logging.getLogger("flowrank.cluster")
@@ -170,6 +174,15 @@ class RemoteLogView:
         return unpack(ray.get(self.server.dead_letters.remote(offset)))
 
 
+def journal_tail_rows() -> int:
+    """Journal rows per partition a shard actor keeps in memory before a flush:
+    ``FLOWRANK_JOURNAL_TAIL_ROWS`` from the environment Ray workers inherit (a
+    tuning knob; benchmarks use it to make flushes and run merges happen
+    sooner), else :data:`engine.core.journal.TAIL_ROWS`."""
+    raw = os.environ.get("FLOWRANK_JOURNAL_TAIL_ROWS", "")
+    return int(raw) if raw.strip() else TAIL_ROWS
+
+
 class ShardActor:
     def __init__(self, index: int, n_actors: int, log_server_name: str, namespace: str, cache_dir: str | None = None):
         cache = warm.use_cache_dir(cache_dir)  # before recovery runs the first kernel
@@ -191,11 +204,19 @@ class ShardActor:
                                     ray.get_runtime_context().get_node_id(), self.name)
         view = RemoteLogView(log_server)
         # the same recovery as the local service's shards; a shadow, served only once complete
-        core, replayed = recover_shard(index, n_actors, view, view, JournalPlace(journal_root), view)
+        journals = JournalPlace(journal_root, journal_tail_rows())
+        core, replayed = recover_shard(index, n_actors, view, view, journals, view)
         # export spill files: node-local, so a gateway on this node reads them directly
         core.use_spill_dir(os.path.join(spill_dir(namespace), ray.get_runtime_context().get_node_id(), self.name))
+        core.merge_in_background()  # journal run merges on a merge thread, swapped in between calls
         self.core = core
         self.replayed = replayed
+        # background snapshot saves (snapshot / snapshot_result): one at a time, off the request thread
+        self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
+        self._jobs: dict[str, Future] = {}
+        self._jobs_made = 0
+        self._go = threading.Event()
+        self._go.set()
         gc_tuning.tune()  # a long-lived process full of long-lived objects
 
     def warm(self, claims: str | None = None) -> dict:
@@ -217,16 +238,55 @@ class ShardActor:
             gc_tuning.release_memory()
         return answer
 
-    def snapshot(self) -> int:
-        """Ship a snapshot of this shard to the log server; its offset."""
-        offset = self.core.applied_offset
+    def snapshot(self) -> list:
+        """Begin a snapshot of this shard: ``[offset, job, cut seconds]``. The cut (every array
+        copied, :meth:`engine.runtime.shard.ShardCore.snapshot_cut`) is made here, on the request
+        thread, between two calls (so it is consistent with every batch applied before it); the
+        journal fsyncs, the pack and the save through the log server run on this actor's snapshot
+        thread while it goes on applying and answering (docs/storage.md, "Snapshots in the
+        background"). ``job``: what :meth:`snapshot_result` answers for (None: nothing applied yet,
+        nothing to save). ``cut seconds``: how long this request thread was held."""
+        began = time.perf_counter()
+        offset, state, syncs = self.core.snapshot_cut()
+        job = None
         if offset >= 0:
+            self._jobs_made += 1
+            job = f"{os.getpid()}-{self._jobs_made}"
             # named by the first offset not in it (docs/storage.md)
-            ray.get(self.log_server.save_snapshot.remote(self.name, offset + 1, pack(self.core.to_state())))
-        return offset
+            self._jobs[job] = self._saver.submit(self._save, offset + 1, state, syncs)
+        return [offset, job, time.perf_counter() - began]
+
+    def _save(self, name_offset: int, state: dict, syncs: list) -> None:
+        """On the snapshot thread: what the cut named made durable, then the state packed and saved."""
+        self._go.wait()  # set unless a test holds saves (hold_saves): a save in progress to land in
+        for sync in syncs:
+            sync()
+        ray.get(self.log_server.save_snapshot.remote(self.name, name_offset, pack_in_pieces(state)))
+
+    def snapshot_result(self, job: str) -> list | None:
+        """None while ``job`` is saving; ``[None]`` once saved durably; ``[error text]`` when it failed
+        or this process does not know it (a restarted actor: the save died with the old process)."""
+        fut = self._jobs.get(job)
+        if fut is None:
+            return [f"snapshot {job} is unknown to this shard process (it restarted)"]
+        if not fut.done():
+            return None
+        del self._jobs[job]
+        exc = fut.exception()
+        return [None] if exc is None else [f"{type(exc).__name__}: {exc}"]
+
+    def hold_saves(self, hold: bool) -> None:
+        """Test seam: while held, a background save waits before it starts (a save in progress, for
+        reads and batches to go on during, or a kill -9 to land in); False lets it go."""
+        if hold:
+            self._go.clear()
+        else:
+            self._go.set()
 
     def stats(self) -> dict:
-        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None}
+        return self.core.stats() | {"pid": os.getpid(), "replayed": self.replayed, "warm": self.warmed is not None,
+                                    "snapshots_saving": sum(not f.done() for f in self._jobs.values()),
+                                    "merges_in_flight": self.core.merges_in_flight}
 
     def checksum(self) -> int:
         return self.core.checksum_of_state()

@@ -178,17 +178,39 @@ class ClusterEngine(RouterClient):
         return list(await asyncio.gather(*(s.warm.remote(claims) for s in self.shards)))
 
     async def _take_snapshot(self) -> float:
+        """Cut router and shards between two cycles, then wait until every part is durably saved
+        (only then does the caller count the snapshot as taken). Each shard actor makes its cut on
+        its request thread and saves it on its snapshot thread (ShardActor.snapshot), so reads and
+        batches go on meanwhile. The pause: the router's hold plus the longest time a shard actor's
+        request thread spent on its cut (what a read queued behind it waits at most)."""
         paused = time.monotonic()
         async with self.router.sequencing():
             offset, state = self.router.log_offset, self.router.to_state()
             refs = [s.snapshot.remote() for s in self.shards]  # ordered after every dispatched batch
-        pause = time.monotonic() - paused
-        shard_offsets = await asyncio.gather(*refs)
+        held = time.monotonic() - paused
+        begun = await asyncio.gather(*refs)
+        cut = max((b[2] for b in begun), default=0.0)
+        await asyncio.gather(*(self._saved(s, job) for s, (_o, job, _c) in zip(self.shards, begun)))
+        shard_offsets = [b[0] for b in begun]
         if offset >= 0:
             await self.log_server.save_snapshot.remote("router", offset + 1, pack(state))
             if self.prune_log:  # segments wholly before every snapshot
                 await self.log_server.delete_segments_before.remote(min([offset, *shard_offsets]) + 1)
-        return pause
+        return held + cut
+
+    #: how often the router asks a shard actor whether its background save is done (a cheap call)
+    SAVE_POLL_S = 0.05
+
+    async def _saved(self, shard, job: str | None) -> None:
+        """Until the shard actor's background save ``job`` is durable; raises RuntimeError when it failed
+        (or its process restarted meanwhile: the snapshot is then not taken, the next one is)."""
+        while job is not None:
+            got = await shard.snapshot_result.remote(job)
+            if got is not None:
+                if got[0] is not None:
+                    raise RuntimeError(f"shard snapshot failed: {got[0]}")
+                return
+            await asyncio.sleep(self.SAVE_POLL_S)
 
     async def _refresh_stats(self) -> None:
         while True:

@@ -33,6 +33,9 @@ one sorted *run*. Runs merge by size (each run at least twice the size of
 the next one), so a board keeps O(log(events / tail_rows)) of them, and a
 batch looks all of its ids up in each run with one kernel call, which an
 in-memory fence (every 64th hash) narrows to one block of the run per id.
+A merge may also be built away from the journal (:meth:`Journal.plan_merge`,
+:func:`build_merge` on another thread, :meth:`Journal.finish_merge`): the
+two runs stay, and serve lookups, until the merged one is swapped in.
 
 Memory: the tail (bounded), the heads (per player), the ids of invalidated
 events (per invalidation) and one merge block. The runs are mapped files,
@@ -69,7 +72,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple, Protocol
+from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
 
 import numba
 import numpy as np
@@ -330,7 +333,7 @@ def probe_run(hashes, fence, queries):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def merge_block(ah, ar, bh, br, i, j, out_h, out_r):
     """Merge the sorted runs ``(ah, ar)`` from ``i`` and ``(bh, br)`` from
     ``j`` into ``out_h``/``out_r`` until they are full or both runs are done;
@@ -379,6 +382,23 @@ class Run:
         160 MB run (2 cores, Linux 6.18)."""
         if self.mapping is not None:
             self.mapping.madvise(mmap.MADV_DONTNEED)
+
+
+class MergePlan(NamedTuple):
+    """A run merge to build away from the journal (:meth:`Journal.plan_merge`)."""
+
+    a: Run
+    b: Run
+    seq: int
+    store: "Store"
+
+
+def build_merge(plan: MergePlan) -> Run:
+    """The merged run of ``plan`` written under its sequence number: only the
+    two runs (never changed once written) and a new file are touched, so it
+    may run on another thread while the journal goes on (numba's merge kernel
+    releases the interpreter lock). O(the two runs), memory one block."""
+    return plan.store.write_run_blocks(plan.seq, len(plan.a) + len(plan.b), merged_blocks(plan.a, plan.b))
 
 
 def merged_blocks(a: Run, b: Run, size: int = MERGE_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -471,10 +491,13 @@ class MemoryStore:
     def sync(self, runs: list[Run]) -> None:
         pass
 
-    def to_state(self, runs: list[Run]) -> dict:
+    def to_state(self, runs: list[Run], sync: bool = True) -> dict:
         return {"memory": True, "rows": bytes(self.rows.data), "ids": bytes(self.ids.data),
                 "meta": bytes(self.meta.data), "moffs": bytes(self.moffs.data),
                 "runs": [[r.seq, *self._runs[r.seq]] for r in runs]}
+
+    def sync_later(self, runs: list[Run]) -> Callable[[], None]:
+        return _nothing
 
     def close(self) -> None:
         pass
@@ -508,7 +531,8 @@ class Store(Protocol):
     def load_run(self, seq: int, n: int) -> Run: ...
     def delete_run(self, seq: int) -> None: ...
     def sync(self, runs: list[Run]) -> None: ...
-    def to_state(self, runs: list[Run]) -> dict: ...
+    def to_state(self, runs: list[Run], sync: bool = True) -> dict: ...
+    def sync_later(self, runs: list[Run]) -> Callable[[], None]: ...
     def close(self) -> None: ...
 
 
@@ -553,6 +577,8 @@ class Journal:
         self.invalid: set[int] = set()  # rows of invalidated events
         self.runs: list[Run] = []
         self.next_seq = 0
+        # None: merges run inline; else the hook a flush calls when a merge is due (_merge_runs)
+        self.merges_elsewhere: Callable[["Journal"], None] | None = None
 
     def __len__(self) -> int:
         return self.base + self.n
@@ -650,17 +676,57 @@ class Journal:
     def _merge_runs(self) -> None:
         """Keep each run at least twice the size of the next (newer) one:
         merge the newest pair that is not, until none is. After a flush only
-        the newest pair can be (a scrub shrinks runs anywhere)."""
+        the newest pair can be (a scrub shrinks runs anywhere).
+
+        With ``merges_elsewhere`` set (a shard actor, issue 29 item 2) it merges
+        nothing: it calls that hook with this journal instead, and the caller runs :meth:`plan_merge`, :func:`build_merge` (on another thread)
+        and :meth:`finish_merge`, one pair at a time."""
+        if self.merges_elsewhere is not None:
+            if self.due_pair() is not None:
+                self.merges_elsewhere(self)
+            return
         while True:
-            runs = self.runs
-            i = next((i for i in range(len(runs) - 1, 0, -1) if len(runs[i - 1]) <= 2 * len(runs[i])), 0)
-            if not i:
+            pair = self.due_pair()
+            if pair is None:
                 return
-            a, b = runs[i - 1], runs[i]
-            runs[i - 1:i + 1] = [self.store.write_run_blocks(self.next_seq, len(a) + len(b), merged_blocks(a, b))]
+            a, b = pair
+            run = self.store.write_run_blocks(self.next_seq, len(a) + len(b), merged_blocks(a, b))
             self.next_seq += 1
-            self.store.delete_run(a.seq)
-            self.store.delete_run(b.seq)
+            self._swap(a, b, run)
+
+    def due_pair(self) -> tuple[Run, Run] | None:
+        """The newest pair of runs out of size order (the next merge due), or None."""
+        runs = self.runs
+        i = next((i for i in range(len(runs) - 1, 0, -1) if len(runs[i - 1]) <= 2 * len(runs[i])), 0)
+        return (runs[i - 1], runs[i]) if i else None
+
+    def _swap(self, a: Run, b: Run, run: Run) -> None:
+        i = self.runs.index(a)
+        self.runs[i:i + 2] = [run]
+        self.store.delete_run(a.seq)
+        self.store.delete_run(b.seq)
+
+    def plan_merge(self) -> "MergePlan | None":
+        """The next merge due (the newest pair of runs out of size order) with
+        its run's sequence number taken, or None. O(runs)."""
+        pair = self.due_pair()
+        if pair is None:
+            return None
+        self.next_seq += 1
+        return MergePlan(pair[0], pair[1], self.next_seq - 1, self.store)
+
+    def finish_merge(self, plan: "MergePlan", run: Run | None) -> bool:
+        """Swap in ``run``, the merge :func:`build_merge` made of ``plan``, when
+        its two runs are still next to each other here (a scrub, which rewrites
+        runs, or a close may have replaced them meanwhile: then the merged file
+        is deleted and nothing changes). ``run`` None: the build failed (what
+        it wrote, if anything, is deleted). Whether it was swapped in. O(runs)."""
+        i = next((k for k, r in enumerate(self.runs) if r is plan.a), -1)
+        if run is None or i < 0 or i + 1 >= len(self.runs) or self.runs[i + 1] is not plan.b:
+            plan.store.delete_run(plan.seq)
+            return False
+        self._swap(plan.a, plan.b, run)
+        return True
 
     # ------------------------------------------------------------ scrubbing
 
@@ -932,8 +998,8 @@ class Journal:
             raw = self.earena[self.eoffs[t]:self.eoffs[t + 1]]
             h = np.uint64(hash_bytes(raw, 0, len(raw)))
             assert owner_find(self.slots, self.eoffs, self.earena, raw, 0, len(raw), h) == t
-        for older, newer in zip(self.runs, self.runs[1:]):
-            assert len(older) > 2 * len(newer), "runs merge by size"
+        for older, newer in zip(self.runs, self.runs[1:]):  # merges done elsewhere may still be due
+            assert self.merges_elsewhere is not None or len(older) > 2 * len(newer), "runs merge by size"
         for run in self.runs:
             assert len(run.rows) == len(run.hashes) and (np.diff(run.hashes.astype(np.uint64)) >= 0).all()
             assert (run.fence == run.hashes[::FENCE]).all()
@@ -954,7 +1020,10 @@ class Journal:
 
     # ----------------------------------------------------------- snapshots
 
-    def to_state(self) -> dict:
+    def to_state(self, sync: bool = True) -> dict:
+        """The journal at this instant, as plain data (the tail copied). ``sync``: the store's files
+        are fsync'd first (the sizes named are durable on return); False leaves that to
+        :meth:`sync_later`'s callable, run before the snapshot is saved (a background save)."""
         n = self.n
         cols = {name: getattr(self, name)[:n].tobytes() for name in ("pid", "kind", "out", "val", "ach", "sub", "prev")}
         return {
@@ -972,8 +1041,15 @@ class Journal:
             "base": self.base,
             "runs": [[r.seq, len(r)] for r in self.runs],
             "next_seq": self.next_seq,
-            "store": self.store.to_state(self.runs),
+            "store": self.store.to_state(self.runs, sync),
         } | ({"scrub_pending": self.scrub_pending.astype("<i8").tobytes()} if len(self.scrub_pending) else {})
+
+    def sync_later(self) -> Callable[[], None]:
+        """A callable that makes what :meth:`to_state` (``sync=False``) named durable: it fsyncs the
+        store's files, found by name (another thread may run it while this journal goes on; a file
+        merged away or dropped meanwhile is skipped: runs are derived, and a dropped journal's
+        snapshot is rebuilt from the log)."""
+        return self.store.sync_later(self.runs)
 
     @classmethod
     def from_state(cls, state: dict, place: StorePlace | None = None, tail_rows: int = TAIL_ROWS) -> "Journal":
@@ -1083,6 +1159,10 @@ class Journal:
         descriptor goes with its last array)."""
         self.store.close()
         self.runs = []
+
+
+def _nothing() -> None:
+    pass
 
 
 def _arena(ids: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -1140,14 +1140,15 @@ class Partition:
 
     # --------------------------------------------------------------- snapshots
 
-    def to_state(self) -> dict:
-        """Plain msgpack-able state: arrays as bytes."""
+    def to_state(self, sync: bool = True) -> dict:
+        """Plain msgpack-able state: arrays as bytes (copies: the partition goes on changing).
+        ``sync``: see :meth:`engine.core.journal.Journal.to_state`."""
         n = len(self.players)
         return {
             "format": PARTITION_STATE_FORMAT,
             "players": self.players.to_state(),
             "rows": {name: getattr(self, name)[:n].tobytes() for name in self._row_columns},
-            "journal": self.journal.to_state(),
+            "journal": self.journal.to_state(sync),
             "changes": self.changes,
             "meta": self._meta_state(),
             # format 4: the subscores' directions and the rows' subscores (row-major little-endian int64)

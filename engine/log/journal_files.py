@@ -12,6 +12,7 @@ snapshot never reopens files another journal wrote.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import uuid
@@ -112,6 +113,22 @@ class FileBlob:
 
 def _i64(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, np.int64)
+
+
+def fsync_paths(paths: list) -> int:
+    """fsync each file by path, skipping one that no longer exists; how many were fsync'd."""
+    done = 0
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+            done += 1
+        finally:
+            os.close(fd)
+    return done
 
 
 def _pwrite_all(fd: int, b: bytes, off: int) -> None:
@@ -221,10 +238,20 @@ class FileStore:
             finally:
                 os.close(fd)
 
-    def to_state(self, runs: list[Run]) -> dict:
-        self._fsync(runs)
+    def to_state(self, runs: list[Run], sync: bool = True) -> dict:
+        """The files' identity and sizes; ``sync``: fsync'd first (else see :meth:`sync_later`)."""
+        if sync:
+            self._fsync(runs)
         return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size,
                 "meta_size": self.meta.size, "moffs_size": self.moffs.size}
+
+    def sync_later(self, runs: list[Run]) -> Callable[[], None]:
+        """What ``to_state(runs)`` would fsync, as a callable for another thread: it opens each file by
+        path (never a descriptor this store may close meanwhile) and skips one that is gone (a run merged
+        away, a dropped journal's directory)."""
+        paths = [b.path for b in (self.rows, self.ids, self.meta, self.moffs)]
+        paths += [self._run_path(seq) for seq in sorted({r.seq for r in runs})]
+        return functools.partial(fsync_paths, paths)
 
     def close(self) -> None:
         for blob in (self.rows, self.ids, self.meta, self.moffs):

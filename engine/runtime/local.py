@@ -182,24 +182,28 @@ class LocalService(RouterClient):
     # ------------------------------------------------------------ snapshots
 
     async def _take_snapshot(self) -> float:
-        """Copy router and shard states between two cycles, write them off-loop."""
+        """Copy router and shard states between two cycles (the pause: the loop is held for the
+        copies only), then fsync the journals and write the snapshots off-loop."""
         paused = time.monotonic()
         async with self.router.sequencing():
             router_state = (self.router.log_offset, self.router.to_state())
-            shard_states = [(c.applied_offset, c.to_state()) for c in self.cores]
+            cuts = [c.snapshot_cut() for c in self.cores]
         pause = time.monotonic() - paused
-        await asyncio.to_thread(self._write_snapshots, router_state, shard_states)
+        await asyncio.to_thread(self._write_snapshots, router_state, cuts)
         return pause
 
-    def _write_snapshots(self, router_state, shard_states) -> None:
+    def _write_snapshots(self, router_state, cuts) -> None:
         if router_state[0] < 0:  # empty log: nothing to snapshot (a store refuses offset -1)
             return
+        for _offset, _state, syncs in cuts:  # what each shard's cut named, durable before it is saved
+            for sync in syncs:
+                sync()
         # A snapshot named N holds the state after every record < N (docs/storage.md).
         self.store.save("router", router_state[0] + 1, router_state[1])
-        for i, (offset, state) in enumerate(shard_states):
+        for i, (offset, state, _syncs) in enumerate(cuts):
             self.store.save(f"shard-{i}", offset + 1, state)
         if self.cfg.prune_log and hasattr(self.event_log, "delete_segments_before"):
-            oldest = min([router_state[0]] + [o for o, _ in shard_states])
+            oldest = min([router_state[0]] + [o for o, _s, _y in cuts])
             self.event_log.delete_segments_before(oldest + 1)
 
     async def close(self) -> None:

@@ -25,6 +25,7 @@ import os
 import shutil
 import tempfile
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import islice
 from typing import Iterable
 
@@ -35,7 +36,7 @@ from engine.core import wire as W
 from engine.core.columns import ScoreColumns
 from engine.core.formats import SHARD_STATE_FORMAT, state_format
 from engine.core.model import BoardSpec, Outcome
-from engine.core.journal import Journal, JournalPlace
+from engine.core.journal import Journal, JournalPlace, MergePlan, build_merge
 from engine.log.framing import unpack_payload
 from engine.log.journal_files import FilePlace
 from engine.log.spill import read_frame, remove_dir, remove_spills, reset_dir, spill_path, write_spill
@@ -146,6 +147,10 @@ class ShardCore:
         self.result_cache_bytes = 0
         self.spill_dir: str | None = None  # export spill files (engine.log.spill); None: a temp dir on first use
         self._own_spill_dir = False
+        # journal run merges on a worker thread (merge_in_background); None: inline, in the flush
+        self._merger: ThreadPoolExecutor | None = None
+        self._merges_due: dict[Journal, None] = {}  # journals a flush left a merge due in (insertion order)
+        self._merging: dict[Journal, tuple[MergePlan, Future]] = {}
 
     # ------------------------------------------------------------------ writes
 
@@ -169,6 +174,8 @@ class ShardCore:
                 out.append(self._apply_record(offset, rec, ids_new))
         if through > self.applied_offset:
             self.applied_offset = through
+        if self._merger is not None:
+            self.tend_merges()
         return W.ApplyAnswer(out, list(self._unlogged.values()))
 
     def replay(self, records: Iterable[tuple[int, list]], dead: dict | None = None) -> int:
@@ -441,6 +448,8 @@ class ShardCore:
         ``changes`` of its partitions here), so the router can state the
         exact version a fan-out reflects.
         """
+        if self._merging:
+            self.tend_merges()
         reqs = [W.request(r) for r in requests]
         answers: list = [None] * len(reqs)
         batched: dict[tuple[str, str], list[int]] = {}
@@ -595,10 +604,71 @@ class ShardCore:
             self.spill_dir, self._own_spill_dir = tempfile.mkdtemp(prefix=f"flowrank-spill-{self.index}-"), True
         return self.spill_dir
 
+    # ------------------------------------------------------------ journal run merges
+
+    def merge_in_background(self) -> None:
+        """From now on a journal run merge (``Journal._merge_runs``: O(the two runs),
+        0.2 s for two runs of 5M ids) runs on this shard's merge thread, not inside
+        the apply that flushed: the flush only notes it due, and :meth:`tend_merges`,
+        between calls (the end of an apply, the start of a read), starts it there and
+        swaps the merged run in once built. Lookups meanwhile search the two runs,
+        which stay until the swap; a scrub that rewrites them first makes the
+        merge's result be discarded (``Journal.finish_merge``). Issue 29 item 2."""
+        if self._merger is None:
+            self._merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-merge")
+            for ps in self.parts.values():
+                for p in ps.values():
+                    self._merge_elsewhere(p.journal)
+
+    def _merge_elsewhere(self, journal: Journal) -> None:
+        journal.merges_elsewhere = self._merge_due
+        if journal.due_pair() is not None:  # due already (a recovery that merged inline is done)
+            self._merges_due[journal] = None
+
+    def _merge_due(self, journal: Journal) -> None:
+        self._merges_due[journal] = None
+
+    def tend_merges(self) -> int:
+        """Swap in every merge the merge thread finished, then start the merges due
+        (one at a time per journal; a swap may leave the next of a cascade due).
+        Returns how many merges are in flight. O(journals with a merge due or in flight)."""
+        for journal, (plan, fut) in list(self._merging.items()):
+            if not fut.done():
+                continue
+            del self._merging[journal]
+            exc = fut.exception()
+            if exc is not None:
+                log.warning("journal run merge %d failed (%s); its runs stay as they are", plan.seq, exc)
+            journal.finish_merge(plan, None if exc is not None else fut.result())
+            self._merges_due[journal] = None
+        for journal in list(self._merges_due):
+            if journal in self._merging or self._merger is None:
+                continue
+            del self._merges_due[journal]
+            plan = journal.plan_merge()
+            if plan is not None:
+                self._merging[journal] = (plan, self._merger.submit(build_merge, plan))
+        return len(self._merging)
+
+    @property
+    def merges_in_flight(self) -> int:
+        return len(self._merging)
+
+    def settle_merges(self) -> None:
+        """Until no merge is due or in flight (tests; a close)."""
+        while self._merger is not None and (self._merging or self._merges_due):
+            for _plan, fut in list(self._merging.values()):
+                wait([fut])
+            self.tend_merges()
+
     def close(self) -> None:
         """Let go of every file this shard holds open: its partitions' journal
         files and its spill files (an in-process service's close; a shard
         actor's process ends instead)."""
+        if self._merger is not None:
+            for _plan, fut in self._merging.values():
+                wait([fut])
+            self._merger.shutdown(wait=True)
         for parts in self.parts.values():
             for p in parts.values():
                 p.journal.close()
@@ -643,6 +713,11 @@ class ShardCore:
         for offset in [o for o, b in self._result_board.items() if b == board_id]:
             self._forget_result(offset)
         for n, p in parts.items():
+            merging = self._merging.pop(p.journal, None)
+            if merging is not None:  # its merge thread done with the directory before it goes
+                wait([merging[1]])
+                p.journal.finish_merge(merging[0], None)
+            self._merges_due.pop(p.journal, None)
             p.journal.close()
             place = self._journal_place(board_id, n)
             if place is not None:
@@ -659,19 +734,30 @@ class ShardCore:
 
     # --------------------------------------------------------------- snapshots
 
-    def to_state(self) -> dict:
+    def to_state(self, sync: bool = True) -> dict:
+        """This shard as plain data (every array copied). ``sync``: each journal's files fsync'd first;
+        False leaves that to :meth:`snapshot_cut`'s callables."""
         return {
             "format": SHARD_STATE_FORMAT,
             "index": self.index,
             "n_actors": self.n_actors,
             "applied_offset": self.applied_offset,
             "specs": [R.board_record(s) for s in self.specs.values()],
-            "parts": [[b, n, p.to_state()] for b, ps in self.parts.items() for n, p in ps.items()],
-            "dead_letters": self.dead_letters,
+            "parts": [[b, n, p.to_state(sync)] for b, ps in self.parts.items() for n, p in ps.items()],
+            "dead_letters": [list(d) for d in self.dead_letters],  # copied: the snapshot thread packs it later
             "archived": sorted(self.archived),
             # additive (log format 4): which of them the log holds a dead-letter record of
             "dead_logged": [list(_dead_key(d)) for d in self.dead_letters if _dead_key(d) not in self._unlogged],
         }
+
+    def snapshot_cut(self) -> tuple[int, dict, list]:
+        """The cut of a background snapshot (docs/storage.md, "Snapshots in the background"):
+        ``(applied offset, state, syncs)``, where ``state`` equals :meth:`to_state`'s (every array
+        copied, so this shard may go on applying and answering at once) but no journal file is
+        fsync'd yet, and ``syncs`` are the callables that do it, for another thread to run before
+        the state is saved. O(rows + journal tails): memory copies, no I/O."""
+        syncs = [p.journal.sync_later() for ps in self.parts.values() for p in ps.values()]
+        return self.applied_offset, self.to_state(sync=False), syncs
 
     def _journal_place(self, board_id: str, part: int) -> FilePlace | None:
         """A partition's journal directory under the root (None: in memory)."""
@@ -682,7 +768,10 @@ class ShardCore:
 
     def _new_journal(self, board_id: str, part: int) -> Journal:
         place = self._journal_place(board_id, part)
-        return Journal(None if place is None else place.fresh(), self.journals.tail_rows)
+        journal = Journal(None if place is None else place.fresh(), self.journals.tail_rows)
+        if self._merger is not None:
+            self._merge_elsewhere(journal)
+        return journal
 
     @classmethod
     def from_state(cls, state: dict, journals: JournalPlace = JournalPlace()) -> "ShardCore":
