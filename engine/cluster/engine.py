@@ -99,8 +99,8 @@ class RayLog:
     def __init__(self, server):
         self.server = server
 
-    async def append(self, payloads: list[bytes]) -> int:
-        return await self.server.append.remote(payloads)  # each record packed once, by the sequencer
+    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
+        return await self.server.append.remote(payloads, at)  # each record packed once, by the sequencer
 
 
 class ClusterEngine(RouterClient):

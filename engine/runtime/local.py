@@ -98,13 +98,15 @@ def _done(fn):
 
 
 class DirectLog:
-    """LogPort over an EventLog in this process; fsync runs in a thread."""
+    """LogPort over an EventLog in this process; fsync runs in a thread (the
+    log's writer thread commits the appends in flight together: group commit)."""
 
     def __init__(self, event_log):
         self.event_log = event_log
 
-    async def append(self, payloads: list[bytes]) -> int:
-        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads)
+    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
+        # two appends in flight may start out of order in the thread pool: ``at`` puts them back in order
+        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads, at)
         return offsets[0]
 
 
