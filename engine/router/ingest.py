@@ -128,6 +128,7 @@ class _Appending:
     append: asyncio.Future | None  # the log append (None: nothing to log; answered in turn)
     at: int | None  # the offset the append must start at (None: wherever the log ends)
     started: float
+    size: int  # the events it counts for in the queue until it is settled (queue_depth, max_queued_events)
     doomed: BaseException | None = None  # an append before it failed: answered this, never applied
 
 
@@ -349,8 +350,9 @@ class Sequencer:
                     taken.append(item)
                     size += item.size
                     self._board_queued.subtract(item.per_board)
+                handed = False
                 try:
-                    self._issue(taken)
+                    handed = self._issue(taken, size)
                 except Exception as exc:  # never let the sequencer die
                     log.exception("sequencer cycle failed")
                     for fut in (q.future for q in taken):
@@ -358,7 +360,8 @@ class Sequencer:
                             fut.set_exception(exc if isinstance(exc, FlowRankError) else Overloaded(
                                 f"Internal error while sequencing ({type(exc).__name__}); retry.", retry_after=1))
                 finally:
-                    self._queued_events -= size
+                    if not handed:  # else counted until the committer settles it
+                        self._queued_events -= size
 
     async def _room(self) -> None:
         """Wait until another append may be issued: fewer than ``max_appends``
@@ -367,12 +370,12 @@ class Sequencer:
             self._settled.clear()
             await self._settled.wait()
 
-    def _issue(self, taken: list[_Queued]) -> None:
+    def _issue(self, taken: list[_Queued], size: int) -> bool:
         """Decide each submission in queue order against the registry plus
         the decisions of the cycles still in flight and of this cycle's
         earlier submissions (:mod:`engine.router.decide`: pure), pack each
         record once and send them to the log with one append; the committer
-        takes it from there, in log order."""
+        takes it from there, in log order (True: handed to it)."""
         overlay = Overlay(self.registry)
         for earlier in self._appending:  # decided, not yet folded: as if applied
             for got in earlier.decisions:
@@ -404,7 +407,7 @@ class Sequencer:
         del overlay
         if not records and not self._appending:  # only events for unknown boards, or nothing scheduled left:
             self._answer_unlogged(subs)  # nothing to log, nothing in flight to wait for
-            return
+            return False
         started = self.clock()
         payloads = [pack(rec) for rec in records]  # each record packed once: the log frames these bytes, the
         # shard actors receive them
@@ -415,9 +418,10 @@ class Sequencer:
             if at is not None:
                 self._log_next = at + len(records)
         cyc = _Appending(subs, records, memos, ids_new, payloads, decisions, append, at if records else None,
-                         started)
+                         started, size)
         self._appending.append(cyc)
         self._to_commit.put_nowait(cyc)
+        return True
 
     def _answer_unlogged(self, subs: list[_Prepared]) -> None:
         for sub in subs:
@@ -441,6 +445,7 @@ class Sequencer:
             finally:
                 if self._appending and self._appending[0] is cyc:
                     self._appending.popleft()
+                self._queued_events -= cyc.size
                 self._settled.set()
 
     def _break_chain(self, cyc: _Appending, err: BaseException | None = None) -> None:
