@@ -171,7 +171,7 @@ class Sequencer:
         self._seq_lock = asyncio.Lock()
         # Appends in flight at most (docs/performance.md, issue 29 item 4); cycles decided, not yet folded, in log
         # order; the offset the next append starts at (None: unknown until the append in flight returns)
-        self.max_appends = 2
+        self.max_appends = max(1, self.cfg.appends_in_flight)
         self._appending: deque[_Appending] = deque()
         self._log_next: int | None = None
         self._to_commit: asyncio.Queue | None = None

@@ -291,3 +291,29 @@ def test_when_the_first_of_two_appends_fails_the_second_is_neither_applied_nor_a
     # the same ids afterwards are judged afresh: nothing of A or B was remembered
     assert [r.outcome for r in a2 + b2] == [Outcome.APPLIED_FIRST_SCORE] * 8
     assert parts.sequencer.metrics["storage_errors"] == 1
+
+
+def test_one_append_in_flight_when_configured_so():
+    """``appends_in_flight=1`` (``--appends-in-flight 1``): the next cycle waits for the append in flight."""
+    async def go():
+        parts = assemble(n_actors=2, config=RouterConfig(appends_in_flight=1))
+        parts.log = parts.sequencer.log = _GatedLog()
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.BEST_SCORE, shards=1))
+            parts.log.gated = True
+            a = asyncio.ensure_future(parts.sequencer.submit(_events(3)))
+            await parts.log.in_flight(1)
+            b = asyncio.ensure_future(parts.sequencer.submit(_events(2)))  # A's first two ids again
+            await asyncio.sleep(0.02)
+            issued_meanwhile = len(parts.log.calls)
+            parts.log.gates[0].set_result(True)
+            await a
+            await parts.log.in_flight(2)
+            parts.log.gates[1].set_result(True)
+            return issued_meanwhile, parts.log.calls, await b
+        finally:
+            await parts.close()
+
+    issued_meanwhile, calls, got_b = asyncio.run(go())
+    assert issued_meanwhile == 2  # the board's append and A's: B waited
+    assert calls[2][0] == 1 + calls[1][1] and [r.outcome for r in got_b] == [Outcome.DUPLICATE_IGNORED] * 2
