@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="or after this many seconds with new events (default 300)")
     s.add_argument("--prune-log", action="store_true",
                    help="delete log segments wholly before every snapshot (default: keep them for audit)")
+    s.add_argument("--appends-in-flight", type=positive_int, default=d.appends_in_flight, metavar="N",
+                   help="log appends the sequencer keeps in flight, acknowledged in log order (default 2; "
+                        "1: one at a time); docs/performance.md 'Issue 29 item 4'")
     s.add_argument("--live-window-ms", type=int, default=d.live_window_ms, help="live coalescing window")
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
@@ -189,6 +192,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         snapshot_every_events=args.snapshot_every_events,
         snapshot_every_seconds=args.snapshot_every_seconds,
         prune_log=args.prune_log,
+        appends_in_flight=args.appends_in_flight,
         live_window_ms=args.live_window_ms,
         read_rate_per_s=args.read_rate,
         read_burst=max(d.read_burst, 2 * args.read_rate),

@@ -46,6 +46,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_events=settings.snapshot_every_events,
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
+                appends_in_flight=settings.appends_in_flight,
                 webhooks=webhook_config(settings),
                 erasure_deadline_s=settings.erasure_deadline_s,
             )
@@ -62,6 +63,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 snapshot_every_events=settings.snapshot_every_events,
                 snapshot_every_seconds=settings.snapshot_every_seconds,
                 prune_log=settings.prune_log,
+                appends_in_flight=settings.appends_in_flight,
                 ray_dashboard=settings.ray_dashboard,
                 cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.runtime.warm)
                 webhooks=webhook_config(settings),

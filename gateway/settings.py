@@ -37,6 +37,7 @@ class Settings:
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
     prune_log: bool = False  # delete log segments wholly before every snapshot (default: keep for audit)
+    appends_in_flight: int = 2  # --appends-in-flight: log appends the sequencer keeps in flight (1: serial)
     ray_dashboard: bool = False  # embedded Ray only: start Ray's dashboard (default: lean, no dashboard)
     # --cors-origin (docs/api.md §12): origins ("*" allowed) that get CORS headers on /v1 routes; () = none
     cors_origins: tuple[str, ...] = ()

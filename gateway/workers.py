@@ -70,6 +70,7 @@ def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
         snapshot_every_events=settings.snapshot_every_events,
         snapshot_every_seconds=settings.snapshot_every_seconds,
         prune_log=settings.prune_log,
+        appends_in_flight=settings.appends_in_flight,
         webhooks=webhook_config(settings),
         erasure_deadline_s=settings.erasure_deadline_s,
     )

@@ -99,8 +99,8 @@ class RayLog:
     def __init__(self, server):
         self.server = server
 
-    async def append(self, payloads: list[bytes]) -> int:
-        return await self.server.append.remote(payloads)  # each record packed once, by the sequencer
+    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
+        return await self.server.append.remote(payloads, at)  # each record packed once, by the sequencer
 
 
 class ClusterEngine(RouterClient):
@@ -127,6 +127,7 @@ class ClusterEngine(RouterClient):
         snapshot_every_events: int = 1_000_000,
         snapshot_every_seconds: float = 300.0,
         max_queued_events: int = 200_000,
+        appends_in_flight: int = 2,
         prune_log: bool = False,
         ray_dashboard: bool = False,
         wall_clock: Callable[[], int] | None = None,
@@ -154,7 +155,7 @@ class ClusterEngine(RouterClient):
         secret = await asyncio.to_thread(load_secret, root)
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events,
-            erasure_secret=secret),
+            appends_in_flight=appends_in_flight, erasure_secret=secret),
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
         eng = cls(router, log_server, shards, lock_fd, started_ray)

@@ -679,8 +679,8 @@ class Journal:
         the newest pair can be (a scrub shrinks runs anywhere).
 
         With ``merges_elsewhere`` set (a shard actor, issue 29 item 2) it merges
-        nothing: it calls that hook with this journal instead, and the caller runs :meth:`plan_merge`, :func:`build_merge` (on another thread)
-        and :meth:`finish_merge`, one pair at a time."""
+        nothing: it calls that hook with this journal instead, and the caller runs :meth:`plan_merge`,
+        :func:`build_merge` (on another thread) and :meth:`finish_merge`, one pair at a time."""
         if self.merges_elsewhere is not None:
             if self.due_pair() is not None:
                 self.merges_elsewhere(self)
@@ -1044,7 +1044,7 @@ class Journal:
             "store": self.store.to_state(self.runs, sync),
         } | ({"scrub_pending": self.scrub_pending.astype("<i8").tobytes()} if len(self.scrub_pending) else {})
 
-    def sync_later(self) -> Callable[[], None]:
+    def sync_later(self) -> Callable[[], object]:
         """A callable that makes what :meth:`to_state` (``sync=False``) named durable: it fsyncs the
         store's files, found by name (another thread may run it while this journal goes on; a file
         merged away or dropped meanwhile is skipped: runs are derived, and a dropped journal's

@@ -245,7 +245,7 @@ class FileStore:
         return {"instance": self.instance, "rows_size": self.rows.size, "ids_size": self.ids.size,
                 "meta_size": self.meta.size, "moffs_size": self.moffs.size}
 
-    def sync_later(self, runs: list[Run]) -> Callable[[], None]:
+    def sync_later(self, runs: list[Run]) -> Callable[[], object]:
         """What ``to_state(runs)`` would fsync, as a callable for another thread: it opens each file by
         path (never a descriptor this store may close meanwhile) and skips one that is gone (a run merged
         away, a dropped journal's directory)."""

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 
 from engine.core.errors import StorageUnavailable
 from engine.log.framing import SEGMENT_HEADER_SIZE, encode_batch, encode_payloads, pack_payload, unpack_payload
 from engine.log.port import FaultHook, RewriteStats
+from engine.log.segment_log import HOLD_TIMEOUT_S
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -43,6 +45,8 @@ class InMemoryLog:
         self._segment_bytes = segment_bytes
         self._hook = fault_hook
         self._lock = threading.Lock()
+        self._moved = threading.Condition(self._lock)  # an append committed or failed (appends at a position)
+        self._broken = False  # the last append failed and none committed since
         self._rewrite_lock = threading.Lock()
         self._closed = False
 
@@ -57,10 +61,13 @@ class InMemoryLog:
     def append_batch(self, records: Sequence[object]) -> list[int]:
         return self._append(records, encode_batch)  # encoding validates encodability
 
-    def append_payloads(self, payloads: Sequence[bytes]) -> list[int]:
-        return self._append(payloads, encode_payloads)
+    def append_payloads(self, payloads: Sequence[bytes], at: int | None = None) -> list[int]:
+        """``at``: the offset the batch must start at, as
+        :meth:`engine.log.SegmentedFileLog.append_payloads` (held back until the
+        log reaches it; fails once it has passed, or once an append before it failed)."""
+        return self._append(payloads, encode_payloads, at)
 
-    def _append(self, items: Sequence, encode) -> list[int]:
+    def _append(self, items: Sequence, encode, at: int | None = None) -> list[int]:
         if self._closed:
             raise ValueError("append to a closed log")
         if not items:
@@ -69,6 +76,8 @@ class InMemoryLog:
         ends = starts[1:] + [len(blob)]
         payloads = [blob[s + 8:e] for s, e in zip(starts, ends)]
         with self._lock:
+            if at is not None:
+                self._wait_turn(at)
             seg = self._segs[-1]
             path = f"memory:{seg[0]:020d}.log"
             if self._hook is not None:
@@ -76,7 +85,11 @@ class InMemoryLog:
                     try:
                         self._hook(op, path)
                     except OSError as exc:
+                        self._broken = True
+                        self._moved.notify_all()
                         raise StorageUnavailable(f"event log {op} failed on {path}: {exc}") from exc
+            self._broken = False
+            self._moved.notify_all()
             first = self._start + len(self._payloads)
             if seg[1] >= self._segment_bytes and first > seg[0]:
                 seg = [first, SEGMENT_HEADER_SIZE]
@@ -84,6 +97,25 @@ class InMemoryLog:
             seg[1] += len(blob)
             self._payloads.extend(payloads)
             return list(range(first, first + len(payloads)))
+
+    def _wait_turn(self, at: int) -> None:
+        """Under the lock: wait until the log reaches offset ``at``; StorageUnavailable
+        if it has passed it, if an append before it fails, or after HOLD_TIMEOUT_S."""
+        deadline = time.monotonic() + HOLD_TIMEOUT_S
+        while True:
+            pos = self._start + len(self._payloads)
+            if at == pos:
+                return
+            if at < pos:
+                raise StorageUnavailable(f"event log: append at offset {at}, but the log is at offset {pos}")
+            if self._broken:
+                raise StorageUnavailable(f"event log: append at offset {at}: the append before it failed "
+                                         f"(the log is at {pos})")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StorageUnavailable(f"event log: append at offset {at}: the log stayed at offset {pos} "
+                                         f"for {HOLD_TIMEOUT_S:g} s")
+            self._moved.wait(left)
 
     def end_offset(self) -> int:
         with self._lock:

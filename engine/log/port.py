@@ -55,10 +55,18 @@ class EventLog(Protocol):
         """
         ...
 
-    def append_payloads(self, payloads: Sequence[bytes]) -> list[int]:
+    def append_payloads(self, payloads: Sequence[bytes], at: int | None = None) -> list[int]:
         """:meth:`append_batch` of records already packed with
         :func:`engine.log.framing.pack_payload`: the bytes are framed and
-        written as they are (the sequencer packs each record once)."""
+        written as they are (the sequencer packs each record once).
+
+        ``at`` (None: wherever the log is): the offset the batch must start
+        at, for a caller with several appends in flight (the sequencer). A
+        batch that arrives before the one ahead of it waits for it; it fails
+        with StorageUnavailable if its offset has passed, if an append
+        before it failed (nothing committed since), or after
+        ``HOLD_TIMEOUT_S``. So a log never keeps a batch whose predecessor
+        it lost."""
         ...
 
     def end_offset(self) -> int:

@@ -43,6 +43,17 @@ back to its last durable size (retried before the next write if the
 truncate itself fails), and the next group tries again, so the log recovers
 on its own once the fault clears.
 
+Appends at a position (``append_payloads(payloads, at=offset)``): a caller
+that keeps more than one append in flight (the sequencer) names the offset
+each batch must start at. A batch is written only at that offset: one that
+arrives before the batch ahead of it (two threads, or a threaded Ray actor,
+may start out of order) is held back until the log reaches its offset; one
+whose offset has passed fails; and once a group fails, every batch held or
+arriving for a later offset fails too (it was decided on top of records the
+log does not have), until a commit succeeds again. So the log never keeps a
+batch whose predecessor it lost. A batch held longer than
+:data:`HOLD_TIMEOUT_S` fails.
+
 Rewriting (erasure, :meth:`SegmentedFileLog.rewrite`): records before a
 position are replaced in place, offsets unchanged. Each changed segment is
 written whole to ``<segment>.rw`` beside it and fsync'd; the commit point is
@@ -96,6 +107,8 @@ REWRITE_SUFFIX = ".rw"
 #: The commit point of a rewrite (see the module doc); its temp adds ``.tmp``.
 REWRITE_MANIFEST = "rewrite.manifest"
 _MANIFEST_FORMAT = 1
+#: How long an append at a position waits for the appends ahead of it (module doc) before it fails.
+HOLD_TIMEOUT_S = 30.0
 
 
 def segment_file_name(first_offset: int) -> str:
@@ -130,15 +143,54 @@ class _Segment:
 
 
 class _Request:
-    __slots__ = ("blob", "starts", "count", "first", "error", "done")
+    __slots__ = ("blob", "starts", "count", "first", "error", "done", "at", "since")
 
-    def __init__(self, blob: bytes, starts: list[int]):
+    def __init__(self, blob: bytes, starts: list[int], at: int | None = None):
         self.blob = blob
         self.starts = starts
         self.count = len(starts)
         self.first = -1
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.at = at  # the offset it must start at (None: wherever the log is)
+        self.since = time.monotonic()  # queued at (a held request times out)
+
+
+def select_group(pending: list, pos: int, broken: bool, now: float,
+                 hold_s: float = HOLD_TIMEOUT_S) -> tuple[list, list, list]:
+    """Split queued requests (arrival order) into ``(group, failed, held)`` for a
+    log whose next offset is ``pos``: an unconditional request, or one at exactly
+    the offset reached, joins the group (then any held one that now fits); one
+    whose offset has passed fails; one ahead waits, unless the log is ``broken``
+    (the last group failed, nothing committed since) or it waited ``hold_s``.
+    Each failed request comes with its reason: ``(request, message)``. Pure."""
+    group, failed, held = [], [], []
+    for r in pending:
+        if r.at is None or r.at == pos:
+            group.append(r)
+            pos += r.count
+            while held:  # a request that arrived early fits now
+                nxt = next((h for h in held if h.at == pos), None)
+                if nxt is None:
+                    break
+                held.remove(nxt)
+                group.append(nxt)
+                pos += nxt.count
+        elif r.at < pos:
+            failed.append((r, f"append at offset {r.at}, but the log is at offset {pos}"))
+        else:
+            held.append(r)
+    keep = []
+    for h in held:
+        if h.at < pos:
+            failed.append((h, f"append at offset {h.at}, but the log is at offset {pos}"))
+        elif broken:
+            failed.append((h, f"append at offset {h.at}: the append before it failed (the log is at {pos})"))
+        elif now - h.since >= hold_s:
+            failed.append((h, f"append at offset {h.at}: the log stayed at offset {pos} for {hold_s:g} s"))
+        else:
+            keep.append(h)
+    return group, failed, keep
 
 
 class _Rewritten(NamedTuple):
@@ -175,6 +227,7 @@ class SegmentedFileLog:
         self._rewriting: set[int] = set()  # first offsets of the segments a rewrite holds (retention spares them)
         self._cond = threading.Condition(threading.Lock())  # guards _pending/_closing
         self._pending: list[_Request] = []
+        self._broken = False  # the last group failed and none committed since (appends at a position, module doc)
         self._closing = False
         self._closed = False
         self._dirty = False  # active segment may hold bytes past last.size
@@ -292,17 +345,18 @@ class SegmentedFileLog:
         commit (one write + one fsync shared with concurrent callers)."""
         return self._append(records, encode_batch)
 
-    def append_payloads(self, payloads: Sequence[bytes]) -> list[int]:
-        """See :meth:`engine.log.EventLog.append_payloads`: framing only, no packing."""
-        return self._append(payloads, encode_payloads)
+    def append_payloads(self, payloads: Sequence[bytes], at: int | None = None) -> list[int]:
+        """See :meth:`engine.log.EventLog.append_payloads`: framing only, no packing;
+        ``at``: the offset the batch must start at (module doc)."""
+        return self._append(payloads, encode_payloads, at)
 
-    def _append(self, items: Sequence, encode) -> list[int]:
+    def _append(self, items: Sequence, encode, at: int | None = None) -> list[int]:
         if self._closed or self._closing:
             raise ValueError("append to a closed log")
         if not items:
             return []
         blob, starts = encode(items)
-        request = _Request(blob, starts)
+        request = _Request(blob, starts, at)
         with self._cond:
             if self._closing:
                 raise ValueError("append to a closed log")
@@ -316,15 +370,32 @@ class SegmentedFileLog:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closing:
-                    self._cond.wait()
-                if not self._pending:
-                    return
-                group, self._pending = self._pending, []
+                while True:
+                    if not self._pending and self._closing:
+                        return
+                    if self._pending:
+                        # only this thread moves _durable and _broken: read without the lock
+                        group, failed, held = select_group(self._pending, self._durable, self._broken,
+                                                           time.monotonic())
+                        if self._closing:  # nothing more will come: a held request never fits
+                            failed += [(h, "append to a closing log") for h in held]
+                            held = []
+                        self._pending = held
+                        if group or failed:
+                            break
+                        self._cond.wait(timeout=min(1.0, HOLD_TIMEOUT_S))  # only held requests: wait for theirs
+                    else:
+                        self._cond.wait()
+            for request, why in failed:
+                request.error = StorageUnavailable(f"event log: {why}")
+                request.done.set()
+            if not group:
+                continue
             try:
                 with self._write_lock:
                     self._commit(group)
             except BaseException as exc:  # never leave a caller waiting forever
+                self._broken = True
                 for request in group:
                     if not request.done.is_set():
                         request.error = StorageUnavailable(f"event log writer failed: {exc!r}")
@@ -376,6 +447,7 @@ class SegmentedFileLog:
                                    seg.path, seg.size, stage, texc)
             message = (f"event log {stage} failed on {seg.path}: "
                        f"{errno.errorcode.get(exc.errno, exc.errno) if exc.errno else ''} {exc}").strip()
+            self._broken = True  # appends held for later offsets fail (module doc)
             for request in group:
                 request.error = StorageUnavailable(message)
                 request.done.set()
@@ -400,6 +472,7 @@ class SegmentedFileLog:
             seg.size = pos
             self._durable = first
             self._assigned = first
+            self._broken = False
             st = self._stats
             st["groups"] += 1
             st["batches"] += len(group)

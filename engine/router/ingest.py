@@ -19,6 +19,18 @@ A record a shard actor could not apply comes back as a dead letter; the
 sequencer logs one dead-letter record for it and answers the cycle once that
 is durable (docs/recovery.md). A failed append answers StorageUnavailable:
 nothing was applied, and nothing was changed before it, so nothing is undone.
+
+Two appends in flight (``max_appends``): while cycle N's append is in flight,
+cycle N+1 is decided against an overlay of the registry plus N's decisions
+(noted again from N's :class:`engine.router.decide.Decision` list) and its
+append is issued at the offset N's records end at (``at``, engine.log.port).
+The committer takes the cycles in log order: it awaits each append, then
+folds it into the registry and dispatches it, so folds, shard applies and
+answers stay in log order. If N's append fails, every cycle issued after it
+was decided on top of records the log does not have: the log refuses their
+appends too (``at``), and the committer answers them StorageUnavailable
+without applying anything. The next append after a failure (or the first one)
+goes alone, unconditional: its answer tells the sequencer where the log ends.
 """
 
 from __future__ import annotations
@@ -74,9 +86,10 @@ _STATUS = {s.value: s for s in RowStatus}
 
 
 class LogPort(Protocol):
-    async def append(self, payloads: list[bytes]) -> int:
-        """Durably append records packed once (:func:`engine.log.framing.pack_payload`);
-        returns the offset of the first record."""
+    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
+        """Durably append records packed once (:func:`engine.log.framing.pack_payload`)
+        starting exactly at offset ``at`` (None: wherever the log ends; the contract of
+        :meth:`engine.log.port.EventLog.append_payloads`); returns the offset of the first record."""
 
 
 class _Queued(NamedTuple):
@@ -100,6 +113,23 @@ class _Prepared(NamedTuple):
     places: list | None  # for scores, per board: [ScorePlace] with record indexes into the cycle's records
     answer: object = None  # what the decision already knows to answer (a join's JoinResult), once durable
     routed: object = None  # for scores sent to a series: the batch as its events landed (decide.Decision.routed)
+
+
+@dataclass
+class _Appending:
+    """A cycle decided and sent to the log, not yet folded into the registry."""
+
+    submissions: list  # [_Prepared]
+    records: list
+    memos: list
+    ids_new: list
+    payloads: list  # each record packed once
+    decisions: list  # [decide.Decision]: noted again into the overlay of the cycles decided after this one
+    append: asyncio.Future | None  # the log append (None: nothing to log; answered in turn)
+    at: int | None  # the offset the append must start at (None: wherever the log ends)
+    started: float
+    size: int  # the events it counts for in the queue until it is settled (queue_depth, max_queued_events)
+    doomed: BaseException | None = None  # an append before it failed: answered this, never applied
 
 
 @dataclass
@@ -136,7 +166,16 @@ class Sequencer:
         self._wake: asyncio.Event | None = None
         self._inflight: asyncio.Queue | None = None
         self.closing = False
-        self._seq_lock = asyncio.Lock()  # held from admission to dispatch of a cycle
+        # held by the committer to fold a durable cycle into the registry and dispatch it (snapshots take it to
+        # see router and shard actors between two cycles)
+        self._seq_lock = asyncio.Lock()
+        # Appends in flight at most (docs/performance.md, issue 29 item 4); cycles decided, not yet folded, in log
+        # order; the offset the next append starts at (None: unknown until the append in flight returns)
+        self.max_appends = max(1, self.cfg.appends_in_flight)
+        self._appending: deque[_Appending] = deque()
+        self._log_next: int | None = None
+        self._to_commit: asyncio.Queue | None = None
+        self._settled: asyncio.Event | None = None
         self.storage_failed_at: float | None = None  # last failed append, cleared by a durable one
         # (offset, row) of the dead letters queued to be logged and not yet durable (the logged ones are
         # the registry's dead_logged): one record each
@@ -163,21 +202,24 @@ class Sequencer:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> list[asyncio.Task]:
-        """Start the sequencer and the completer; their tasks."""
+        """Start the sequencer, the committer and the completer; their tasks."""
         self._wake = asyncio.Event()
+        self._settled = asyncio.Event()
         self._inflight = asyncio.Queue(maxsize=4)
-        return [asyncio.ensure_future(self._sequencer()), asyncio.ensure_future(self._completer())]
+        self._to_commit = asyncio.Queue()
+        return [asyncio.ensure_future(self._sequencer()), asyncio.ensure_future(self._committer()),
+                asyncio.ensure_future(self._completer())]
 
     async def drain(self) -> None:
         """Stop taking submissions and wait until every queued one is answered."""
         self.closing = True
         while True:
-            while self._queue or (self._inflight and not self._inflight.empty()):
+            while self._queue or self._appending or (self._inflight and not self._inflight.empty()):
                 await asyncio.sleep(0.005)
             if self._inflight is not None:
                 await self._inflight.join()
-            if not self._queue and not self._dead_replies:  # a last cycle's dead letters are logged too
-                return
+            if not self._queue and not self._appending and not self._dead_replies:  # a last cycle's dead
+                return  # letters are logged too
             await asyncio.sleep(0.005)
 
     def sequencing(self) -> asyncio.Lock:
@@ -300,6 +342,7 @@ class Sequencer:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
+                await self._room()
                 taken: list[_Queued] = []
                 size = 0
                 while self._queue and (not taken or size + self._queue[0].size <= self.cfg.max_cycle_events):
@@ -307,9 +350,9 @@ class Sequencer:
                     taken.append(item)
                     size += item.size
                     self._board_queued.subtract(item.per_board)
+                handed = False
                 try:
-                    async with self._seq_lock:
-                        await self._cycle(taken)
+                    handed = self._issue(taken, size)
                 except Exception as exc:  # never let the sequencer die
                     log.exception("sequencer cycle failed")
                     for fut in (q.future for q in taken):
@@ -317,18 +360,30 @@ class Sequencer:
                             fut.set_exception(exc if isinstance(exc, FlowRankError) else Overloaded(
                                 f"Internal error while sequencing ({type(exc).__name__}); retry.", retry_after=1))
                 finally:
-                    self._queued_events -= size
+                    if not handed:  # else counted until the committer settles it
+                        self._queued_events -= size
 
-    async def _cycle(self, taken: list[_Queued]) -> None:
-        """Decide each submission in queue order against the registry and this
-        cycle's overlay (:mod:`engine.router.decide`: pure), append every record with
-        one durable write, fold each record into the registry
-        (:meth:`engine.router.registry.BoardRegistry.apply`, the fold recovery runs
-        too), then send each shard actor its share."""
+    async def _room(self) -> None:
+        """Wait until another append may be issued: fewer than ``max_appends``
+        in flight, and none at all while the log's end is unknown."""
+        while len(self._appending) >= self.max_appends or (self._appending and self._log_next is None):
+            self._settled.clear()
+            await self._settled.wait()
+
+    def _issue(self, taken: list[_Queued], size: int) -> bool:
+        """Decide each submission in queue order against the registry plus
+        the decisions of the cycles still in flight and of this cycle's
+        earlier submissions (:mod:`engine.router.decide`: pure), pack each
+        record once and send them to the log with one append; the committer
+        takes it from there, in log order (True: handed to it)."""
         overlay = Overlay(self.registry)
+        for earlier in self._appending:  # decided, not yet folded: as if applied
+            for got in earlier.decisions:
+                overlay.note(got)
         records: list = []
         memos: list = []
         ids_new: list = []
+        decisions: list = []
         subs: list[_Prepared] = []
         now_ms = self.wall_clock()
         for q in taken:
@@ -338,6 +393,8 @@ class Sequencer:
                 q.future.set_exception(exc)
                 continue
             overlay.note(got)
+            if got.records:
+                decisions.append(got)
             start = len(records)
             places = None if got.places is None else [
                 None if mine is None else [p if p.record < 0 else p._replace(record=start + p.record) for p in mine]
@@ -348,54 +405,132 @@ class Sequencer:
             subs.append(_Prepared(q.kind, q.payload, q.future, start, len(got.records), places, got.answer,
                                   got.routed))
         del overlay
-        if not records:  # only events for unknown boards, or nothing scheduled left: nothing to log
-            for sub in subs:
-                if not sub.future.done():
-                    sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {}, sub.routed)
-                                          if sub.kind == Submission.SCORES else sub.answer)
-            return
+        if not records and not self._appending:  # only events for unknown boards, or nothing scheduled left:
+            self._answer_unlogged(subs)  # nothing to log, nothing in flight to wait for
+            return False
         started = self.clock()
         payloads = [pack(rec) for rec in records]  # each record packed once: the log frames these bytes, the
         # shard actors receive them
-        try:
-            first = await self.log.append(payloads)
-        except Exception as exc:
+        at = self._log_next
+        append = None
+        if records:
+            append = asyncio.ensure_future(self.log.append(payloads, at))
+            if at is not None:
+                self._log_next = at + len(records)
+        cyc = _Appending(subs, records, memos, ids_new, payloads, decisions, append, at if records else None,
+                         started, size)
+        self._appending.append(cyc)
+        self._to_commit.put_nowait(cyc)
+        return True
+
+    def _answer_unlogged(self, subs: list[_Prepared]) -> None:
+        for sub in subs:
+            if not sub.future.done():
+                sub.future.set_result(self._finish_scores(sub.payload, sub.places, [], [], {}, sub.routed)
+                                      if sub.kind == Submission.SCORES else sub.answer)
+
+    async def _committer(self) -> None:
+        while True:
+            cyc: _Appending = await self._to_commit.get()
+            try:
+                await self._commit(cyc)
+            except Exception as exc:  # never let the committer die
+                log.exception("committing a cycle failed")
+                self._break_chain(cyc)
+                err = exc if isinstance(exc, FlowRankError) else Overloaded(
+                    f"Internal error while sequencing ({type(exc).__name__}); retry.", retry_after=1)
+                for sub in cyc.submissions:
+                    if not sub.future.done():
+                        sub.future.set_exception(err)
+            finally:
+                if self._appending and self._appending[0] is cyc:
+                    self._appending.popleft()
+                self._queued_events -= cyc.size
+                self._settled.set()
+
+    def _break_chain(self, cyc: _Appending, err: BaseException | None = None) -> None:
+        """Cycle ``cyc`` will not be applied: every cycle issued after it was decided on top of it,
+        so none of them is applied either (their appends fail in the log: ``at``); the next append
+        goes alone and finds the log's end."""
+        self._log_next = None
+        doom = err or StorageUnavailable(
+            "The event log could not make an earlier batch durable; nothing of this one was applied.",
+            retry_after=1)
+        for later in self._appending:
+            if later is not cyc and later.doomed is None:
+                later.doomed = doom
+
+    def _fail_cycle(self, cyc: _Appending, err: BaseException) -> None:
+        for sub in cyc.submissions:
+            if sub.kind == Submission.DEAD_LETTERS:  # reported again with the next answers, then retried
+                self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
+        for sub in cyc.submissions:
+            if not sub.future.done():
+                sub.future.set_exception(err)
+
+    async def _commit(self, cyc: _Appending) -> None:
+        """One cycle, in log order: wait for its append; fold each record into the
+        registry (:meth:`engine.router.registry.BoardRegistry.apply`, the fold
+        recovery runs too), then send each shard actor its share."""
+        first = None
+        failure = None
+        if cyc.append is not None:
+            try:
+                first = await cyc.append
+            except Exception as exc:
+                failure = exc
+        if cyc.doomed is not None:  # an earlier append failed: this one was decided on top of it
+            if first is not None:  # the log kept it anyway: it broke the contract of ``at`` (engine.log.port)
+                log.critical("the event log kept a batch at offset %d after the batch before it failed; "
+                             "restart the engine to recover from the log", first)
+            self._break_chain(cyc, cyc.doomed)
+            self._fail_cycle(cyc, cyc.doomed)
+            return
+        if failure is not None:
             self.metrics["storage_errors"] += 1
             self.storage_failed_at = self.clock()
-            for sub in subs:
-                if sub.kind == Submission.DEAD_LETTERS:  # reported again with the next answers, then retried
-                    self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
-            err = exc if isinstance(exc, FlowRankError) else StorageUnavailable(
-                f"The event log could not make the batch durable ({exc}); nothing was applied.", retry_after=1)
-            for sub in subs:
-                if not sub.future.done():
-                    sub.future.set_exception(err)
+            err = failure if isinstance(failure, FlowRankError) else StorageUnavailable(
+                f"The event log could not make the batch durable ({failure}); nothing was applied.", retry_after=1)
+            self._break_chain(cyc)
+            self._fail_cycle(cyc, err)
             return
+        if first is None:  # nothing to log: answered in turn, after the cycles before it
+            self._answer_unlogged(cyc.submissions)
+            return
+        if cyc.at is not None and first != cyc.at:  # never: the log appends at ``at`` or fails
+            raise RuntimeError(f"the event log appended at offset {first}, not at {cyc.at}")
+        records, payloads, ids_new = cyc.records, cyc.payloads, cyc.ids_new
+        if cyc.at is None and len(self._appending) == 1:  # the log's end is known again
+            self._log_next = first + len(records)
         durable_at = self.clock()
         self.storage_failed_at = None
-        if "after_append" in self.hooks:
-            self.hooks["after_append"](first, records)
-        self.metrics["fsync_seconds"].append(durable_at - started)
-        self.histograms["fsync_seconds"].observe(durable_at - started)
-        apply = self.registry.apply
-        for i, (rec, memo) in enumerate(zip(records, memos)):
-            apply(first + i, rec, memo)
-        for sub in subs:
-            if sub.kind == Submission.DEAD_LETTERS:
-                self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
-        per_actor: dict[int, list] = defaultdict(list)
-        targets = [self._targets(rec) for rec in records]
-        for i, where in enumerate(targets):
-            item = W.ApplyItem(first + i, payloads[i], ids_new[i])
-            for a in where:
-                per_actor[a].append(item)
-        through = first + len(records) - 1
-        await self.cut.acquire_write()
-        try:
-            futures = {a: self.t.apply(a, through, per_actor.get(a, [])) for a in range(self.t.n)}
-        finally:
-            await self.cut.release_write()
-        await self._inflight.put(_Cycle(subs, records, first, futures, targets, started, durable_at))
+        async with self._seq_lock:
+            if "after_append" in self.hooks:
+                self.hooks["after_append"](first, records)
+            self.metrics["fsync_seconds"].append(durable_at - cyc.started)
+            self.histograms["fsync_seconds"].observe(durable_at - cyc.started)
+            apply = self.registry.apply
+            for i, (rec, memo) in enumerate(zip(records, cyc.memos)):
+                apply(first + i, rec, memo)
+            self._appending.popleft()  # folded: the cycles decided from now on see it in the registry
+            self._settled.set()
+            for sub in cyc.submissions:
+                if sub.kind == Submission.DEAD_LETTERS:
+                    self._dead_pending.difference_update(R.dead_letter_of(r).key for r in sub.payload)
+            per_actor: dict[int, list] = defaultdict(list)
+            targets = [self._targets(rec) for rec in records]
+            for i, where in enumerate(targets):
+                item = W.ApplyItem(first + i, payloads[i], ids_new[i])
+                for a in where:
+                    per_actor[a].append(item)
+            through = first + len(records) - 1
+            await self.cut.acquire_write()
+            try:
+                futures = {a: self.t.apply(a, through, per_actor.get(a, [])) for a in range(self.t.n)}
+            finally:
+                await self.cut.release_write()
+            await self._inflight.put(_Cycle(cyc.submissions, records, first, futures, targets, cyc.started,
+                                            durable_at))
 
     def _targets(self, rec: R.Record) -> list[int]:
         """The shard actors a record goes to: those hosting the partitions it concerns."""

@@ -52,6 +52,7 @@ class RouterConfig:
     max_queued_events: int = 200_000  # back-pressure: beyond this, OVERLOADED
     max_board_queued_events: int = 100_000  # per board, so one hot board cannot take the whole queue
     max_cycle_events: int = 20_000  # events appended with one fsync
+    appends_in_flight: int = 2  # cycles whose log append may be in flight at once (engine.router.ingest; 1: serial)
     pinned_pages: int = 5  # page 1 materialises this many pages for its cursor
     max_view_entries: int = 2_000
     view_ttl_s: float = 120.0

@@ -49,6 +49,7 @@ class ServiceConfig:
     prune_log: bool = False  # delete segments wholly before every snapshot (keeps an audit window otherwise)
     segment_bytes: int = 64 * 2**20
     max_queued_events: int = 200_000
+    appends_in_flight: int = 2  # --appends-in-flight: log appends the sequencer keeps in flight (1: serial)
     fault_hook: Callable[[str, str], None] | None = None  # test seam: engine.log FaultHook for log + snapshots
     journal_tail_rows: int = TAIL_ROWS  # journal rows per partition kept in memory (the rest under data_dir/journal)
     wall_clock: Callable[[], int] | None = None  # epoch ms for scheduled season closes (None: time.time); a test seam
@@ -98,13 +99,15 @@ def _done(fn):
 
 
 class DirectLog:
-    """LogPort over an EventLog in this process; fsync runs in a thread."""
+    """LogPort over an EventLog in this process; fsync runs in a thread (the
+    log's writer thread commits the appends in flight together: group commit)."""
 
     def __init__(self, event_log):
         self.event_log = event_log
 
-    async def append(self, payloads: list[bytes]) -> int:
-        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads)
+    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
+        # two appends in flight may start out of order in the thread pool: ``at`` puts them back in order
+        offsets = await asyncio.to_thread(self.event_log.append_payloads, payloads, at)
         return offsets[0]
 
 
@@ -162,7 +165,8 @@ class LocalService(RouterClient):
         secret = os.urandom(32) if data_dir is None else await asyncio.to_thread(load_secret, Path(data_dir))
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
-            max_queued_events=cfg.max_queued_events, erasure_secret=secret), archives=archives,
+            max_queued_events=cfg.max_queued_events, appends_in_flight=cfg.appends_in_flight,
+            erasure_secret=secret), archives=archives,
             wall_clock=cfg.wall_clock)
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
         svc.erasure_deadline_s, svc.erasure_delay_s = cfg.erasure_deadline_s, cfg.erasure_delay_s

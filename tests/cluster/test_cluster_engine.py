@@ -558,3 +558,65 @@ def test_a_background_snapshot_serves_meanwhile_is_a_consistent_cut_and_a_kill_d
 
     shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
     assert loop.run_until_complete(replay()) == final
+
+
+def test_appends_in_flight_through_the_log_actor_stay_in_log_order(ray_session, loop, tmp_path):
+    """Issue 29 item 4 on Ray: the log actor runs appends in threads (its "append"
+    group, which may start them out of order); each names its offset, so two in
+    flight land in order, every acknowledged event is logged once and a replay
+    of the log equals the live ranking, at 1 and 3 partitions."""
+    boards = {"g:m:s:pipe1": 1, "g:m:s:pipe3": 3}
+
+    async def go():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        port = eng.router.sequencer.log
+        inner, seen = port.append, [0, 0]
+
+        async def append(payloads, at=None):
+            seen[0] += 1
+            seen[1] = max(seen[1], seen[0])
+            try:
+                return await inner(payloads, at)
+            finally:
+                seen[0] -= 1
+
+        port.append = append
+        acked: list[str] = []
+        try:
+            for board, shards in boards.items():
+                await eng.create_board(BoardSpec(board, Policy.BEST_SCORE, shards=shards))
+
+            async def writer(w: int) -> None:
+                rnd = random.Random(w)
+                for k in range(15):
+                    await asyncio.sleep(rnd.uniform(0, 0.01))  # writers out of step: cycles overlap
+                    events = [ScoreEvent(board, f"w{w}-{k}-{board[-1]}-{i}", f"p{rnd.randrange(40)}", rnd.randrange(500), k, 0)
+                              for board in boards for i in range(rnd.randrange(1, 20))]
+                    results = await eng.submit(events)
+                    acked.extend(r.event_id for r in results)
+
+            await asyncio.gather(*(writer(w) for w in range(6)))
+            live = {b: await eng.checksum(b) for b in boards}
+        finally:
+            await eng.close()
+        return seen[1], acked, live
+
+    most, acked, live = loop.run_until_complete(go())
+    assert most >= 2, "two appends were in flight at once"
+    with SegmentedFileLog.open(tmp_path / "log") as event_log:
+        offsets = [o for o, _ in event_log.read_from(0)]
+        ids = [ev.event_id for _, rec in event_log.read_from(0) for ev, _ in R.logged_events(rec)]
+    assert offsets == list(range(len(offsets)))
+    assert len(ids) == len(set(ids)) and set(acked) == set(ids)
+
+    async def replay():
+        svc = await LocalService.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            return {b: await svc.checksum(b) for b in boards}
+        finally:
+            await svc.close()
+
+    import shutil
+
+    shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
+    assert loop.run_until_complete(replay()) == live

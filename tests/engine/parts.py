@@ -23,10 +23,13 @@ class ListLog:
         self.records: list = []
         self.fail = False
 
-    async def append(self, payloads: list[bytes]) -> int:
+    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
+        await asyncio.sleep(0)  # another append may be issued meanwhile, as with a real log
         if self.fail:
             raise OSError("disk full")
         first = len(self.records)
+        if at is not None and at != first:  # the log contract (engine.log.port): never out of place
+            raise OSError(f"append at {at}, log at {first}")
         self.records.extend(unpack_payload(p) for p in payloads)
         return first
 

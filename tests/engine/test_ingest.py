@@ -174,3 +174,146 @@ def test_score_records_say_their_ids_are_new_until_the_dedup_table_first_evicts(
     assert parts.transport.ids_new == [1, 2]  # the first two batches were decided before any eviction
     assert searched == [True, True, False]
     assert results[-1].outcome is Outcome.DUPLICATE_IGNORED  # found by the journal, not the window
+
+
+class _GatedLog:
+    """A LogPort whose appends wait for the test: ``open(i)`` lets the i-th append
+    through (in the order of ``at``, as the real logs keep it), ``fail(i)`` fails
+    it. ``honour_at=False``: a log that breaks the contract and keeps a batch
+    after a failed one (the sequencer must still apply nothing decided on top)."""
+
+    def __init__(self, honour_at: bool = True):
+        self.records: list = []
+        self.calls: list[tuple[int | None, int]] = []  # (at, records) per append, in issue order
+        self.gates: list[asyncio.Future] = []
+        self.honour_at = honour_at
+        self.broken = False
+        self.gated = False
+
+    async def append(self, payloads, at=None):
+        from engine.log.framing import unpack_payload
+
+        self.calls.append((at, len(payloads)))
+        if self.gated:
+            gate = asyncio.get_running_loop().create_future()
+            self.gates.append(gate)
+            if not await gate:
+                self.broken = True
+                raise OSError("injected write failure")
+        if self.honour_at and at is not None:
+            while len(self.records) < at and not self.broken:  # arrived early: wait for the one ahead
+                await asyncio.sleep(0.001)
+            if at != len(self.records) or self.broken:
+                raise OSError(f"append at {at}, log at {len(self.records)} (an earlier append failed)")
+        first = len(self.records)
+        self.records.extend(unpack_payload(p) for p in payloads)
+        self.broken = False
+        return first
+
+    async def in_flight(self, n: int) -> None:
+        while len(self.gates) < n:
+            await asyncio.sleep(0.001)
+
+
+def _gated(n_actors: int = 2, honour_at: bool = True):
+    parts = assemble(n_actors=n_actors)
+    parts.log = parts.sequencer.log = _GatedLog(honour_at)
+    return parts
+
+
+def test_the_next_cycle_is_decided_over_the_one_in_flight_and_answered_after_it():
+    """Two appends in flight: B is decided while A's append is in flight, against A's
+    decisions (A's event id is a duplicate in B), appended right after A's records
+    (``at``), and folded, applied and answered after A, in log order."""
+    async def go():
+        parts = _gated()
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.BEST_SCORE, shards=2))
+            parts.log.gated = True
+            a = asyncio.ensure_future(parts.sequencer.submit(_events(5)))
+            await parts.log.in_flight(1)
+            b = asyncio.ensure_future(parts.sequencer.submit(
+                [ScoreEvent(B, "e0", "p0", 10, 0, 0), ScoreEvent(B, "late", "p9", 99, 1, 1)]))
+            await parts.log.in_flight(2)
+            calls = list(parts.log.calls)
+            sent_meanwhile = {k: list(v) for k, v in parts.transport.sent.items()}
+            parts.log.gates[1].set_result(True)  # B's append goes first: it waits for A's offset
+            await asyncio.sleep(0.01)
+            b_early = b.done()
+            parts.log.gates[0].set_result(True)
+            return parts, calls, sent_meanwhile, b_early, await a, await b
+        finally:
+            await parts.close()
+
+    parts, calls, sent_meanwhile, b_early, got_a, got_b = asyncio.run(go())
+    a_records = calls[1][1]
+    assert calls[0] == (None, 1)  # the first append goes alone: it finds the log's end
+    assert calls[1][0] == 1 and calls[2][0] == 1 + a_records  # B right after A's records
+    assert sent_meanwhile == {0: [0], 1: [0]} and not b_early  # nothing applied while A was in flight
+    assert [r.outcome for r in got_a] == [Outcome.APPLIED_FIRST_SCORE] * 5
+    assert [r.outcome for r in got_b] == [Outcome.DUPLICATE_IGNORED, Outcome.APPLIED_FIRST_SCORE]
+    assert got_b[1].version == 6  # after A's five changes
+    sent = sorted(o for offs in parts.transport.sent.values() for o in offs)
+    assert sent == [0, 0] + list(range(1, len(parts.log.records)))  # every record applied, A's before B's
+    assert parts.registry.log_offset == len(parts.log.records) - 1
+
+
+@pytest.mark.parametrize("honour_at", [True, False], ids=["log keeps at", "log breaks at"])
+def test_when_the_first_of_two_appends_fails_the_second_is_neither_applied_nor_acknowledged(honour_at):
+    async def go():
+        parts = _gated(honour_at=honour_at)
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.BEST_SCORE, shards=2))
+            parts.log.gated = True
+            a = asyncio.ensure_future(parts.sequencer.submit(_events(5)))
+            await parts.log.in_flight(1)
+            b_events = [ScoreEvent(B, f"b{i}", f"q{i}", 50 + i, i, i) for i in range(3)]
+            b = asyncio.ensure_future(parts.sequencer.submit(b_events))
+            await parts.log.in_flight(2)
+            parts.log.gates[0].set_result(False)  # A fails
+            parts.log.gates[1].set_result(True)  # B's write would go through
+            errors = []
+            for fut in (a, b):
+                with pytest.raises(StorageUnavailable) as exc:
+                    await fut
+                errors.append(str(exc.value))
+            sent = {k: list(v) for k, v in parts.transport.sent.items()}
+            offset = parts.registry.log_offset
+            parts.log.gated = False
+            again = (await parts.sequencer.submit(_events(5)), await parts.sequencer.submit(b_events))
+            return parts, errors, sent, offset, again
+        finally:
+            await parts.close()
+
+    parts, errors, sent, offset, (a2, b2) = asyncio.run(go())
+    assert sent == {0: [0], 1: [0]} and offset == 0  # neither folded nor applied
+    assert "earlier batch" in errors[1]
+    # the same ids afterwards are judged afresh: nothing of A or B was remembered
+    assert [r.outcome for r in a2 + b2] == [Outcome.APPLIED_FIRST_SCORE] * 8
+    assert parts.sequencer.metrics["storage_errors"] == 1
+
+
+def test_one_append_in_flight_when_configured_so():
+    """``appends_in_flight=1`` (``--appends-in-flight 1``): the next cycle waits for the append in flight."""
+    async def go():
+        parts = assemble(n_actors=2, config=RouterConfig(appends_in_flight=1))
+        parts.log = parts.sequencer.log = _GatedLog()
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.BEST_SCORE, shards=1))
+            parts.log.gated = True
+            a = asyncio.ensure_future(parts.sequencer.submit(_events(3)))
+            await parts.log.in_flight(1)
+            b = asyncio.ensure_future(parts.sequencer.submit(_events(2)))  # A's first two ids again
+            await asyncio.sleep(0.02)
+            issued_meanwhile = len(parts.log.calls)
+            parts.log.gates[0].set_result(True)
+            await a
+            await parts.log.in_flight(2)
+            parts.log.gates[1].set_result(True)
+            return issued_meanwhile, parts.log.calls, await b
+        finally:
+            await parts.close()
+
+    issued_meanwhile, calls, got_b = asyncio.run(go())
+    assert issued_meanwhile == 2  # the board's append and A's: B waited
+    assert calls[2][0] == 1 + calls[1][1] and [r.outcome for r in got_b] == [Outcome.DUPLICATE_IGNORED] * 2

@@ -15,6 +15,8 @@ parent can SIGKILL it there:
 * ``mid_snapshot``: snapshot file write of shard-1 (the router's new snapshot is already saved);
 * ``mid_rename``: between the snapshot temp file's fsync and its rename;
 * ``after_rename``: after the rename, before the directory fsync;
+* ``two_in_flight``: log fault hook, an fsync of the log while two cycles' appends are
+  in flight (issue 29 item 4; the submitters pause 0-3 ms between batches so cycles overlap);
 * ``random``: never blocks (the parent kills it after a random delay).
 """
 
@@ -58,6 +60,10 @@ async def main(data_dir: str, point: str, seed: int) -> None:
             return
         if point == "after_write_before_fsync" and op == "fsync" and path.endswith(".log"):
             block(point)
+        if point == "two_in_flight" and op == "fsync" and path.endswith(".log"):
+            if len(svc.router.sequencer._appending) >= 2:
+                block(point)
+            time.sleep(0.003)  # a slower disk: the next cycle is decided and sent meanwhile
         if point == "mid_snapshot" and op == "snapshot.write" and "shard-1" in path:
             block(point)
         if point == "mid_rename" and op == "snapshot.rename" and "shard-1" in path:
@@ -95,8 +101,11 @@ async def main(data_dir: str, point: str, seed: int) -> None:
         sent.append(ev)
         return ev
 
+    pauses = random.Random(seed + 1)  # its own stream: the events stay the seed's
+
     async def submitter():
         while True:
+            await asyncio.sleep(pauses.uniform(0, 0.003))  # out of step: cycles overlap (two appends in flight)
             events = [event() for _ in range(rng.randrange(1, 25))]
             results = await svc.submit(events)
             say("ACK " + " ".join(f"{e.event_id}:{e.player_id}:{r.outcome.value}" for e, r in zip(events, results)))

@@ -111,7 +111,8 @@ def crash_at(tmp_path, point, seed, delay=None):
     return acked, check_recovery(str(data), str(reference), acked)
 
 
-POINTS = ["after_write_before_fsync", "after_fsync_before_apply", "mid_snapshot", "mid_rename", "after_rename"]
+POINTS = ["after_write_before_fsync", "after_fsync_before_apply", "mid_snapshot", "mid_rename", "after_rename",
+          "two_in_flight"]
 
 
 @pytest.mark.parametrize("point", POINTS)
