@@ -125,6 +125,7 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
 
     def fake_round(packed=True, claims=None):  # the gateway's engine round (a daemon thread)
         seen["gateway"] = claims
+        os.makedirs(claims)  # as compile_share does when it claims the first kernel
         return warm.WarmReport(0.0, 0, 0, 0, cache)
 
     class FakeEngine:
