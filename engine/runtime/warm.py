@@ -161,6 +161,15 @@ def inlined(d) -> bool:
     return d.targetoptions.get("inline") == "always"
 
 
+def compiled_signatures(modules: Iterable[str] = KERNEL_MODULES) -> dict[str, list[tuple[str, ...]]]:
+    """Every signature this process holds for the (not inlined) kernels of ``modules``, as text
+    (:func:`engine.runtime.compile_share.encode`), by kernel, sorted."""
+    from engine.runtime.compile_share import encode  # noqa: PLC0415
+
+    return {name: sorted({tuple(encode(t) for t in sig) for sig in d.signatures})
+            for name, d in sorted(dispatchers(modules).items()) if d.signatures and not inlined(d)}
+
+
 @dataclass(frozen=True)
 class WarmReport:
     seconds: float

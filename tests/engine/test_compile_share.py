@@ -48,7 +48,7 @@ def test_types_round_trip_as_text():
 
 
 def test_the_recorded_list_names_live_kernels_with_their_arity():
-    """A renamed kernel or a changed argument list must be recorded again (python -m engine.runtime.compile_share);
+    """A renamed kernel or a changed argument list must be recorded again (python -m gateway.record_signatures);
     tests/gateway/test_warm.py checks the other direction: every signature a warm round compiles is recorded."""
     found = warm.dispatchers()
     for kernel, args, _ in C.recorded():

@@ -27,14 +27,14 @@ def test_a_warmed_gateway_process_leaves_no_kernel_to_compile():
     """A fresh interpreter (kernels compiled by other tests would hide a miss): after
     warm_gateway, every kernel of the code base is warm but the tests' invariant checks."""
     code = ("import json; from engine.runtime import warm, compile_share as C; from gateway.warm import warm_gateway; "
-            "warm_gateway(local_engine=False); sigs = C.compiled_signatures(warm.KERNEL_MODULES); "
+            "warm_gateway(local_engine=False); sigs = warm.compiled_signatures(); "
             "warm_gateway(local_engine=True); print(json.dumps([warm.unwarmed(), sigs]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     unwarmed, sigs = json.loads(out.stdout)
     assert unwarmed == sorted(warm.TEST_ONLY)
     # what a served gateway compiles (its engine on shard actors) is in the list a cold start shares out
-    # (engine.runtime.compile_share; a miss: record it again with python -m engine.runtime.compile_share)
+    # (engine.runtime.compile_share; a miss: record it again with python -m gateway.record_signatures)
     recorded = {(k, a) for k, a, _ in compile_share.recorded()}
     assert {(k, tuple(a)) for k, al in sigs.items() for a in al} <= recorded
 
