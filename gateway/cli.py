@@ -312,17 +312,14 @@ def use_compile_cache(cache_dir: str | None, data_dir: str | None) -> str | None
 def warm_command(cache_dir: str | None, data_dir: str | None, jobs: int | None = None) -> int:
     """``flowrank warm``: compile every kernel into the compile cache, then exit 0. A cold
     cache is compiled by ``jobs`` processes at once (engine.runtime.compile_share)."""
-    import subprocess  # noqa: PLC0415
 
     from engine.runtime import warm  # noqa: PLC0415
 
     path = use_compile_cache(cache_dir, data_dir)
-    from gateway.warm import warm_gateway  # noqa: PLC0415
+    from gateway.warm import start_compilers, warm_gateway  # noqa: PLC0415
 
     claims = warm.start_claims(path)
-    helpers = [] if claims is None else [
-        subprocess.Popen([sys.executable, "-c", f"from engine.runtime import compile_share; compile_share.share({claims!r})"])
-        for _ in range(max(1, jobs or os.cpu_count() or 1) - 1)]
+    helpers = start_compilers(claims, max(1, jobs or os.cpu_count() or 1) - 1)
     try:
         report = warm_gateway(local_engine=True, claims=claims)
     finally:

@@ -7,8 +7,9 @@ boards of every policy, event batches with and without metadata,
 invalidations, tops, ranks, windows, subsets, changes, CSV and JSON Lines
 exports, history, an archived board; after the engine's own round
 (:func:`engine.runtime.warm.warm_engine`: every engine call, a snapshot and a recovery).
-On a cold cache this process and the shard actors first share out the compile of
-the recorded kernel signatures (:mod:`engine.runtime.compile_share`), so the rounds load.
+On a cold cache this process, helper processes started with it (one per other core)
+and the shard actors first share out the compile of the recorded kernel signatures
+(:mod:`engine.runtime.compile_share`), so the rounds load.
 Nothing reaches the service's engine or data directory.
 
 :class:`Warmup` is what ``/readyz`` asks while a process warms: the parts it
@@ -20,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Awaitable
@@ -39,6 +42,17 @@ def warm_gateway(local_engine: bool = False, claims: str | None = None) -> W.War
     W.warm_engine(claims=claims)
     _gateway_round(local_engine)
     return W.report(started)
+
+
+def start_compilers(claims: str | None, n: int) -> list[subprocess.Popen]:
+    """``n`` processes that take part in a cold cache's shared compile beside this one
+    (:func:`engine.runtime.compile_share.share` on ``claims``); each exits once every
+    recorded signature is compiled. None: a warm cache, nothing to start. They inherit
+    ``NUMBA_CACHE_DIR``; a start that dies leaves them to finish filling the cache."""
+    if claims is None:
+        return []
+    code = f"from engine.runtime import compile_share; compile_share.share({claims!r})"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(max(0, n))]
 
 
 def _gateway_round(local_engine: bool) -> None:
@@ -169,11 +183,16 @@ class Warmup:
         the shard actors run too), then the gateway's own round. A cold cache: this process
         and the shard actors share its compile first (engine.runtime.compile_share)."""
         self.claims = W.start_claims(os.environ.get("NUMBA_CACHE_DIR"))
+        # a cold cache: the other cores compile from the start too, not only once the shard
+        # actors are up (Ray's start takes seconds); the actors join the same claims then
+        helpers = start_compilers(self.claims, (os.cpu_count() or 1) - 1)
         engine_round = in_daemon_thread(W.warm_engine, True, self.claims)
         self._engine_round = engine_round
 
         async def here() -> W.WarmReport:
             await engine_round
+            for h in helpers:  # done or nearly: this round waited for every claim
+                await in_daemon_thread(h.wait)
             await in_daemon_thread(_gateway_round, local_engine)
             return W.report(self.started)
 

@@ -134,8 +134,18 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
             actors_started.set()
             return []
 
+    class FakeHelper:  # a compiler process started beside this one (gateway.warm.start_compilers)
+        def wait(self):
+            seen["helper waited"] = True
+
+    def fake_compilers(claims, n):
+        seen["helpers"] = (claims, n)
+        return [FakeHelper()] if claims is not None else []
+
     monkeypatch.setattr(G.W, "warm_engine", fake_round)
     monkeypatch.setattr(G, "_gateway_round", lambda local_engine: None)
+    monkeypatch.setattr(G, "start_compilers", fake_compilers)
+    monkeypatch.setattr(G.os, "cpu_count", lambda: 4)
     warmup = Warmup()
     warmup.add_this_process(local_engine=False)
     warmup.add_engine(FakeEngine())
@@ -143,6 +153,7 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
     await asyncio.wait_for(warmup.wait(), 5)
     await asyncio.wait_for(warmup._finish, 5)
     assert seen["gateway"] is not None and seen["gateway"] == seen["actors"]
+    assert seen["helpers"] == (seen["gateway"], 3) and seen["helper waited"]  # one compiler per other core, reaped
     assert str(seen["gateway"]).startswith(os.path.join(cache, ".claims"))
     assert warm.cache_complete(cache) and os.listdir(os.path.join(cache, ".claims")) == []
     again = Warmup()
