@@ -23,6 +23,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from engine.log.secret import load_secret
+from engine.log.framing import pack_in_pieces
 from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
 from engine.core.errors import Overloaded
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
@@ -186,15 +187,20 @@ class ClusterEngine(RouterClient):
         request thread spent on its cut (what a read queued behind it waits at most)."""
         paused = time.monotonic()
         async with self.router.sequencing():
-            offset, state = self.router.log_offset, self.router.to_state()
+            offset = self.router.log_offset
             refs = [s.snapshot.remote() for s in self.shards]  # ordered after every dispatched batch
+            # The router's own cut (its dedup tables: tens of MB at millions of events) is copied on
+            # a worker thread while the sequencing lock keeps every fold out: writes wait, reads are
+            # answered on this loop meanwhile (numpy's copies let go of the GIL).
+            state = await asyncio.to_thread(self.router.to_state)
         held = time.monotonic() - paused
         begun = await asyncio.gather(*refs)
         cut = max((b[2] for b in begun), default=0.0)
         await asyncio.gather(*(self._saved(s, job) for s, (_o, job, _c) in zip(self.shards, begun)))
         shard_offsets = [b[0] for b in begun]
         if offset >= 0:
-            await self.log_server.save_snapshot.remote("router", offset + 1, pack(state))
+            packed = await asyncio.to_thread(pack_in_pieces, state)  # a piece at a time: the loop gets in between
+            await self.log_server.save_snapshot.remote("router", offset + 1, packed)
             if self.prune_log:  # segments wholly before every snapshot
                 await self.log_server.delete_segments_before.remote(min([offset, *shard_offsets]) + 1)
         return held + cut

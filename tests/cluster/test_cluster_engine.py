@@ -620,3 +620,55 @@ def test_appends_in_flight_through_the_log_actor_stay_in_log_order(ray_session, 
 
     shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
     assert loop.run_until_complete(replay()) == live
+
+
+def test_the_routers_snapshot_cut_is_copied_off_the_event_loop(ray_session, loop, tmp_path, monkeypatch):
+    """Issue 29 item 2: the router's state (its dedup tables: tens of MB at millions of events) is
+    copied on a worker thread while the sequencing lock holds the folds, so reads on the event loop
+    are answered during it; the snapshot taken is the same state and a restart from it equals live."""
+    import threading
+    import time
+
+    board = "g:m:s:cutthread"
+    events = [ScoreEvent(board, f"e{i}", f"p{i % 50}", i, 1, 1) for i in range(400)]
+    seen: dict[str, object] = {}
+
+    async def go():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            await eng.create_board(BoardSpec(board, Policy.BEST_SCORE, shards=2))
+            await eng.submit(events[:300])
+            real = eng.router.to_state
+
+            def slow_state():  # a big router state: its copy takes a while
+                seen["thread"] = threading.current_thread() is not threading.main_thread()
+                time.sleep(0.6)
+                return real()
+
+            monkeypatch.setattr(eng.router, "to_state", slow_state)
+            snap = asyncio.ensure_future(eng.snapshot())
+            await asyncio.sleep(0.1)
+            began = time.monotonic()
+            top = await eng.top(board, 0, 10)
+            seen["read_s"] = time.monotonic() - began
+            seen["snapshot_done_at_read"] = snap.done()
+            await snap
+            monkeypatch.setattr(eng.router, "to_state", real)
+            await eng.submit(events[300:])
+            return top, await eng.checksum(board)
+        finally:
+            await eng.close()
+
+    top, live = loop.run_until_complete(go())
+    assert seen["thread"] is True and seen["snapshot_done_at_read"] is False
+    assert seen["read_s"] < 0.4, seen  # answered while the copy slept, not after it
+    assert [e.player_id for e in top.entries][:1] == ["p49"]
+
+    async def restart():
+        eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            return await eng.checksum(board)
+        finally:
+            await eng.close()
+
+    assert loop.run_until_complete(restart()) == live
