@@ -43,6 +43,23 @@ def test_seed_scenarios_on_ray(ray_session, loop, tmp_path, test_id):
         loop.run_until_complete(eng.close())
 
 
+def _replayed_from_the_log(loop, tmp_path, boards) -> dict:
+    """Each board's checksum after a restart from the whole log alone (its snapshots removed):
+    what a replay through the one apply path makes of it."""
+    import shutil
+
+    shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
+
+    async def replay():
+        svc = await LocalService.open(data_dir=str(tmp_path), n_shards=2)
+        try:
+            return {b: await svc.checksum(b) for b in boards}
+        finally:
+            await svc.close()
+
+    return loop.run_until_complete(replay())
+
+
 def _workload(seed: int, board: str):
     rnd = random.Random(seed)
     events = [ScoreEvent(board, f"e{i}", f"p{rnd.randrange(60)}", rnd.randrange(-5, 20), rnd.randrange(8), rnd.randrange(8),
@@ -147,17 +164,7 @@ def test_killed_shard_actor_loses_no_acknowledged_event(ray_session, loop, tmp_p
     rows = oracle.final_rows(Policy.BEST_SCORE, scores)
     assert [p for p, _ in top] == oracle.ranking(Policy.BEST_SCORE, rows)
 
-    async def replay():
-        svc = await LocalService.open(data_dir=str(tmp_path), n_shards=2)
-        try:
-            return await svc.checksum(board)
-        finally:
-            await svc.close()
-
-    import shutil
-
-    shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
-    assert loop.run_until_complete(replay()) == before
+    assert _replayed_from_the_log(loop, tmp_path, [board]) == {board: before}
 
 
 async def _reads(client, board: str, players) -> dict:
@@ -547,17 +554,7 @@ def test_a_background_snapshot_serves_meanwhile_is_a_consistent_cut_and_a_kill_d
 
     final = loop.run_until_complete(go())
 
-    async def replay():  # the whole log, no snapshot: the same state
-        svc = await LocalService.open(data_dir=str(tmp_path), n_shards=2)
-        try:
-            return await svc.checksum(board)
-        finally:
-            await svc.close()
-
-    import shutil
-
-    shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
-    assert loop.run_until_complete(replay()) == final
+    assert _replayed_from_the_log(loop, tmp_path, [board]) == {board: final}
 
 
 def test_appends_in_flight_through_the_log_actor_stay_in_log_order(ray_session, loop, tmp_path):
@@ -609,17 +606,7 @@ def test_appends_in_flight_through_the_log_actor_stay_in_log_order(ray_session, 
     assert offsets == list(range(len(offsets)))
     assert len(ids) == len(set(ids)) and set(acked) == set(ids)
 
-    async def replay():
-        svc = await LocalService.open(data_dir=str(tmp_path), n_shards=2)
-        try:
-            return {b: await svc.checksum(b) for b in boards}
-        finally:
-            await svc.close()
-
-    import shutil
-
-    shutil.rmtree(tmp_path / "snapshots", ignore_errors=True)
-    assert loop.run_until_complete(replay()) == live
+    assert _replayed_from_the_log(loop, tmp_path, boards) == live
 
 
 def test_the_routers_snapshot_cut_is_copied_off_the_event_loop(ray_session, loop, tmp_path, monkeypatch):
