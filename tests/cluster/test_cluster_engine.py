@@ -18,6 +18,7 @@ from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, Score
 from engine.runtime.local import LocalService
 from tests import seed_scenarios as seeds
 from tests.client_driver import ClientDriver
+from tests.service.helpers import track_appends
 from tests.engine import oracle
 
 pytestmark = pytest.mark.cluster
@@ -566,18 +567,7 @@ def test_appends_in_flight_through_the_log_actor_stay_in_log_order(ray_session, 
 
     async def go():
         eng = await ClusterEngine.open(data_dir=str(tmp_path), n_shards=2)
-        port = eng.router.sequencer.log
-        inner, seen = port.append, [0, 0]
-
-        async def append(payloads, at=None):
-            seen[0] += 1
-            seen[1] = max(seen[1], seen[0])
-            try:
-                return await inner(payloads, at)
-            finally:
-                seen[0] -= 1
-
-        port.append = append
+        seen = track_appends(eng)  # [in flight now, most at once]
         acked: list[str] = []
         try:
             for board, shards in boards.items():

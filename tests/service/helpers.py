@@ -186,3 +186,22 @@ async def state_of(svc, board_ids=None) -> dict:
 
 def checksums(state: dict) -> dict:
     return {b: s["checksum"] for b, s in state.items()}
+
+
+def track_appends(svc) -> list[int]:
+    """Wrap the sequencer's log port (a LocalService or a ClusterEngine); returns
+    ``[in flight now, most in flight at once]``, kept up to date."""
+    port = svc.router.sequencer.log
+    inner = port.append
+    seen = [0, 0]  # in flight now, most at once
+
+    async def append(payloads, at=None):
+        seen[0] += 1
+        seen[1] = max(seen[1], seen[0])
+        try:
+            return await inner(payloads, at)
+        finally:
+            seen[0] -= 1
+
+    port.append = append
+    return seen

@@ -21,7 +21,7 @@ import pytest
 
 from engine.core.errors import StorageUnavailable
 from engine.core.model import ScoreEvent
-from tests.service.helpers import APPLIED, SPECS, crash, drop_snapshots, open_service, run, state_of
+from tests.service.helpers import APPLIED, SPECS, crash, drop_snapshots, open_service, run, state_of, track_appends
 
 
 class _SlowFsync:
@@ -52,30 +52,12 @@ class _FailNextWrite:
             raise OSError(errno.EIO, "injected write failure")
 
 
-def _track_appends(svc) -> list[int]:
-    """Wrap the sequencer's log port: the most appends seen in flight at once, in a list."""
-    port = svc.router.sequencer.log
-    inner = port.append
-    seen = [0, 0]  # in flight now, most at once
-
-    async def append(payloads, at=None):
-        seen[0] += 1
-        seen[1] = max(seen[1], seen[0])
-        try:
-            return await inner(payloads, at)
-        finally:
-            seen[0] -= 1
-
-    port.append = append
-    return seen
-
-
 def test_concurrent_writers_overlap_appends_and_a_replay_equals_live(tmp_path):
     async def go():
         svc = await open_service(tmp_path, 3, fault_hook=_SlowFsync(0.01))
         for spec in SPECS:
             await svc.create_board(spec)
-        seen = _track_appends(svc)
+        seen = track_appends(svc)
         rng = random.Random(4)
         sent: list[ScoreEvent] = []
 
@@ -132,7 +114,7 @@ def test_the_first_of_two_appends_in_flight_fails_and_neither_is_applied(tmp_pat
         await svc.submit([ScoreEvent(board, f"seed{i}", f"p{i}", 5 + i, 1, 1) for i in range(6)])
         before = await state_of(svc)
         end = svc.stats()["log_end_offset"]
-        seen = _track_appends(svc)
+        seen = track_appends(svc)
 
         first = [ScoreEvent(board, f"a{i}", f"p{i}", 50 + i, 2, 2) for i in range(8)]
         second = [ScoreEvent(board, f"b{i}", f"q{i}", 70 + i, 3, 3) for i in range(5)] + first[:2]
