@@ -36,8 +36,9 @@ def test_local_engine_survives_sigkills(tmp_path):
 
 def test_ray_engine_survives_server_and_shard_kills(tmp_path):
     pytest.importorskip("ray")
-    rep = _run(tmp_path, engine="ray", duration=10.0, writers=3, min_gap=2.0, max_gap=3.0)
-    assert rep.shard_kills >= 1 and rep.server_kills + rep.shard_kills >= 2
+    # by count, not by time: a slow start (a loaded 2-core machine) used to leave room for one kill
+    rep = _run(tmp_path, engine="ray", kills=2, duration=300.0, writers=3, min_gap=2.0, max_gap=3.0)
+    assert rep.shard_kills == 1 and rep.server_kills == 1 and [k.kind for k in rep.kills] == ["shard", "server"]
     assert rep.events_acked > 20
     assert rep.replays_compared == 2
 
