@@ -148,19 +148,10 @@ class ClusterEngine(RouterClient):
         log_server = RemoteLogServer.options(
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(str(root))
-        # The shard actors' processes start (and load their kernels) while the log actor's process
-        # starts and opens the log: a shard's recovery reads the log through the log actor, whose
-        # calls run only once its __init__ returned (the torn tail truncated). A log that does not
-        # open stops the start here, and the shard actors waiting on it go with it.
+        await log_server.end_offset.remote()  # opened (torn tail truncated) before any shard reads it
         # cache_dir: the numba compile cache each shard actor points its kernels at (engine.runtime.warm)
         shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
                   for i in range(n)]
-        try:
-            await log_server.end_offset.remote()
-        except BaseException:
-            for s in shards:
-                ray.kill(s, no_restart=True)
-            raise
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         secret = await asyncio.to_thread(load_secret, root)
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
