@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="the cache to fill (default: $FLOWRANK_CACHE_DIR, else <data-dir>/.numba-cache)")
     w.add_argument("--data-dir", default=d.data_dir, help="whose default cache to fill (default ./flowrank-data)")
-    w.add_argument("--jobs", type=int, default=None, metavar="N",
+    w.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="processes compiling at once on a cold cache (default: the CPU count)")
     sub.add_parser("demo", help="run the engine demo (engine.runtime.demo)")
     admin_cli.register(sub)
@@ -312,7 +312,6 @@ def use_compile_cache(cache_dir: str | None, data_dir: str | None) -> str | None
 def warm_command(cache_dir: str | None, data_dir: str | None, jobs: int | None = None) -> int:
     """``flowrank warm``: compile every kernel into the compile cache, then exit 0. A cold
     cache is compiled by ``jobs`` processes at once (engine.runtime.compile_share)."""
-
     from engine.runtime import warm  # noqa: PLC0415
 
     path = use_compile_cache(cache_dir, data_dir)

@@ -11,15 +11,17 @@ compiles: run this again then.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 
 
 def record(path: str) -> int:
     """Compile every kernel a serving process compiles (a gateway's warm round on a fresh cache),
     timing each signature, and write the list to ``path`` (a Python module); the number of signatures."""
-    import tempfile  # noqa: PLC0415
-
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="flowrank-record-")
     from engine.runtime import warm  # noqa: PLC0415
     from gateway.warm import warm_gateway  # noqa: PLC0415
@@ -31,18 +33,12 @@ def record(path: str) -> int:
 
 
 def _write(path: str, sigs: dict[str, list[tuple[str, ...]]]) -> int:
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
     # the costs: a fresh interpreter compiles the list in order, timing each signature
     code = ("import json, sys, time; from engine.runtime import compile_share as c; "
             "items = json.load(sys.stdin); out = []\n"
             "for k, a in items:\n"
             "    t = time.perf_counter(); c.compile_one(k, tuple(a)); out.append(round(time.perf_counter() - t, 2))\n"
             "print(json.dumps(out))")
-    import json  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
     items = [(k, list(a)) for k, sl in sigs.items() for a in sl]
     env = {**os.environ, "NUMBA_CACHE_DIR": tempfile.mkdtemp(prefix="flowrank-record-")}
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(items), capture_output=True, text=True,

@@ -162,3 +162,13 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
     await asyncio.wait_for(again.wait(), 5)
     assert seen["gateway"] is None and seen["actors"] is None  # complete: every process loads, no claims
     await asyncio.wait_for(again._finish, 5)
+
+
+def test_flowrank_warm_refuses_a_jobs_count_below_one(capsys):
+    from gateway.cli import build_parser
+
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(["warm", "--jobs", bad])
+        assert exit_.value.code == 2 and "--jobs" in capsys.readouterr().err
+    assert build_parser().parse_args(["warm", "--jobs", "3"]).jobs == 3
