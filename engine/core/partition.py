@@ -399,6 +399,43 @@ def _take_rows(cols: JournalColumns, rows: np.ndarray) -> JournalColumns:
                           cols.sub[rows], earena, eoffs, marena, moffs, cols.invalid[rows])
 
 
+class RankedCut(NamedTuple):
+    """Ranked rows of a partition as they were at a cut (:meth:`Partition.ranked_cut`):
+    copies, plus the player table's arrays, which later changes leave as they
+    were for these rows."""
+
+    primary: np.ndarray
+    tie: np.ndarray
+    ids: np.ndarray  # the players' indexes in the table
+    value: np.ndarray
+    achieved: np.ndarray
+    has_meta: np.ndarray  # bool per row
+    meta: dict | None  # player index -> metadata bytes (a copy), None when no row has any
+    sc: np.ndarray | None  # raw subscores (rows, k) on a board with subscores
+    directions: tuple
+    arena: np.ndarray  # the player table's id bytes and offsets at the cut
+    offs: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    def block(self, start: int, stop: int) -> Block:
+        """Rows ``start .. stop - 1`` of the cut as an export block: columns
+        gathered, a Python step only per row that has metadata. O(k)."""
+        ids = self.ids[start:stop]
+        arena, offs = gather(self.arena, self.offs, np.ascontiguousarray(ids, np.int64))
+        has = self.has_meta[start:stop]
+        if self.meta is not None and has.any():
+            get = self.meta.get
+            mb, mo = metadata_arena([get(p) if h else None for p, h in zip(ids.tolist(), has.tolist())])
+        else:
+            mb, mo = np.zeros(0, np.uint8), np.zeros(len(ids) + 1, np.int64)
+        sub = key_subscores(self.sc[start:stop], self.directions) if self.sc is not None else None
+        return Block(self.primary[start:stop], self.tie[start:stop], self.value[start:stop],
+                     self.achieved[start:stop], arena, offs, mb, mo, sub)
+
+
 class Partition:
     """Rows of one board partition. Not thread-safe; one owner mutates it."""
 
@@ -937,19 +974,24 @@ class Partition:
 
     def ranked_block(self, start: int, stop: int) -> Block:
         """Ranked rows ``start .. stop - 1`` (local rank order, clamped) as an
-        export block (:mod:`engine.core.export`): the index keys, values,
-        achieved_at, id bytes and metadata, gathered as columns; a Python step
-        only per row that has metadata. O(log n + k)."""
-        prim, tie, ids = self.index.slice(start, stop)
-        arena, offs = self.players.bytes_of(ids)
+        export block (:mod:`engine.core.export`). O(log n + k)."""
+        cut = self.ranked_cut(start, stop)
+        return cut.block(0, cut.rows)
+
+    def ranked_cut(self, start: int = 0, stop: int | None = None) -> "RankedCut":
+        """Ranked rows ``start .. stop - 1`` (default: all; local rank order,
+        clamped) as they are now, for blocks gathered later, on another thread,
+        while this partition goes on changing (an export's spill,
+        docs/storage.md): the index keys and the rows' numbers copied as
+        columns (~37 bytes a row), the metadata map copied only when a row has
+        some. The id bytes are read later from the player table's arrays as
+        they are now: ids are only ever appended there (a grown table gets new
+        arrays and leaves these), and an erasure only zeroes bytes. O(log n + k)."""
+        prim, tie, ids = self.index.slice(start, len(self.index) if stop is None else stop)
         has = self.has_meta[ids] != 0 if len(ids) else np.zeros(0, bool)
-        if has.any():
-            get = self.meta.get
-            mb, mo = metadata_arena([get(p) if h else None for p, h in zip(ids.tolist(), has.tolist())])
-        else:
-            mb, mo = np.zeros(0, np.uint8), np.zeros(len(ids) + 1, np.int64)
-        sub = key_subscores(self.sc[ids], self.subscores) if self.k else None
-        return Block(prim, tie, self.val[ids], self.ach[ids], arena, offs, mb, mo, sub)
+        meta = dict(self.meta) if has.any() else None
+        return RankedCut(prim, tie, ids, self.val[ids], self.ach[ids], has, meta,
+                         self.sc[ids] if self.k else None, self.subscores, self.players.arena, self.players.offs)
 
     def _rows_at(self, ids: np.ndarray) -> list[Row]:
         """Rows of many players: column gathers, then one record each."""

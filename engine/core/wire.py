@@ -74,6 +74,7 @@ RCOLS = "rcols"  # one chunk of one partition's rows (an unchanging board's rows
 SPILL = "spill"  # write every partition's ranked rows to a spill file (an export's cut)
 SPILL_READ = "spill_read"  # one frame of a spill file
 SPILL_DROP = "spill_drop"  # remove an export's spill files
+SPILL_WAIT = "spill_wait"  # whether an export's spill files are whole yet (a SpillDrop request)
 DROP = "drop"  # control, not a read: forget an archived board's partitions
 SCRUB = "scrub"  # control, not a read: the journals' run files lose the entries of erased events (a Drop, board "")
 
@@ -186,7 +187,7 @@ class Drop(NamedTuple):
 REQUESTS: dict[str, type] = {
     TOP: Top, MGET: MGet, SIZE: Size, GET: Get, COUNT: Count, NBRS: Nbrs, SAMPLE: Sample, HIST: Hist, SUM: Sum,
     ROWS: Rows, HCOLS: HCols, RCOLS: RCols, SPILL: Spill, SPILL_READ: SpillRead, SPILL_DROP: SpillDrop, DROP: Drop,
-    EFPS: Hist, SCRUB: Drop,
+    SPILL_WAIT: SpillDrop, EFPS: Hist, SCRUB: Drop,
 }
 
 

@@ -728,6 +728,7 @@ class ReadFanOut:
                                                           if ctl.spec.subscores else None))
             return
         version, files = await self._spill(ctl, min(page_rows, self.cfg.export_block_rows))
+        await self._spills_written(ctl, files)
         sources = await self._spill_sources(ctl, files)
         try:
             merge = Merge([f.rows for f in files])
@@ -772,6 +773,31 @@ class ReadFanOut:
             return offsets, (version, files)
 
         return await self.consistent(attempt, ctl)
+
+    async def _spills_written(self, ctl: BoardCtl, files: list) -> None:
+        """Wait until the shard actors' spill threads have written every file of
+        the cut (they pinned it at once and write it while they go on applying
+        and answering): a ``SPILL_WAIT`` to each of them every few ms (1 ms,
+        doubling to 20). A failed write removes the export's files everywhere
+        and raises StorageUnavailable."""
+        if not files:
+            return
+        token, waiting = files[0].token, sorted({f.actor for f in files})
+        pause = 0.001
+        try:
+            while waiting:
+                answers = await self.fan(ctl, lambda a: W.SpillDrop(W.SPILL_WAIT, ctl.spec.board_id, token), waiting)
+                failed = [ans.value for _, ans in answers.values() if ans.value]
+                if failed:
+                    raise StorageUnavailable(f"An export's spill files could not be written ({failed[0]}); "
+                                             "retry the export.")
+                waiting = [a for a, (_, ans) in answers.items() if ans.value is None]
+                if waiting:
+                    await asyncio.sleep(pause)
+                    pause = min(0.02, pause * 2)
+        except BaseException:
+            await self._drop_spills(ctl, token)
+            raise
 
     async def _spill_sources(self, ctl: BoardCtl, files: list) -> list:
         """A block source per spill file: the file itself when this process

@@ -147,6 +147,10 @@ class ShardCore:
         self.result_cache_bytes = 0
         self.spill_dir: str | None = None  # export spill files (engine.log.spill); None: a temp dir on first use
         self._own_spill_dir = False
+        # export spill writes on a spill thread (spill / spill_written); None: none started yet
+        self._spiller: ThreadPoolExecutor | None = None
+        self._spills: dict[str, Future] = {}  # token -> its files' write
+        self._spills_dropped: set[str] = set()  # tokens dropped while their write ran
         # journal run merges on a worker thread (merge_in_background); None: inline, in the flush
         self._merger: ThreadPoolExecutor | None = None
         self._merges_due: dict[Journal, None] = {}  # journals a flush left a merge due in (insertion order)
@@ -562,7 +566,9 @@ class ShardCore:
             path = spill_path(self._spill_root(), req.token, req.partition)
             return W.Reply(version, list(read_frame(path, req.token, req.at)))
         if op == W.SPILL_DROP:
-            return W.Reply(version, remove_spills(self._spill_root(), req.token))
+            return W.Reply(version, self.drop_spills(req.token))
+        if op == W.SPILL_WAIT:  # None while the files are being written, "" once whole, else the failure
+            return W.Reply(version, self.spill_written(req.token))
         if op == W.SCRUB:  # control: erased events' journal run entries (docs/api.md §17); rows scrubbed
             return W.Reply(version, sum(p.journal.scrub_runs() for ps in self.parts.values() for p in ps.values()))
         if op == W.DROP:  # control, not a read: the board is archived elsewhere (docs/storage.md, "Archives")
@@ -675,7 +681,14 @@ class ShardCore:
         self.close_spills()
 
     def close_spills(self) -> None:
-        """Remove every spill file (and a temp spill directory of our own)."""
+        """Remove every spill file (and a temp spill directory of our own), once
+        the spill thread wrote what it was writing."""
+        if self._spiller is not None:
+            self._spills_dropped.update(self._spills)
+            self._spiller.shutdown(wait=True)
+            self._spiller = None
+            self._spills.clear()
+            self._spills_dropped.clear()
         if self.spill_dir is not None:
             if self._own_spill_dir:
                 remove_dir(self.spill_dir)
@@ -684,22 +697,59 @@ class ShardCore:
                 remove_spills(self.spill_dir)
 
     def spill(self, board_id: str, token: str, block_rows: int) -> list:
-        """Write each of the board's partitions here, ranked rows in local rank
-        order, to its spill file (``block_rows`` rows per block, gathered one
-        block at a time: memory is a block, not the partition). Returns
-        a :class:`engine.core.wire.SpillFile` per partition. O(rows)."""
+        """Pin the board's partitions here for an export: each one's ranked rows,
+        in local rank order, as they are now (:meth:`Partition.ranked_cut`:
+        column copies, ~37 bytes a row, no I/O), then written to its spill file
+        on this shard's spill thread (``block_rows`` rows per block) while it
+        goes on applying and answering (issue 29 item 2). Returns a
+        :class:`engine.core.wire.SpillFile` per partition at once; a
+        ``SPILL_WAIT`` for ``token`` says when the files are whole. O(rows)
+        here in memory copies, O(rows) there."""
         root = self._spill_root()
-        out = []
+        cuts = [(n, spill_path(root, token, n), p.ranked_cut()) for n, p in self.parts.get(board_id, {}).items()]
+        if self._spiller is None:
+            self._spiller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-spill")
+        self._spills[token] = self._spiller.submit(self._write_spills, root, token, cuts, block_rows)
+        return [W.SpillFile(n, path, cut.rows) for n, path, cut in cuts]
+
+    def _write_spills(self, root: str, token: str, cuts: list, block_rows: int) -> None:
+        """On the spill thread: the cuts' blocks to their files. Any failure, or
+        a drop of ``token`` meanwhile, removes every file of ``token``."""
         try:
-            for n, p in self.parts.get(board_id, {}).items():
-                path = spill_path(root, token, n)
-                rows = len(p)
-                write_spill(path, token, rows, (p.ranked_block(a, a + block_rows) for a in range(0, rows, block_rows)))
-                out.append(W.SpillFile(n, path, rows))
+            for _n, path, cut in cuts:
+                if token in self._spills_dropped:
+                    break
+                write_spill(path, token, cut.rows,
+                            (cut.block(a, a + block_rows) for a in range(0, cut.rows, block_rows)))
         except BaseException:
             remove_spills(root, token)
             raise
-        return out
+        if token in self._spills_dropped:
+            remove_spills(root, token)
+
+    def spill_written(self, token: str) -> str | None:
+        """None while the spill files of ``token`` are being written; "" once
+        they are whole; else why there are none (the write failed, or this
+        process does not know the token: a restarted shard actor, whose spill
+        directory was emptied). The first answer other than None is the last:
+        the token is forgotten then."""
+        fut = self._spills.get(token)
+        if fut is None:
+            return f"spill {token} is unknown to this shard (it restarted, or the export ended)"
+        if not fut.done():
+            return None
+        del self._spills[token]  # answered once: the router asks no more
+        exc = fut.exception()
+        return "" if exc is None else f"{type(exc).__name__}: {exc}"
+
+    def drop_spills(self, token: str) -> int:
+        """Remove the spill files of ``token`` (a write still running stops at its
+        next file and removes what it wrote). Returns how many files went now."""
+        fut = self._spills.pop(token, None)
+        if fut is not None and not fut.done():
+            self._spills_dropped.add(token)
+            fut.add_done_callback(lambda _f: self._spills_dropped.discard(token))
+        return remove_spills(self._spill_root(), token)
 
     def drop(self, board_id: str) -> int:
         """Forget the board's partitions here, journal files included, keeping

@@ -10,13 +10,20 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 
+import numpy as np
 import pytest
 
 from engine.core import export as export_mod
-from engine.core.errors import BoardNotFound, ValidationFailed
+from engine.core import records as R
+from engine.core import wire as W
+from engine.core.columns import ScoreColumns
+from engine.core.errors import BoardNotFound, StorageUnavailable, ValidationFailed
 from engine.core.model import BoardSpec, BoardState, Invalidation, Policy, ScoreEvent
+from engine.runtime import shard as shard_mod
 from engine.runtime.local import LocalService
+from engine.runtime.shard import ShardCore
 from tests.open_files import open_paths
 from tests import snapshot_paging as sp
 from tests.engine import oracle
@@ -239,3 +246,96 @@ def test_an_archived_board_exports_from_its_archive(loop, tmp_path):
             await svc.close()
 
     loop.run_until_complete(go())
+
+
+def _held_spill_writes(monkeypatch):
+    """Spill writes that wait on the shards' spill threads until released: ``(entered, release)``."""
+    entered, release = threading.Event(), threading.Event()
+    real = shard_mod.write_spill
+
+    def held(path, token, rows, blocks):
+        entered.set()
+        assert release.wait(30), "the test never released the spill write"
+        return real(path, token, rows, blocks)
+
+    monkeypatch.setattr(shard_mod, "write_spill", held)
+    return entered, release
+
+
+def test_spill_files_are_written_on_the_shards_spill_threads_while_batches_and_reads_go_on(loop, monkeypatch):
+    """Issue 29 item 2: the cut is a copy on the request thread; the file is
+    written on the spill thread. While every write is held there, batches are
+    acknowledged and reads answered, and the export still holds the rows of
+    its cut, not of the batches applied after it."""
+    async def go():
+        svc, writer = await _loaded()
+        try:
+            entered, release = _held_spill_writes(monkeypatch)
+            chunks = svc.export(BOARD, 700)
+            first = asyncio.ensure_future(chunks.__anext__())
+            while not entered.is_set():
+                await asyncio.sleep(0.005)
+            for _ in range(3):
+                await asyncio.wait_for(writer.step(), 10)  # applied while the spill is written
+                await asyncio.wait_for(svc.top(BOARD, 0, 10), 10)
+            assert not first.done()  # the export waits for its files, not the shards for the export
+            release.set()
+            got = [await first] + [c async for c in chunks]
+            version, entries = _entries(got)
+            sp.check_snapshot(writer, version, entries)
+            assert (await svc.board(BOARD)).version > version
+            assert _spill_files(svc) == [] and not any(c._spills for c in svc.cores)
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+def test_a_spill_that_fails_on_the_spill_thread_fails_the_export_and_leaves_no_file(loop, monkeypatch):
+    async def go():
+        svc, _ = await _loaded()
+        try:
+            real = shard_mod.write_spill
+            calls = {"n": 0}
+
+            def failing(path, token, rows, blocks):
+                calls["n"] += 1
+                if calls["n"] == 2:
+                    def broken(given):
+                        yield next(iter(given))
+                        raise OSError("disk full")
+                    blocks = broken(blocks)
+                return real(path, token, rows, blocks)
+
+            monkeypatch.setattr(shard_mod, "write_spill", failing)
+            with pytest.raises(StorageUnavailable, match="disk full"):
+                async for _ in svc.export(BOARD, 500):
+                    pass
+            assert calls["n"] >= 2 and _spill_files(svc) == [] and not any(c._spills for c in svc.cores)
+            monkeypatch.setattr(shard_mod, "write_spill", real)
+            got = [c async for c in svc.export(BOARD, 2_000)]  # the next export is whole
+            assert sum(len(c) for c in got) == (await svc.board(BOARD)).size
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+def test_a_spill_dropped_while_its_write_runs_leaves_no_file(monkeypatch, tmp_path):
+    """A router that gives up on a cut (its shards answered from different
+    offsets, or the client went) drops the token while the spill thread writes."""
+    core = ShardCore(0, 1)
+    core.use_spill_dir(str(tmp_path))
+    events = [ScoreEvent("b", f"e{i}", f"p{i}", i, i, i) for i in range(500)]
+    core.apply(1, [[0, R.board_record(BoardSpec("b", Policy.BEST_SCORE, 2))],
+                   [1, R.scores_record(ScoreColumns.from_events(events), 0, np.zeros(500, np.uint8))]])
+    entered, release = _held_spill_writes(monkeypatch)
+    got = core.read([list(W.Spill(W.SPILL, "b", "tok", 64))])
+    files = [W.SpillFile._make(f) for f in got.replies[0].value]
+    assert sorted(f.partition for f in files) == [0, 1] and sum(f.rows for f in files) == 500
+    assert entered.wait(10) and core.read([list(W.SpillDrop(W.SPILL_WAIT, "b", "tok"))]).replies[0].value is None
+    core.read([list(W.SpillDrop(W.SPILL_DROP, "b", "tok"))])
+    release.set()
+    core.close_spills()  # waits for the spill thread
+    assert os.listdir(tmp_path) == []
+    assert "unknown" in core.read([list(W.SpillDrop(W.SPILL_WAIT, "b", "tok"))]).replies[0].value

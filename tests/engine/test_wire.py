@@ -15,7 +15,7 @@ from engine.core.model import BoardSpec, Policy, ScoreEvent
 from engine.runtime.shard import ShardCore
 
 OPS = {"top", "mget", "size", "get", "count", "nbrs", "sample", "hist", "sum", "rows", "hcols", "rcols", "spill", "spill_read",
-       "spill_drop", "drop", "efps", "scrub"}
+       "spill_drop", "spill_wait", "drop", "efps", "scrub"}
 
 
 def _over_msgpack(obj):
