@@ -404,13 +404,13 @@ class RankedCut(NamedTuple):
     copies, plus the player table's arrays, which later changes leave as they
     were for these rows."""
 
-    primary: np.ndarray
+    primary: np.ndarray  # the rank index's keys
     tie: np.ndarray
     ids: np.ndarray  # the players' indexes in the table
-    value: np.ndarray
-    achieved: np.ndarray
-    has_meta: np.ndarray  # bool per row
-    meta: dict | None  # player index -> metadata bytes (a copy), None when no row has any
+    value: np.ndarray | None  # None: ~primary (every policy but fastest_time: index_key)
+    achieved: np.ndarray | None  # None: the tie
+    has_meta: np.ndarray | None  # bool per row; None when the partition holds no metadata
+    meta: dict | None  # player index -> metadata bytes (a copy), None when no row here has any
     sc: np.ndarray | None  # raw subscores (rows, k) on a board with subscores
     directions: tuple
     arena: np.ndarray  # the player table's id bytes and offsets at the cut
@@ -425,15 +425,16 @@ class RankedCut(NamedTuple):
         gathered, a Python step only per row that has metadata. O(k)."""
         ids = self.ids[start:stop]
         arena, offs = gather(self.arena, self.offs, np.ascontiguousarray(ids, np.int64))
-        has = self.has_meta[start:stop]
-        if self.meta is not None and has.any():
+        if self.meta is not None and self.has_meta is not None and self.has_meta[start:stop].any():
             get = self.meta.get
-            mb, mo = metadata_arena([get(p) if h else None for p, h in zip(ids.tolist(), has.tolist())])
+            mb, mo = metadata_arena([get(p) if h else None
+                                     for p, h in zip(ids.tolist(), self.has_meta[start:stop].tolist())])
         else:
             mb, mo = np.zeros(0, np.uint8), np.zeros(len(ids) + 1, np.int64)
         sub = key_subscores(self.sc[start:stop], self.directions) if self.sc is not None else None
-        return Block(self.primary[start:stop], self.tie[start:stop], self.value[start:stop],
-                     self.achieved[start:stop], arena, offs, mb, mo, sub)
+        primary, tie = self.primary[start:stop], self.tie[start:stop]
+        return Block(primary, tie, ~primary if self.value is None else self.value[start:stop],
+                     tie if self.achieved is None else self.achieved[start:stop], arena, offs, mb, mo, sub)
 
 
 class Partition:
@@ -983,14 +984,15 @@ class Partition:
         clamped) as they are now, for blocks gathered later, on another thread,
         while this partition goes on changing (an export's spill,
         docs/storage.md): the index keys and the rows' numbers copied as
-        columns (~37 bytes a row), the metadata map copied only when a row has
-        some. The id bytes are read later from the player table's arrays as
+        columns (20 bytes a row; 28 on a fastest_time board, whose achieved_at is
+        not in the key), the metadata map copied only when a row has some. The id bytes are read later from the player table's arrays as
         they are now: ids are only ever appended there (a grown table gets new
         arrays and leaves these), and an erasure only zeroes bytes. O(log n + k)."""
         prim, tie, ids = self.index.slice(start, len(self.index) if stop is None else stop)
-        has = self.has_meta[ids] != 0 if len(ids) else np.zeros(0, bool)
-        meta = dict(self.meta) if has.any() else None
-        return RankedCut(prim, tie, ids, self.val[ids], self.ach[ids], has, meta,
+        fastest = self.policy is Policy.FASTEST_TIME  # key (time, submitted_at); else (~value, achieved_at)
+        has = self.has_meta[ids] != 0 if self.meta and len(ids) else None
+        return RankedCut(prim, tie, ids, prim if fastest else None, self.ach[ids] if fastest else None, has,
+                         dict(self.meta) if has is not None and has.any() else None,
                          self.sc[ids] if self.k else None, self.subscores, self.players.arena, self.players.offs)
 
     def _rows_at(self, ids: np.ndarray) -> list[Row]:

@@ -699,7 +699,7 @@ class ShardCore:
     def spill(self, board_id: str, token: str, block_rows: int) -> list:
         """Pin the board's partitions here for an export: each one's ranked rows,
         in local rank order, as they are now (:meth:`Partition.ranked_cut`:
-        column copies, ~37 bytes a row, no I/O), then written to its spill file
+        column copies, 20-28 bytes a row, no I/O), then written to its spill file
         on this shard's spill thread (``block_rows`` rows per block) while it
         goes on applying and answering (issue 29 item 2). Returns a
         :class:`engine.core.wire.SpillFile` per partition at once; a
