@@ -2,7 +2,7 @@
 
     python -m benchmarks http --background [--quick] [--size N] [--duration S] [--connections 32]
                               [--partitions 1,4] [--shard-actors 2] [--read-route top]
-                              [--journal-tail-rows T] [--seed 7] [--out DIR]
+                              [--journal-tail-rows T] [--only writes|export] [--seed 7] [--out DIR]
 
 One ``flowrank serve`` (embedded Ray, ``--shard-actors``, its shard actors keeping
 ``--journal-tail-rows`` journal rows per partition in memory through
@@ -17,6 +17,9 @@ seconds (``wrk -t1 -c<connections>``, the route of ``--read-route``) against its
    merge runs in each), the server takes a snapshot (started with
    ``--snapshot-every-events W/2``: the writes cross that count at least once), and
    a second thread streams the board's whole export (``--size`` rows, jsonl) once.
+
+``--only writes`` (the writes and the snapshot they set off) or ``--only export`` runs one
+part of the background alone, to tell what each costs the reads.
 
 It reports read p50/p99 of both runs and their ratio, and what the background did:
 events written and their seconds, export rows and seconds, snapshots taken during the
@@ -68,6 +71,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--journal-tail-rows", type=int, default=None,
                     help=f"journal rows per partition in memory (default {FULL['tail']:,}; the engine's own default "
                          "is 262,144)")
+    ap.add_argument("--only", choices=["writes", "export"], default=None,
+                    help="run one part of the background alone (writes: the writes and the snapshot they set off; "
+                         "export: the export alone), to tell what each costs the reads (default: both)")
     ap.add_argument("--warmup", type=int, default=2, help="seconds of unrecorded reads before the runs")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=None, help="output directory (default results/http-background-<UTC time>)")
@@ -128,11 +134,13 @@ def measure(wrk: str, url: str, board: str, partitions: int, args, nonce: str) -
         reads = pool.submit(run_wrk, wrk, url + prefix, "reads.lua", {**env, "RUN": f"{nonce}-b"}, args.duration,
                             args.connections, READ_KEY)
         time.sleep(1.0)
-        writes = pool.submit(_write, url, board, args.size, events, nonce)
-        export = pool.submit(_export, url, board)
+        idle = {"events": 0, "rows": 0, "seconds": 0.0}
+        writes = pool.submit(_write, url, board, args.size, events, nonce) if args.only != "export" else None
+        export = pool.submit(_export, url, board) if args.only != "writes" else None
         busy = reads.result()
         window = time.perf_counter() - window_began
-        wrote, exported = writes.result(), export.result()
+        wrote = writes.result() if writes else idle
+        exported = export.result() if export else idle
         finished = time.perf_counter() - window_began
     time.sleep(1.5)  # the snapshot loop looks every 0.5 s; a snapshot the writes set off is counted
     after = _snapshot_pauses(url)
@@ -144,8 +152,8 @@ def measure(wrk: str, url: str, board: str, partitions: int, args, nonce: str) -
         "background_inside_window": 1.0 + max(wrote["seconds"], exported["seconds"]) <= window,
     }
     print(f"  partitions={partitions}: read p99 {quiet['p99_ms']:.2f} ms quiet, {busy['p99_ms']:.2f} ms with the "
-          f"background ({busy['rps']:,.0f} req/s); wrote {events:,} events in {wrote['seconds']:.1f} s, exported "
-          f"{exported['rows']:,} rows in {exported['seconds']:.1f} s, snapshots {out['snapshots']['taken']:.0f} "
+          f"background ({busy['rps']:,.0f} req/s); wrote {wrote['events']:,} events in {wrote['seconds']:.1f} s, exported "
+          f"{exported.get('rows', 0):,} rows in {exported['seconds']:.1f} s, snapshots {out['snapshots']['taken']:.0f} "
           f"(pause sum {out['snapshots']['pause_sum_s'] * 1000:.1f} ms); inside the window: "
           f"{out['background_inside_window']}", flush=True)
     return out
@@ -180,7 +188,7 @@ def main(argv: list[str]) -> int:
     params = {"quick": args.quick, "size": args.size, "duration_s": args.duration, "connections": args.connections,
               "partitions": partitions, "shard_actors": args.shard_actors, "read_route": args.read_route,
               "journal_tail_rows": args.journal_tail_rows, "snapshot_every_events": events_max // 2,
-              "warmup_s": args.warmup, "seed": args.seed}
+              "warmup_s": args.warmup, "seed": args.seed, "only": args.only}
     print(header(params, machine), flush=True)
     load_before = os.getloadavg()
     wrk = ensure_wrk()
@@ -207,7 +215,8 @@ def main(argv: list[str]) -> int:
         f"Ray {machine.get('ray')}, commit {(machine.get('git_commit') or '?')[:12]}  ",
         f"Load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} (1 min)  ",
         f"Parameters: {args.size:,} players per board, wrk -t1 -c{args.connections} {args.read_route} reads, "
-        f"{args.duration} s per run, journal tail {args.journal_tail_rows:,} rows, {args.shard_actors} shard actors; "
+        f"{args.duration} s per run, journal tail {args.journal_tail_rows:,} rows, {args.shard_actors} shard actors"
+        f"{'; background: the ' + args.only + ' alone' if args.only else ''}; "
         f"{started} → {finished}",
         "",
         table(rows),

@@ -339,3 +339,29 @@ def test_a_spill_dropped_while_its_write_runs_leaves_no_file(monkeypatch, tmp_pa
     core.close_spills()  # waits for the spill thread
     assert os.listdir(tmp_path) == []
     assert "unknown" in core.read([list(W.SpillDrop(W.SPILL_WAIT, "b", "tok"))]).replies[0].value
+
+
+def test_reads_are_answered_between_the_chunks_of_an_export(loop):
+    """Reading a spill file never suspends: the export lets the event loop in
+    between chunks, so a read that arrives while an export streams is not
+    queued behind the whole export (issue 29 item 2)."""
+    async def go():
+        svc, _ = await _loaded()
+        try:
+            chunks = svc.export(BOARD, 100)
+            await chunks.__anext__()
+            seen = {"chunks": 1, "read_after": None}
+
+            async def read():
+                await svc.top(BOARD, 0, 10)
+                seen["read_after"] = seen["chunks"]
+
+            task = asyncio.ensure_future(read())
+            async for _ in chunks:
+                seen["chunks"] += 1
+            await task
+            assert seen["chunks"] >= 60 and seen["read_after"] < seen["chunks"] // 2
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
