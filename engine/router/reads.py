@@ -72,6 +72,7 @@ from engine.core.model import (
     Page,
     PlayerView,
     Policy,
+    RankedEntry,
     RowStatus,
 )
 from engine.core.placement import part_of
@@ -264,6 +265,8 @@ class ReadFanOut:
         # write has reached (ctl.version moves before acknowledgements go out).
         wanted = ctl.version if at_version is None else at_version
         view = self.view(board_id, wanted)
+        if view is None and at_version is None:
+            view = self._carried_view(ctl, wanted)
         if view is not None and (offset + limit <= len(view) or view.complete):
             return Page(wanted, _page_of(view, offset, limit, ties))
         pin = offset == 0 and at_version is None
@@ -312,6 +315,59 @@ class ReadFanOut:
             return {o for o, _ in answers.values()}, (version, lists)
 
         return await self.consistent(attempt, ctl)
+
+    #: At most this many changes are carried into a view (more: one fan-out instead).
+    CARRY_MAX_CHANGES = 4_096
+
+    def _carried_view(self, ctl: BoardCtl, version: int) -> "_View | None":
+        """The board's newest cached view carried forward to ``version`` through the
+        changes since (the board's delta ring), remembered and returned; None
+        when it cannot be (no view, changes no longer retained or too many, a
+        ``fastest_time`` board, whose tie a change does not carry, or a board
+        with subscores). Under writes every batch moves the version past the
+        page-1 view, so without this each top read fanned out and queued behind
+        the shard actors' applies (issue 29 item 2).
+
+        A view is an exact prefix of the ranking: every row in it ranks before
+        every ranked row not in it. Each change keeps that so: the player's
+        entry leaves the view; a ranked new row enters only when it ranks
+        before the view's last entry (or the view holds every row), else it
+        stays outside, where all it is known to rank behind is the view. So
+        the view may shrink (a row that fell out of it) or grow, never skip a
+        row. O(changes x log(view) + view)."""
+        spec = ctl.spec
+        if spec.policy is Policy.FASTEST_TIME or spec.subscores or ctl.ring.version != version:
+            return None
+        board_id = spec.board_id
+        base, since = None, -1
+        for (b, v), (born, _entries) in self.views.items():
+            if b == board_id and since < v < version and self.clock() - born <= self.cfg.view_ttl_s:
+                base, since = _entries, v
+        if base is None or version - since > self.CARRY_MAX_CHANGES:
+            return None
+        deltas = ctl.ring.since(since)
+        if deltas is None:
+            return None
+        keys = [(-e.value, e.achieved_at, e.player_id) for e in base]
+        rows = {e.player_id: (e.value, e.achieved_at, e.metadata) for e in base}
+        complete, active = base.complete, RowStatus.ACTIVE
+        for delta in deltas:
+            for ch in delta.changes:
+                old = rows.pop(ch.player_id, None)
+                if old is not None:
+                    del keys[bisect.bisect_left(keys, (-old[0], old[1], ch.player_id))]
+                if ch.status is not active:
+                    continue  # no longer ranked
+                key = (-ch.value, ch.achieved_at, ch.player_id)
+                if complete or (keys and key < keys[-1]):
+                    bisect.insort(keys, key)
+                    rows[ch.player_id] = (ch.value, ch.achieved_at, ch.metadata)
+        del keys[self.cfg.max_view_entries:]  # a shorter prefix is still a prefix (no longer every row)
+        complete = complete and len(keys) == len(rows)
+        entries = [RankedEntry(i, pid, v, a, None, rows[pid][2]) for i, (nv, a, pid) in enumerate(keys, 1)
+                   for v in (-nv,)]
+        self.remember_view(board_id, version, entries, complete)
+        return self.views[(board_id, version)][1]
 
     def view(self, board_id: str, version: int):
         key = (board_id, version)

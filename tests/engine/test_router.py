@@ -344,6 +344,7 @@ def test_concurrent_first_pages_share_one_fan_out_and_never_miss_an_acknowledged
             router.reads.t.read = slow_top
             for k in range(3):  # a write acknowledged while a build runs: a read after it has it
                 await svc.submit([ScoreEvent(BOARD, f"v{k}", f"p{k}", 500 + k, 0, 0)])  # a version with no view
+                router.views.clear()  # and none to carry forward (Router._carried_view): this read builds one
                 building = asyncio.ensure_future(svc.top(BOARD, 0, 10))
                 await asyncio.sleep(0.01)
                 await svc.submit([ScoreEvent(BOARD, f"w{k}", f"new{k}", 1000 + k, 0, 0)])
@@ -351,6 +352,54 @@ def test_concurrent_first_pages_share_one_fan_out_and_never_miss_an_acknowledged
                 after = await svc.top(BOARD, 0, 10)
                 assert after.entries[0].player_id == f"new{k}" and after.version == (await svc.board(BOARD)).version
                 assert (await building).entries[0].player_id != f"new{k}"
+        finally:
+            await svc.close()
+
+    loop.run_until_complete(go())
+
+
+@pytest.mark.parametrize("policy", [Policy.BEST_SCORE, Policy.CUMULATIVE, Policy.LATEST])
+@pytest.mark.parametrize("shards", [1, 3])
+def test_top_pages_carried_through_changes_equal_a_fan_out(loop, policy, shards):
+    """Issue 29 item 2: a top read after writes answers from the last view carried
+    through the changes since (Router._carried_view) instead of fanning out;
+    every page equals the one a fan-out gives at the same version, through
+    new players, rows moving both ways (negative deltas, a latest board's
+    lower values), invalidations and ties, at 1 and 3 partitions."""
+    import random
+
+    from engine.core.ranking import merge_top
+
+    async def go():
+        svc = await LocalService.open(data_dir=None, n_shards=3, delta_retention=10_000)
+        try:
+            await svc.create_board(BoardSpec(BOARD, policy, shards=shards))
+            router, rnd = svc.router, random.Random(11)
+            tops: list = []
+            read = router.reads.t.read
+            router.reads.t.read = lambda actor, reqs: tops.extend(r for r in reqs if r.op == W.TOP) or read(actor, reqs)
+            players = 600  # more than a view holds (5 pages): views are prefixes, rows enter and leave them
+            await svc.submit([ScoreEvent(BOARD, f"s{i}", f"p{i}", rnd.randrange(100), 2, i) for i in range(players)])
+            acked, n, carried = [], 0, 0
+            for _ in range(80):
+                events = []
+                for _ in range(rnd.choice([1, 3, 40])):
+                    low = -60 if policy is Policy.CUMULATIVE else 0
+                    events.append(ScoreEvent(BOARD, f"e{n}", f"p{rnd.randrange(players)}", rnd.randrange(low, 100),
+                                             rnd.randrange(4), n, b'{"n":%d}' % n if n % 7 == 0 else b""))
+                    n += 1
+                await svc.submit(events)
+                acked += [e.event_id for e in events]
+                if rnd.random() < 0.2:
+                    await svc.invalidate(Invalidation(BOARD, rnd.choice(acked)))
+                offset, limit = rnd.choice([(0, 10), (0, 40), (15, 10), (0, 100), (30, 10), (390, 100), (440, 80)])
+                before = len(tops)
+                got = await svc.top(BOARD, offset, limit)
+                carried += len(tops) == before
+                version, lists = await router.fanout._tops(router.registry.ctl(BOARD), offset + limit)
+                assert got.version == version
+                assert list(got.entries) == merge_top(lists, offset, limit)
+            assert carried >= 40  # most reads took no fan-out
         finally:
             await svc.close()
 
