@@ -319,7 +319,7 @@ class ReadFanOut:
     #: At most this many changes are carried into a view (more: one fan-out instead).
     CARRY_MAX_CHANGES = 4_096
 
-    def _carried_view(self, ctl: BoardCtl, version: int) -> "_View | None":
+    def _carried_view(self, ctl: BoardCtl, version: int) -> list | None:
         """The board's newest cached view carried forward to ``version`` through the
         changes since (the board's delta ring), remembered and returned; None
         when it cannot be (no view, changes no longer retained or too many, a
