@@ -973,21 +973,17 @@ class Partition:
             out.append(np.ascontiguousarray(self.sc[ids], "<i8").tobytes())
         return out
 
-    def ranked_block(self, start: int, stop: int) -> Block:
-        """Ranked rows ``start .. stop - 1`` (local rank order, clamped) as an
-        export block (:mod:`engine.core.export`). O(log n + k)."""
-        cut = self.ranked_cut(start, stop)
-        return cut.block(0, cut.rows)
-
     def ranked_cut(self, start: int = 0, stop: int | None = None) -> "RankedCut":
         """Ranked rows ``start .. stop - 1`` (default: all; local rank order,
         clamped) as they are now, for blocks gathered later, on another thread,
         while this partition goes on changing (an export's spill,
-        docs/storage.md): the index keys and the rows' numbers copied as
-        columns (20 bytes a row; 28 on a fastest_time board, whose achieved_at is
-        not in the key), the metadata map copied only when a row has some. The id bytes are read later from the player table's arrays as
-        they are now: ids are only ever appended there (a grown table gets new
-        arrays and leaves these), and an erasure only zeroes bytes. O(log n + k)."""
+        docs/storage.md): the index keys and the players' indexes copied as
+        columns, 20 bytes a row (values and achieved_at follow from the key;
+        28 on a fastest_time board, whose achieved_at is not in it), the
+        metadata map copied only when a row has some. The id bytes are read
+        later from the player table's arrays as they are now: ids are only ever
+        appended there (a grown table gets new arrays and leaves these), and an
+        erasure only zeroes bytes. O(log n + k)."""
         prim, tie, ids = self.index.slice(start, len(self.index) if stop is None else stop)
         fastest = self.policy is Policy.FASTEST_TIME  # key (time, submitted_at); else (~value, achieved_at)
         has = self.has_meta[ids] != 0 if self.meta and len(ids) else None

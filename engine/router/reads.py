@@ -364,8 +364,7 @@ class ReadFanOut:
                     rows[ch.player_id] = (ch.value, ch.achieved_at, ch.metadata)
         del keys[self.cfg.max_view_entries:]  # a shorter prefix is still a prefix (no longer every row)
         complete = complete and len(keys) == len(rows)
-        entries = [RankedEntry(i, pid, v, a, None, rows[pid][2]) for i, (nv, a, pid) in enumerate(keys, 1)
-                   for v in (-nv,)]
+        entries = [RankedEntry(i, pid, -neg, a, None, rows[pid][2]) for i, (neg, a, pid) in enumerate(keys, 1)]
         self.remember_view(board_id, version, entries, complete)
         return self.views[(board_id, version)][1]
 
