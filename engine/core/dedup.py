@@ -47,7 +47,7 @@ once per machine, then loaded from ``__pycache__``).
 from __future__ import annotations
 
 from enum import Enum
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numba
 import numpy as np
@@ -353,10 +353,11 @@ def _check_many(ent, slots, ent2, slots2, ent3, slots3, ids, cs, out):
                 j = 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _link_all(ent, slots, n):
     """Link ring positions 0..n-1 into an empty slot table; the position of
-    the first repeated id, or -1."""
+    the first repeated id, or -1. Releases the GIL: a growth built ahead
+    (:func:`build_grown`) links on a worker thread while the owner goes on."""
     for p in range(n):
         i, q = _find(ent, slots, ent[p, 0], ent[p, 1], ent[p, 2])
         if q >= 0:
@@ -405,6 +406,30 @@ def _verify(ent, slots, meta):
 # -------------------------------------------------------------------- table
 
 
+class GrowPlan(NamedTuple):
+    """A growth to build ahead: the ring's first ``n`` rows of ``entries`` (oldest
+    first, head 0) in a table of ``capacity``, planned at generation ``gen``."""
+
+    entries: np.ndarray
+    n: int
+    capacity: int
+    gen: int
+
+
+def build_grown(plan: GrowPlan) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(ring, slots)`` of ``plan.capacity`` holding ``plan.entries[:plan.n]`` linked
+    in order; None if an id repeats. Pure and thread-safe: numpy's copies and the
+    link kernel release the GIL, so a worker thread builds it while the table's
+    owner goes on (:meth:`DedupTable.finish_grow`). O(n)."""
+    n = plan.n
+    ent = np.zeros((plan.capacity, 4), np.uint32)
+    ent[:n] = plan.entries[:n]
+    slots = np.full(2 * plan.capacity, -1, np.int32)
+    if _link_all(ent, slots, n) >= 0:
+        return None
+    return ent, slots
+
+
 class DedupTable:
     """Bounded map event id -> content fingerprint, evicting the oldest ids
     first; behaves as a ``dict`` in insertion order (a known id keeps its
@@ -423,7 +448,7 @@ class DedupTable:
     (False, 2, <Seen.CONFLICT: 2>)
     """
 
-    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta")
+    __slots__ = ("retention", "board_id", "_seed", "_ent", "_slots", "_meta", "_gen")
 
     def __init__(self, retention: int, board_id: str = ""):
         if retention < 1:
@@ -434,6 +459,7 @@ class DedupTable:
         self._ent = np.zeros((0, 4), np.uint32)
         self._slots = np.zeros(0, np.int32)
         self._meta = np.zeros(3, np.int64)  # ring head, ids held, ids evicted by the retention ever
+        self._gen = 0  # moves whenever the ring is rebuilt or an id rewritten: a growth built before is stale
 
     # ------------------------------------------------------------ one id
 
@@ -530,6 +556,7 @@ class DedupTable:
         event's words into its keyed hash, so the ring evicts in the same order as before and the id
         itself is no longer in the table. Words not held are skipped. Returns how many were held. O(k)."""
         n = 0
+        self._gen += 1
         for a, b in zip(np.asarray(old, np.uint32), np.asarray(new, np.uint32)):
             _, p = _find(self._ent, self._slots, a[0], a[1], a[2])
             if p < 0:
@@ -595,13 +622,56 @@ class DedupTable:
     def _load(self, entries: np.ndarray, capacity: int) -> None:
         n = len(entries)
         assert n <= capacity
-        ent = np.zeros((capacity, 4), np.uint32)
-        ent[:n] = entries
-        slots = np.full(2 * capacity, -1, np.int32)
-        if _link_all(ent, slots, n) >= 0:
+        built = build_grown(GrowPlan(entries, n, capacity, self._gen))
+        if built is None:
             raise ValueError("dedup state repeats an event id")
-        self._ent, self._slots = ent, slots
+        self._ent, self._slots = built
         self._meta[0], self._meta[1] = 0, n
+        self._gen += 1
+
+    # ------------------------------------------------------ growth built ahead
+    #
+    # Growing is O(n): at 1M ids a new ring and slot table (48 MB) and a relink
+    # of every id, ~0.4 s on the 2-core VM, inside the apply that filled the
+    # ring, where every read and write of the process waited (issue 29 item 2).
+    # Below the retention the ring only appends (nothing is evicted, head is 0),
+    # so a bigger table can be built from a prefix of it on another thread
+    # (:func:`build_grown`) while ids go on being added; :meth:`finish_grow`
+    # then copies that prefix again (a known id's content may have been set
+    # since) and puts the ids added meanwhile, O(those ids + a memory copy).
+    # The result is the table an inline growth gives: same ring, same slots.
+
+    #: A growth is planned once the ring is this full (3/4: at 13k ids/s a 1M ring
+    #: leaves ~20 s for a build of ~0.4 s before it would grow inline).
+    GROW_AHEAD_AT = 0.75
+
+    def grow_plan(self) -> "GrowPlan | None":
+        """What to build ahead (:func:`build_grown`, any thread) when the ring is at
+        least :attr:`GROW_AHEAD_AT` full and below the retention; else None. O(1)."""
+        cap, n = self.capacity, len(self)
+        if cap >= self.retention or n < max(1, int(cap * self.GROW_AHEAD_AT)) or int(self._meta[0]) != 0:
+            return None
+        return GrowPlan(self._ent, n, min(max(2 * cap, _MIN_CAPACITY), max(self.retention, cap + 1)), self._gen)
+
+    def finish_grow(self, plan: "GrowPlan", built: "tuple[np.ndarray, np.ndarray] | None") -> bool:
+        """Swap in a table built from ``plan`` with the ids added since it was planned;
+        False (nothing changed) when it is stale: the ring was rebuilt or an id rewritten
+        meanwhile, or the build failed. O(ids added since + n) memory copies."""
+        if built is None or plan.gen != self._gen or plan.entries is not self._ent or int(self._meta[0]) != 0:
+            return False
+        ent, slots = built
+        n0, n = plan.n, len(self)
+        ent[:n0] = self._ent[:n0]  # contents set again since the plan
+        meta = np.array([0, n0, self._meta[2]], np.int64)
+        tail = np.ascontiguousarray(self._ent[n0:n, :3])
+        if n > n0 and _put_many(ent, slots, meta, tail, np.ascontiguousarray(self._ent[n0:n, 3]),
+                                self.retention, 0) != n - n0:
+            return False
+        if int(meta[1]) != n:
+            return False
+        self._ent, self._slots = ent, slots
+        self._gen += 1
+        return True
 
     @property
     def evicted(self) -> int:

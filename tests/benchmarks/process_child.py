@@ -15,6 +15,8 @@ benchmarks.processes, prints ``ready <redis pid>`` and then:
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 import time
 
@@ -23,6 +25,7 @@ from benchmarks.redis_peer import RedisServer
 
 
 def main(mode: str) -> None:
+    faulthandler.register(signal.SIGUSR1)  # the test asks where a run that does not stop is stuck
     if mode == "no-redis-module":
         sys.modules["redis"] = None  # `import redis` now raises ImportError
         srv = RedisServer()

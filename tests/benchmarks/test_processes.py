@@ -93,13 +93,26 @@ def test_a_failed_or_stopped_run_leaves_no_process(how):
             proc.stdin.flush()
         else:
             proc.send_signal(getattr(signal, how))
-        code = proc.wait(timeout=60)
+        code = _wait_or_dump(proc, 60)
         err = proc.stderr.read()
         assert code != 0
         assert {"raise": "a scenario failed", "SIGTERM": "Terminated", "SIGINT": "KeyboardInterrupt"}[how] in err
         assert _left_over(marker, seen) == []
     finally:
         _cleanup(proc, marker, seen)
+
+
+def _wait_or_dump(proc, timeout: float) -> int:
+    """The child's exit code; if it has not exited in ``timeout``, fail with where its
+    threads are (faulthandler on SIGUSR1, process_child) so a hang names its place."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the run did not exit {timeout} s after the signal; its stacks:\n{proc.stderr.read()}")
 
 
 def _cleanup(proc, marker: str, seen: list[psutil.Process]) -> None:

@@ -18,6 +18,7 @@ from engine.core.dedup import (
     DedupTable,
     DedupWindow,
     Seen,
+    build_grown,
     content_fingerprint32,
     fingerprint,
     id_fingerprint,
@@ -234,6 +235,79 @@ def test_allocation_is_lazy_and_bounded_by_the_retention():
     assert len(t) == 1000 and t.capacity == 1000
     assert t.nbytes <= 24 * 1000 + 64  # 16 B ring + 8 B of slots per id, plus meta
     t._check()
+
+
+def _tables(t: DedupTable) -> tuple[bytes, bytes, list]:
+    n = len(t)
+    return t._ent[:n].tobytes(), t._slots.tobytes(), t._meta.tolist()
+
+
+@settings(deadline=None, max_examples=60)
+@given(first=st.integers(48, 200), added=st.lists(st.integers(0, 400), max_size=120),
+       retention=st.sampled_from([100, 150, 1000]))
+def test_a_growth_built_ahead_equals_growing_inline(first, added, retention):
+    """Ids remembered (new ones, and known ids with new content) between the plan and the swap: the
+    table then is the one an inline growth gives, slot for slot, and still behaves as the dict window."""
+    ahead, inline, m = DedupTable(retention, "b"), DedupTable(retention, "b"), Model(retention)
+    for t in (ahead, inline, m):
+        for i in range(first):
+            t.remember(f"e{i}", FP)
+    plan = ahead.grow_plan()
+    if ahead.capacity >= retention or len(ahead) < 0.75 * ahead.capacity:
+        assert plan is None
+        return
+    assert plan is not None and plan.capacity > ahead.capacity
+    built = build_grown(plan)
+    room = ahead.capacity - len(ahead)
+    for k, i in enumerate(added[:room]):  # no more than fit: a ring that fills grows inline (the next test)
+        for t in (ahead, inline, m):
+            t.remember(f"e{i}", OTHER if k % 2 else FP)
+    assert ahead.finish_grow(plan, built)
+    inline._reshape(plan.capacity)
+    assert _tables(ahead) == _tables(inline)
+    same(ahead, m, [f"e{i}" for i in range(401)])
+    for i in range(400, 400 + plan.capacity):  # and it goes on as any table does, to the retention
+        ahead.remember(f"e{i}", FP)
+        m.remember(f"e{i}", FP)
+    same(ahead, m, [f"e{i}" for i in range(400, 400 + plan.capacity)])
+
+
+def test_a_growth_built_ahead_is_dropped_when_stale():
+    """A ring rebuilt (grown inline because it filled first) or an id rewritten (an erasure's rekey)
+    after the plan: the build is stale, the swap refused, and the table is left as it was."""
+    t = DedupTable(10_000, "b")
+    t.remember_many([f"e{i}" for i in range(100)], [FP] * 100)
+    assert t.capacity == 128
+    plan = t.grow_plan()
+    assert plan is not None and plan.n == 100 and plan.capacity == 256
+    built = build_grown(plan)
+    t.remember_many([f"x{i}" for i in range(40)], [FP] * 40)  # fills the ring: grows inline
+    assert t.capacity == 256
+    before = _tables(t)
+    assert not t.finish_grow(plan, built) and _tables(t) == before
+    t._check()
+    t2 = DedupTable(10_000, "b")
+    t2.remember_many([f"e{i}" for i in range(100)], [FP] * 100)
+    plan = t2.grow_plan()
+    built = build_grown(plan)
+    old = t2.words_many(["e3"])
+    assert t2.rekey(old, np.array([[1, 2, 3]], np.uint32)) == 1
+    before = _tables(t2)
+    assert not t2.finish_grow(plan, built) and _tables(t2) == before and "e3" not in t2
+    t2._check()
+    assert t2.finish_grow(t2.grow_plan(), build_grown(t2.grow_plan())) and t2.capacity == 256
+    t2._check()
+
+
+def test_no_growth_is_planned_below_three_quarters_or_at_the_retention():
+    t = DedupTable(200, "b")
+    assert t.grow_plan() is None  # empty
+    t.remember_many([f"e{i}" for i in range(47)], [FP] * 47)
+    assert t.capacity == 64 and t.grow_plan() is None
+    t.remember("e47", FP)
+    assert t.grow_plan() is not None
+    t.remember_many([f"f{i}" for i in range(200)], [FP] * 200)
+    assert t.capacity == 200 and t.grow_plan() is None  # at the retention: it evicts, never grows
 
 
 def test_dedup_window_is_the_table():

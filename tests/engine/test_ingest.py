@@ -317,3 +317,35 @@ def test_one_append_in_flight_when_configured_so():
     issued_meanwhile, calls, got_b = asyncio.run(go())
     assert issued_meanwhile == 2  # the board's append and A's: B waited
     assert calls[2][0] == 1 + calls[1][1] and [r.outcome for r in got_b] == [Outcome.DUPLICATE_IGNORED] * 2
+
+
+def test_a_dedup_table_due_to_grow_is_built_off_the_fold_and_swapped_in(monkeypatch):
+    """Issue 29 item 2: once a board's dedup ring is 3/4 full, the committer builds the bigger table
+    on a worker thread (the fold that every read and write waits on only starts it and swaps it in),
+    so the growth never runs inline; every id stays deduplicated across the swap."""
+    from engine.core.dedup import DedupTable
+
+    inline = []
+    grow = DedupTable._grow
+    monkeypatch.setattr(DedupTable, "_grow", lambda self: (inline.append(self.capacity), grow(self))[1])
+
+    async def go():
+        parts = assemble(n_actors=2, config=RouterConfig(dedup_retention=10_000))
+        try:
+            await parts.sequencer.submit_board(BoardSpec(B, Policy.CUMULATIVE, shards=2))
+            table = parts.registry.boards[B].admission.dedup
+            capacities = []
+            for k in range(40):  # 10 events a batch: every growth is planned a few batches before it is due
+                await parts.sequencer.submit(_events(10, f"b{k}-"))
+                await asyncio.sleep(0.01)  # the build's thread finishes; the next cycle swaps it in
+                capacities.append(table.capacity)
+            again = await parts.sequencer.submit(_events(10, "b3-"))
+            table._check()
+            return capacities, again, len(table)
+        finally:
+            await parts.close()
+
+    capacities, again, held = asyncio.run(go())
+    assert sorted(set(capacities)) == [64, 128, 256, 512, 1024]  # 400 ids: 3/4 of 512 planned the last
+    assert inline == [0]  # the first ring (empty: nothing to build ahead) is the only one grown inline
+    assert held == 400 and [r.outcome for r in again] == [Outcome.DUPLICATE_IGNORED] * 10
