@@ -32,10 +32,11 @@ HOST_OPTIONS = dict(num_cpus=0, max_restarts=0, max_concurrency=10_000, enable_t
 
 
 class EngineHostActor:
-    async def open(self, engine_kwargs: dict) -> int:
+    async def open(self, engine_kwargs: dict, warm_kernels: bool = True) -> int:
         """Open the engine (recovery included) and warm every kernel of this process
         and of the shard actors (engine.runtime.warm: the gateways start once it is ready);
-        this process's pid."""
+        this process's pid. ``warm_kernels=False``: no warm round (each kernel then loads or
+        compiles on its first call), for tests that start many engines and test no warming."""
         import asyncio  # noqa: PLC0415
 
         from engine.runtime import warm  # noqa: PLC0415
@@ -47,12 +48,13 @@ class EngineHostActor:
         cache_dir = warm.use_cache_dir(engine_kwargs.get("cache_dir"))  # before recovery runs a kernel
         gc_tuning.fix_mmap_threshold()
         # a cold cache: this process and the shard actors share its compile (engine.runtime.compile_share)
-        claims = warm.start_claims(cache_dir)
-        here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine, True, claims))  # while the engine recovers
-        self.engine = await ClusterEngine.open(**engine_kwargs)
+        claims = warm.start_claims(cache_dir) if warm_kernels else None
+        here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine, True, claims)) if warm_kernels else None
+        self.engine = await ClusterEngine.open(**engine_kwargs)  # (the warm round above runs while it recovers)
         try:
-            await asyncio.gather(here, self.engine.warm(claims))
-            warm.mark_complete(cache_dir)
+            if here is not None:
+                await asyncio.gather(here, self.engine.warm(claims))
+                warm.mark_complete(cache_dir)
         except Exception:  # never a reason not to serve: the kernels then compile on first use, as before
             logging.getLogger("flowrank.host").exception("warming the engine host or its shard actors failed")
         # the boards' versions for the gateways on this machine, next to the log (engine.runtime.version_table)
@@ -82,15 +84,16 @@ class EngineHostActor:
 RemoteEngineHost = ray.remote(EngineHostActor)
 
 
-async def start_host(engine_kwargs: dict, name: str = DEFAULT_NAME):
-    """Create the named host actor on this node and open its engine; the actor handle."""
+async def start_host(engine_kwargs: dict, name: str = DEFAULT_NAME, warm_kernels: bool = True):
+    """Create the named host actor on this node and open its engine; the actor handle.
+    ``warm_kernels``: see :meth:`EngineHostActor.open`."""
     here = ray.get_runtime_context().get_node_id()
     actor = RemoteEngineHost.options(
         name=name, namespace=NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),  # the data directory is here
         **HOST_OPTIONS,
     ).remote()
-    await actor.open.remote(engine_kwargs)
+    await actor.open.remote(engine_kwargs, warm_kernels)
     return actor
 
 

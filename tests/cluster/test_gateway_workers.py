@@ -38,7 +38,7 @@ def two_gateways(ray_session, tmp_path):
 
     name = f"flowrank-engine-{uuid.uuid4().hex[:8]}"
     data = tmp_path / "data"
-    actor = asyncio.run(start_host(dict(data_dir=str(data), n_shards=2), name))
+    actor = asyncio.run(start_host(dict(data_dir=str(data), n_shards=2), name, warm_kernels=False))  # no warm round
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"keys": [{"name": r, "role": r, "key": k} for r, k in KEYS.items()]}))
     address = ray_session.get_runtime_context().gcs_address

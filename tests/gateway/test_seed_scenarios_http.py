@@ -54,7 +54,9 @@ def open_driver(request, ray_session, tmp_path):
             eng = loop.run_until_complete(ClusterEngine.open(**kw))
             apps, remotes = [create_app(settings(friends_file=str(friends_file)), eng)], []
         else:
-            actor = loop.run_until_complete(start_host(kw, name=f"flowrank-engine-{uuid.uuid4().hex[:8]}"))
+            # no warm round: kernels load from the session's shared cache on first use (test_warm tests warming)
+            actor = loop.run_until_complete(start_host(kw, name=f"flowrank-engine-{uuid.uuid4().hex[:8]}",
+                                                       warm_kernels=False))
             eng = _HostedEngine(actor)
             remotes = [loop.run_until_complete(remote_engine(actor)) for _ in range(request.param)]
             apps = [create_app(settings(friends_file=str(friends_file)), r, token_secret=b"s" * 32) for r in remotes]
