@@ -93,7 +93,7 @@ def test_a_failed_or_stopped_run_leaves_no_process(how):
             proc.stdin.flush()
         else:
             proc.send_signal(getattr(signal, how))
-        code = _wait_or_dump(proc, 60)
+        code = _wait_or_dump(proc, 60, lambda: _cleanup(proc, marker, seen))
         err = proc.stderr.read()
         assert code != 0
         assert {"raise": "a scenario failed", "SIGTERM": "Terminated", "SIGINT": "KeyboardInterrupt"}[how] in err
@@ -102,16 +102,16 @@ def test_a_failed_or_stopped_run_leaves_no_process(how):
         _cleanup(proc, marker, seen)
 
 
-def _wait_or_dump(proc, timeout: float) -> int:
+def _wait_or_dump(proc, timeout: float, stop_all) -> int:
     """The child's exit code; if it has not exited in ``timeout``, fail with where its
-    threads are (faulthandler on SIGUSR1, process_child) so a hang names its place."""
+    threads are (faulthandler on SIGUSR1, process_child) so a hang names its place.
+    ``stop_all`` kills the run's processes first: they hold the child's stderr open."""
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
-        proc.kill()
-        proc.wait()
+        stop_all()
         pytest.fail(f"the run did not exit {timeout} s after the signal; its stacks:\n{proc.stderr.read()}")
 
 

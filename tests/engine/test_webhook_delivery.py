@@ -58,7 +58,7 @@ def test_every_message_is_delivered_once_by_key_through_30_percent_failures(outb
         r = Receiver(fail_ratio=0.3, verify=verify)
         w = WebhookDelivery(outbox, await r.start(), SECRET, **FAST)
         await w.start()
-        await until(lambda: outbox.counts()["delivered"] == 501, what="all delivered")
+        await until(lambda: outbox.counts()["delivered"] == 501, timeout=30.0, what="all delivered")  # a loaded CI box
         stats = w.stats()
         await w.stop()
         await r.stop()
