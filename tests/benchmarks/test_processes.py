@@ -106,13 +106,16 @@ def _wait_or_dump(proc, timeout: float, stop_all) -> int:
     """The child's exit code; if it has not exited in ``timeout``, fail with where its
     threads are (faulthandler on SIGUSR1, process_child) so a hang names its place.
     ``stop_all`` kills the run's processes first: they hold the child's stderr open."""
+    sigs: list[str] = []
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):  # its signal state: pending, blocked, ignored, caught
+            sigs = [x for x in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if x.startswith(("Sig", "Shd"))]
         proc.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
         stop_all()
-        pytest.fail(f"the run did not exit {timeout} s after the signal; its stacks:\n{proc.stderr.read()}")
+        pytest.fail(f"the run did not exit {timeout} s after the signal ({sigs}); its stacks:\n{proc.stderr.read()}")
 
 
 def _cleanup(proc, marker: str, seen: list[psutil.Process]) -> None:
