@@ -3,6 +3,7 @@
     python -m benchmarks http [--quick] [--size 50000] [--duration 10] [--connections 32]
                               [--partitions 1,4] [--workers 1,2] [--shard-actors 2] [--repeat 1]
                               [--write-connections 8] [--routes R1,R2] [--appends-in-flight N]
+                              [--rank-mirror-rows N]
                               [--seed 7] [--out DIR]
 
 (``--background``: reads beside a snapshot, journal run merges and an export instead,
@@ -326,6 +327,9 @@ def parser() -> argparse.ArgumentParser:
                     help="comma-separated routes to run (default all: " + ", ".join(ROUTES) + ")")
     ap.add_argument("--appends-in-flight", type=int, default=None, metavar="N",
                     help="flowrank serve --appends-in-flight N (default: the server's, 2; 1: one append at a time)")
+    ap.add_argument("--rank-mirror-rows", type=int, default=None, metavar="N",
+                    help="flowrank serve --rank-mirror-rows N (default: the server's, 4,000,000; 0: exact rank "
+                         "always asks the shard actors, the path before the rank mirrors)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=None, help="output directory (default results/http-<UTC time>)")
     return ap
@@ -355,6 +359,7 @@ def _main(argv: list[str] | None) -> int:
     machine = describe()
     params = {"quick": args.quick, "size": args.size, "duration_s": args.duration, "connections": args.connections,
               "write_connections": args.write_connections, "appends_in_flight": args.appends_in_flight,
+              "rank_mirror_rows": args.rank_mirror_rows,
               "partitions": partitions, "shard_actors": args.shard_actors, "repeat": args.repeat,
               "warmup_s": args.warmup, "seed": args.seed, "routes": args.routes,
               "gateway_workers": worker_counts, "wrk_threads": 1}
@@ -371,8 +376,9 @@ def _main(argv: list[str] | None) -> int:
     with sigterm_raises(), contextlib.ExitStack() as stack:
         for w in worker_counts:
             print(f"\nFlowRank (flowrank serve --workers {w}, embedded Ray)", flush=True)
-            fr = stack.enter_context(flowrank_server(args.shard_actors, w, [] if args.appends_in_flight is None else [
-                "--appends-in-flight", str(args.appends_in_flight)]))
+            extra = [] if args.appends_in_flight is None else ["--appends-in-flight", str(args.appends_in_flight)]
+            extra += [] if args.rank_mirror_rows is None else ["--rank-mirror-rows", str(args.rank_mirror_rows)]
+            fr = stack.enter_context(flowrank_server(args.shard_actors, w, extra))
             for p in partitions:
                 preload(fr.url, board_id(p), p, args.size, args.seed)
                 if any(r in FLOWRANK_ONLY for r in args.routes):

@@ -47,6 +47,17 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return v
+
+
 def _port(text: str) -> int:
     try:
         v = int(text)
@@ -134,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--appends-in-flight", type=positive_int, default=d.appends_in_flight, metavar="N",
                    help="log appends the sequencer keeps in flight, acknowledged in log order (default 2; "
                         "1: one at a time); docs/performance.md 'Issue 29 item 4'")
+    s.add_argument("--rank-mirror-rows", type=_non_negative_int, default=d.rank_mirror_rows, metavar="N",
+                   help="a board with at most N rows answers exact rank from a mirror of its rows beside the "
+                        f"router, about 90 bytes a row (default {d.rank_mirror_rows:,}; 0: always ask the shard "
+                        "actors); docs/http.md 'Reads'")
     s.add_argument("--live-window-ms", type=int, default=d.live_window_ms, help="live coalescing window")
     s.add_argument("--read-rate", type=float, default=d.read_rate_per_s, help="default read requests/s per key")
     s.add_argument("--write-rate", type=float, default=d.write_rate_per_s, help="default write requests/s per key")
@@ -193,6 +208,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         snapshot_every_seconds=args.snapshot_every_seconds,
         prune_log=args.prune_log,
         appends_in_flight=args.appends_in_flight,
+        rank_mirror_rows=args.rank_mirror_rows,
         live_window_ms=args.live_window_ms,
         read_rate_per_s=args.read_rate,
         read_burst=max(d.read_burst, 2 * args.read_rate),

@@ -49,6 +49,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 appends_in_flight=settings.appends_in_flight,
                 webhooks=webhook_config(settings),
                 erasure_deadline_s=settings.erasure_deadline_s,
+                rank_mirror_rows=settings.rank_mirror_rows,
             )
         else:
             from engine.cluster import ClusterEngine  # noqa: PLC0415
@@ -68,6 +69,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 cache_dir=os.environ.get("NUMBA_CACHE_DIR"),  # the shard actors' compile cache (engine.runtime.warm)
                 webhooks=webhook_config(settings),
                 erasure_deadline_s=settings.erasure_deadline_s,
+                rank_mirror_rows=settings.rank_mirror_rows,
             )
     finally:
         for sig, handler in saved.items():

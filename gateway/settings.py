@@ -53,6 +53,9 @@ class Settings:
     webhook_give_up_s: float = float(DEFAULT_GIVE_UP_S)
     # --erasure-deadline-s (docs/api.md §17): an erasure is complete on disk within this long of its request
     erasure_deadline_s: float = 3600.0
+    # --rank-mirror-rows: a board with at most this many rows answers exact rank from a mirror beside the
+    # router, built on its first exact-rank read (engine.core.rank_mirror; ~90 B a row); 0: always the shard actors
+    rank_mirror_rows: int = 4_000_000
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

@@ -73,6 +73,7 @@ def engine_kwargs(settings: Settings, cache_dir: str | None = None) -> dict:
         appends_in_flight=settings.appends_in_flight,
         webhooks=webhook_config(settings),
         erasure_deadline_s=settings.erasure_deadline_s,
+        rank_mirror_rows=settings.rank_mirror_rows,
     )
 
 

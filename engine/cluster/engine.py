@@ -135,6 +135,7 @@ class ClusterEngine(RouterClient):
         cache_dir: str | None = None,
         webhooks: WebhookConfig | None = None,
         erasure_deadline_s: float = 3600.0,
+        rank_mirror_rows: int = RouterConfig.rank_mirror_rows,
     ) -> "ClusterEngine":
         started = time.monotonic()
         root = Path(data_dir).resolve()
@@ -156,7 +157,7 @@ class ClusterEngine(RouterClient):
         secret = await asyncio.to_thread(load_secret, root)
         router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events,
-            appends_in_flight=appends_in_flight, erasure_secret=secret),
+            appends_in_flight=appends_in_flight, erasure_secret=secret, rank_mirror_rows=rank_mirror_rows),
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
         eng = cls(router, log_server, shards, lock_fd, started_ray)

@@ -900,6 +900,101 @@ class Partition:
             self.gone = np.union1d(self.gone, touched).astype(np.int32)
         return out
 
+    def overwrite_rows(self, player_ids: Sequence[str], values: np.ndarray, achieved: np.ndarray,
+                       status: RowStatus, metadata: Sequence[bytes | None] | None = None) -> None:
+        """The rows of ``player_ids`` become what changes say they are now, in
+        order, one version each (a row's version grows by one per change, and
+        an ``ERASED`` change forgets the row): no policy decides anything here.
+        This is how a copy of rows kept elsewhere follows a board's deltas (a
+        rank mirror, :mod:`engine.core.rank_mirror`); a board's own partitions
+        change only through :meth:`apply_columns` and the corrections. Every
+        change has ``status``; ``metadata``: None (no row has any) or one
+        bytes-or-None per change. Not for a board with subscores. Columnar:
+        one interning pass, a few numpy passes, one index move. O(k log n)."""
+        k = len(player_ids)
+        if not k:
+            return
+        idx = self.players.intern(player_ids)
+        self._reserve_rows(len(self.players))
+        touched, rev_first, steps = np.unique(idx[::-1], return_index=True, return_counts=True)
+        last = (k - 1 - rev_first).astype(np.int64)  # each player's last change in the chunk
+        touched, steps = touched.astype(np.int32), steps.astype(np.int32)
+        was_active = self.st[touched] == ST_ACTIVE
+        old_p, old_t = self._keys(touched)
+        if status is RowStatus.ERASED:
+            self.st[touched] = ST_NONE
+            self.val[touched] = self.ach[touched] = self.sub[touched] = 0
+            self.rv[touched] = 0
+            for q in touched[self.has_meta[touched] != 0].tolist():
+                del self.meta[q]
+            self.has_meta[touched] = 0
+        else:
+            self.val[touched] = np.asarray(values, np.int64)[last]
+            self.ach[touched] = np.asarray(achieved, np.int64)[last]
+            self.rv[touched] += steps
+            if status is RowStatus.ACTIVE:
+                self.st[touched] = ST_ACTIVE
+                # a changed row's metadata is its change's (none: the row has none now)
+                for q in touched[self.has_meta[touched] != 0].tolist():
+                    del self.meta[q]
+                self.has_meta[touched] = 0
+                if metadata is not None:
+                    for q, j in zip(touched.tolist(), last.tolist()):
+                        m = metadata[j]
+                        if m:
+                            self.meta[q] = m
+                            self.has_meta[q] = 1
+            else:  # INVALIDATED: out of the ranking, its metadata kept (as _set_row keeps it)
+                self.st[touched] = ST_INVALID
+        self.changes += k
+        self._move(touched, was_active, old_p, old_t)
+
+    @classmethod
+    def from_row_columns(cls, policy: Policy, max_plausible_time_ms: int, chunks: Sequence[list]) -> "Partition":
+        """A partition holding the rows of :meth:`columns` answers (one list per
+        partition read, any number): the rows only, no journal history.
+        Columnar: one interning pass and one sorted index build. O(n log n)."""
+        p = cls(policy, max_plausible_time_ms)
+        bufs, offs_parts, base = [], [np.zeros(1, np.int64)], 0
+        cols: dict[str, list] = {"val": [], "ach": [], "sub": [], "rv": [], "act": []}
+        metas: list = []
+        for c in chunks:
+            buf, offs = np.frombuffer(c[0], np.uint8), np.frombuffer(c[1], "<i8").astype(np.int64)
+            bufs.append(buf)
+            offs_parts.append(offs[1:] + base)
+            base += len(buf)
+            for name, raw, dt in (("val", c[2], "<i8"), ("ach", c[3], "<i8"), ("sub", c[4], "<i8"),
+                                  ("rv", c[5], "<i8"), ("act", c[6], np.uint8)):
+                cols[name].append(np.frombuffer(raw, dt))
+            metas.append(c[7] if c[7] else None)
+            if len(c) > 8:
+                raise ValueError("from_row_columns: a board with subscores has no rank mirror")
+        buf = np.concatenate(bufs) if bufs else np.zeros(0, np.uint8)
+        offs = np.concatenate(offs_parts)
+        idx = p.players.intern_encoded(buf, offs)
+        n = len(p.players)
+        p._reserve_rows(n)
+        p.val[idx] = np.concatenate(cols["val"]) if bufs else 0
+        p.ach[idx] = np.concatenate(cols["ach"]) if bufs else 0
+        p.sub[idx] = np.concatenate(cols["sub"]) if bufs else 0
+        p.rv[idx] = np.concatenate(cols["rv"]).astype(np.int32) if bufs else 0
+        act = np.concatenate(cols["act"]).astype(bool) if bufs else np.zeros(0, bool)
+        p.st[idx] = np.where(act, ST_ACTIVE, ST_INVALID)
+        at = 0
+        for m, vals in zip(metas, cols["val"]):
+            if m is not None:
+                for q, raw in zip(idx[at:at + len(vals)].tolist(), m):
+                    if raw:
+                        p.meta[q] = raw
+                        p.has_meta[q] = 1
+            at += len(vals)
+        active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
+        kp, kt = p._keys(active)
+        order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
+        p.index.reserve(len(active))
+        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs)
+        return p
+
     # ------------------------------------------------------------------- reads
 
     def __len__(self) -> int:

@@ -71,7 +71,7 @@ def id_less(arena, offs, i, j):
     return la < lb
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)  # nogil: a rank mirror is built on a worker thread (engine.core.rank_mirror)
 def _intern(buf, boffs, arena, offs, n, slots, create, out):
     """Find (or add, when ``create``) each id of ``buf``; returns the new count.
     The caller has made room for every id to be new.

@@ -124,7 +124,7 @@ def _set_last(LP, LT, LI, j, P, T, ID, k):
     LP[j], LT[j], LI[j] = P[k], T[k], ID[k]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)  # nogil: a rank mirror is built on a worker thread (engine.core.rank_mirror)
 def _insert_many(P, T, ID, cnt, order, LP, LT, LI, meta, free, ap, at, ai, start, arena, offs, S, D):
     """Insert keys ``start..`` in turn; returns the index of the first key not
     inserted (len when all were): the caller grows the arrays and resumes."""
@@ -408,9 +408,9 @@ class RankIndex:
     def __len__(self) -> int:
         return int(self.meta[2])
 
-    def _grow(self) -> None:
+    def _grow(self, blocks: int = 0) -> None:
         old = len(self.cnt)
-        new = old + old // 8 + 4  # 1.125x: at most an eighth of the blocks allocated ahead
+        new = max(old + old // 8 + 4, blocks)  # 1.125x: at most an eighth of the blocks allocated ahead
         for name in ("P", "T", "ID"):
             a = getattr(self, name)
             b = np.zeros(new * CAP, dtype=a.dtype)
@@ -434,6 +434,13 @@ class RankIndex:
         self.prefix = np.zeros(new + 1, dtype=np.int64)
 
     # ------------------------------------------------------------------ writes
+
+    def reserve(self, keys: int) -> None:
+        """Room for ``keys`` keys in all, made now (a bulk build grows once, not
+        by an eighth at a time)."""
+        need = -(-keys * 5 // (CAP * 4)) + 4  # blocks about four fifths full, as inserts leave them
+        if need > len(self.cnt):
+            self._grow(need)
 
     def insert_many(self, p: np.ndarray, t: np.ndarray, i: np.ndarray, arena: np.ndarray, offs: np.ndarray,
                     S: np.ndarray | None = None, D: np.ndarray | None = None) -> None:

@@ -57,6 +57,7 @@ from engine.core.errors import (
 )
 from engine.log.spill import SpillReader
 from engine.core.league import cohort_id, parse_cohort_id, zone
+from engine.core.rank_mirror import RankMirror, mirrors
 from engine.core.model import (
     Award,
     AwardsPage,
@@ -165,6 +166,11 @@ class ReadFanOut:
         # that lets an exact rank count on every shard actor in the same round as
         # the owner's read of the row; used only when the row read confirms it.
         self.rank_keys = registry.rank_keys
+        # board -> (its delta ring, its rank mirror at the board's version): exact rank with no shard call
+        self.mirrors: dict[str, tuple[object, RankMirror]] = {}
+        self._mirror_builds: dict[str, asyncio.Task] = {}
+        self._mirror_after: dict[str, float] = {}  # board -> no new build before this (monotonic s)
+        self.mirror_stats: dict[str, int] = defaultdict(int)  # reads, builds, lost, failed
 
     async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict:
         """One request per shard actor (``make(actor)``), all submitted in the
@@ -413,6 +419,15 @@ class ReadFanOut:
             arch, i = self._archived_row(ctl, player_id)
             view = arch.player(arch.info.version, i)
             return replace(view, tied_rank=arch.tied_rank(i)) if ties and view.rank is not None else view
+        mirror = self.mirror(ctl)
+        if mirror is not None:  # the board's rows beside the router: no shard actor asked
+            got = mirror.read(player_id, ties)
+            self.mirror_stats["reads"] += 1
+            if got is None:
+                raise PlayerNotFound(f"Player {player_id!r} has no row on board {board_id!r}.", "player_id")
+            row = got.row
+            return PlayerView(mirror.version, player_id, got.rank, row.value, row.achieved_at, row.status,
+                              row.row_version, tied_rank=got.tied_rank, metadata=row.metadata)
         owner = ctl.part_actor[part_of(player_id, ctl.spec.shards)]
         others = [a for a in ctl.actors if a != owner]
 
@@ -454,6 +469,97 @@ class ReadFanOut:
             return offsets, view
 
         return await self.consistent(attempt, ctl)
+
+    # ------------------------------------------------------------ rank mirrors
+
+    def mirror(self, ctl: BoardCtl) -> RankMirror | None:
+        """The board's rank mirror (:mod:`engine.core.rank_mirror`) at the
+        board's current version, or None: then the read takes the shard
+        actors' path, and a mirror is built in the background if the board
+        can have one (not archived, not ``fastest_time``, no subscores, at
+        most ``rank_mirror_rows`` rows, its delta ring at its version: not a
+        gateway worker, which has no ring)."""
+        spec = ctl.spec
+        board_id = spec.board_id
+        if (self.cfg.rank_mirror_rows <= 0 or ctl.archive is not None or not mirrors(spec.policy, spec.subscores)
+                or ctl.ring.version != ctl.version):
+            self.mirrors.pop(board_id, None)
+            return None
+        held = self.mirrors.get(board_id)
+        if held is not None:
+            ring, m = held
+            if ring is ctl.ring and m.catch_up(ctl.ring) and m.version == ctl.version:
+                return m
+            del self.mirrors[board_id]
+            self.mirror_stats["lost"] += 1
+            self._mirror_after[board_id] = self.clock() + self.cfg.rank_mirror_retry_s
+        if board_id not in self._mirror_builds and self.clock() >= self._mirror_after.get(board_id, 0.0):
+            task = asyncio.get_running_loop().create_task(self.build_mirror(board_id))
+            self._mirror_builds[board_id] = task
+        return None
+
+    def tend_mirrors(self, touched) -> None:
+        """After a cycle's changes reached the boards' rings (a version hook,
+        before the cycle's acknowledgements): the touched boards' mirrors
+        follow them, so a mirror never falls behind the ring's retention."""
+        for board_id in touched:
+            ctl = self.boards.get(board_id)
+            if ctl is not None and board_id in self.mirrors:
+                self.mirror(ctl)
+
+    async def build_mirror(self, board_id: str) -> bool:
+        """Build the board's mirror from one consistent cut of every shard
+        actor's rows (:data:`W.ROWS`), on a worker thread, then let it follow
+        the deltas since the cut. The ring keeps those deltas for it (a pin
+        from before the cut), however many writes the build takes. True when
+        the board has a mirror at its version afterwards."""
+        ctl = self.registry.ctl(board_id)
+        ring = ctl.ring
+        pinned = ring.version
+        ring.pin(pinned)
+        try:
+            async def size():
+                answers = await self.fan(ctl, lambda a: W.Size(W.SIZE, board_id))
+                return {o for o, _ in answers.values()}, sum(ans.value for _, ans in answers.values())
+
+            if await self.consistent(size, ctl) > self.cfg.rank_mirror_rows:
+                self.mirror_stats["too_big"] += 1
+                self._mirror_after[board_id] = self.clock() + self.cfg.rank_mirror_retry_s
+                return False
+
+            async def rows():
+                answers = await self.fan(ctl, lambda a: W.Rows(W.ROWS, board_id))
+                chunks = [c for _, ans in answers.values() for c in ans.value]
+                return {o for o, _ in answers.values()}, (sum(ans.version for _, ans in answers.values()), chunks)
+
+            version, chunks = await self.consistent(rows, ctl)
+            spec = ctl.spec
+            m = await asyncio.to_thread(RankMirror.build, spec.policy, spec.max_plausible_time_ms, chunks, version,
+                                        ring.epoch)
+            for _ in range(1000):  # the cut may hold a cycle whose completion has not reached the ring yet
+                if ring.version >= version:
+                    break
+                await asyncio.sleep(0.002)
+            if self.registry.boards.get(board_id) is ctl and ctl.ring is ring and m.catch_up(ring) \
+                    and m.version == ctl.version and ctl.archive is None:
+                self.mirrors[board_id] = (ring, m)
+                self.mirror_stats["builds"] += 1
+                return True
+            self.mirror_stats["failed"] += 1
+        except Exception:
+            log.exception("rank mirror of %s: build failed", board_id)
+            self.mirror_stats["failed"] += 1
+        finally:
+            ring.unpin(pinned)
+            self._mirror_builds.pop(board_id, None)
+        self._mirror_after[board_id] = self.clock() + self.cfg.rank_mirror_retry_s
+        return False
+
+    def mirror_summary(self) -> dict:
+        """What the mirrors hold and did (metrics, /v1/stats)."""
+        held = [m for _, m in self.mirrors.values()]
+        return {"boards": len(held), "rows": sum(len(m.rows.players) for m in held),
+                "bytes": sum(m.nbytes() for m in held), **self.mirror_stats}
 
     @_with_attempts
     async def approximate_player(self, board_id: str, player_id: str) -> PlayerView:

@@ -58,6 +58,10 @@ class RouterConfig:
     view_ttl_s: float = 120.0
     max_views: int = 256
     rank_key_cache: int = 1 << 18  # slots of the rank-key guesses (engine.core.rank_keys): 6 MiB
+    # a board with at most this many rows gets a rank mirror beside the router (engine.core.rank_mirror) on its
+    # first exact-rank read: ~90 B a row here; 0: none, every exact rank asks the shard actors
+    rank_mirror_rows: int = 4_000_000
+    rank_mirror_retry_s: float = 30.0  # after a mirror could not be built or followed, the fan-out path meanwhile
     read_retries: int = 5
     approx_sample_points: int = 256
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)

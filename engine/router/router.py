@@ -69,6 +69,7 @@ class Router:
         self.erasures = ers = Erasures(self.registry, seq, fan, lambda: ctl.archives, lambda: ctl.wall_clock(),
                                        ctl.ensure_helper)
         seq.erase_hooks.append(fan.forget_views)
+        seq.version_hooks.append(fan.tend_mirrors)  # mirrors follow each cycle's changes before its acks
         # one wall clock: the season timer's, decide's and the reads' (series windows)
         seq.wall_clock = fan.wall_clock = lambda: ctl.wall_clock()
         self._tasks: list[asyncio.Task] = []
@@ -105,6 +106,7 @@ class Router:
     async def stop(self) -> None:
         await self.drain()
         tasks = self._tasks + ([self.control.keeping] if self.control.keeping is not None else [])
+        tasks += list(self.fanout._mirror_builds.values())
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -83,6 +83,8 @@ class RouterClient:
             "outcomes": dict(m["outcomes"]),
             "storage_errors": m["storage_errors"],
             "snapshot_pause_seconds": list(self.snapshot_pauses),
+            # the exact-rank mirrors beside the router (engine.core.rank_mirror): boards, rows, bytes, reads, builds…
+            **{f"rank_mirror_{k}": v for k, v in self.router.fanout.mirror_summary().items()},
             # counted since start, for Prometheus histograms (engine.core.histogram)
             "histograms": {**{k: h.snapshot() for k, h in self.router.histograms.items()},
                            "snapshot_pause_seconds": self.snapshot_pause_histogram.snapshot()},

@@ -60,6 +60,7 @@ class ServiceConfig:
     erasure_deadline_s: float = 3600.0  # --erasure-deadline-s (docs/api.md §17)
     erasure_delay_s: float | None = None  # test seam: the erasure job's wait after a request (None: the default)
     erasure_snapshot_wait_s: float | None = None  # test seam: its wait for a periodic snapshot (None: the default)
+    rank_mirror_rows: int = RouterConfig.rank_mirror_rows  # --rank-mirror-rows (engine.core.rank_mirror; 0: none)
 
 
 class InProcessShards:
@@ -166,7 +167,7 @@ class LocalService(RouterClient):
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
             max_queued_events=cfg.max_queued_events, appends_in_flight=cfg.appends_in_flight,
-            erasure_secret=secret), archives=archives,
+            erasure_secret=secret, rank_mirror_rows=cfg.rank_mirror_rows), archives=archives,
             wall_clock=cfg.wall_clock)
         svc = cls(cfg, event_log, store, cores, router, lock_fd)
         svc.erasure_deadline_s, svc.erasure_delay_s = cfg.erasure_deadline_s, cfg.erasure_delay_s

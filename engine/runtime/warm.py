@@ -524,6 +524,12 @@ async def _reads(engine, board_id: str) -> None:
                 await engine.around(board_id, pid, 3, ties=ties)
             except Exception:
                 pass
+        if await engine.router.fanout.build_mirror(board_id):  # the rank mirror's build, its reads and follows
+            for pid in (PLAYERS[1], PLAYERS[-1], "p-nobody"):
+                try:
+                    await engine.player(board_id, pid, ties=ties)
+                except Exception:
+                    pass
         await engine.ranked_subset(board_id, PLAYERS[::2] + ["p-nobody"], ties=ties)
         await engine.changes(board_id, 0, 5, ties=ties)
         await engine.changes(board_id, max(0, info.version - 2), ties=ties)

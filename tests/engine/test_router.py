@@ -276,8 +276,9 @@ def test_reads_between_writes_equal_the_full_ranking_whether_the_key_guess_holds
 
 
 def test_a_player_read_again_or_after_a_write_takes_one_round_and_a_stale_guess_two(loop):
+    """The shard actors' path (no rank mirror: engine.core.rank_mirror has its own tests below)."""
     async def go():
-        svc = await LocalService.open(data_dir=None, n_shards=3)
+        svc = await LocalService.open(data_dir=None, n_shards=3, rank_mirror_rows=0)
         try:
             await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=3))
             await svc.submit([ScoreEvent(BOARD, f"e{i}", f"p{i}", i, 0, 0) for i in range(30)])
