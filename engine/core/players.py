@@ -207,6 +207,9 @@ def gather(arena: np.ndarray, offs: np.ndarray, idx: np.ndarray) -> tuple[np.nda
 def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes of many ids in one buffer plus their int64 offsets."""
     n = len(ids)
+    if n == 1:  # one id (a read): no join, no scan (a lone surrogate kept, as below)
+        one = ids[0].encode("utf-8", "surrogatepass")
+        return np.frombuffer(bytearray(one), dtype=np.uint8), np.array([0, len(one)], dtype=np.int64)
     joined = "\x00".join(ids)  # one pass over the ids' str objects (cold in cache on the write path)
     if joined.isascii():  # one byte per character
         raw = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)

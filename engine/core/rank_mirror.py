@@ -117,7 +117,7 @@ class RankMirror:
         row = rows._row(i, player_id)
         if row.key is None:
             return MirrorRead(row, None)
-        kp, kt = rows._keys(at)
+        kp, kt = np.array([~row.value, row.achieved_at], np.int64)[:, None]  # index_key of a descending policy
         rank = 1 + int(rows.index.count_less_many(kp, kt, at.astype(np.int32), rows.players.arena, rows.players.offs)[0])
         tied = 1 + rows.count_better_than(better_primary_probe(row.key[0])) if ties else None
         return MirrorRead(row, rank, tied)
