@@ -39,6 +39,7 @@ from engine.core import gc_tuning
 from engine.runtime import warm
 from engine.core.formats import LOG_FORMAT
 from engine.log import FileSnapshotStore, SegmentedFileLog
+from engine.log.follower import LogFollower
 from engine.core.journal import TAIL_ROWS, JournalPlace
 from engine.runtime.erasure import erase_log
 from engine.runtime.recovery import DeadLetterIndex, recover_shard
@@ -74,13 +75,21 @@ def unpack(data: bytes):
 
 
 class LogServer:
-    def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20):
+    """The log actor. ``follow``: the engine writes the log in its own process
+    (``SegmentedFileLog.open(..., mark=True)``, issue 29 item 4) and this actor
+    follows it (:class:`engine.log.follower.LogFollower`) for the shard actors'
+    recovery reads and dead letters, and keeps the snapshots; else it is the
+    log's writer too (``append``, ``rewrite``, ``erase_log``, retention)."""
+
+    def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20, follow: bool = False):
         gc_tuning.fix_mmap_threshold()  # freed frame buffers leave the process (engine/core/gc_tuning.py)
         root = Path(data_dir)
         root.mkdir(parents=True, exist_ok=True)
-        self.log = SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT)
+        self.log = (LogFollower(root / "log", record_format=LOG_FORMAT) if follow else
+                    SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT))
         self.store = FileSnapshotStore(root / "snapshots")
         self.dead = DeadLetterIndex(self.log)
+        self._dead_generation = getattr(self.log, "_generation", None)
 
     @ray.method(concurrency_group="append")
     def append(self, payloads: list[bytes], at: int | None = None) -> int:
@@ -101,7 +110,12 @@ class LogServer:
 
     def dead_letters(self, offset: int) -> bytes:
         """The dead-letter records from ``offset`` on (engine.runtime.recovery.DeadLetterIndex), scanned
-        here, next to the log: once, then only what was appended since a shard last asked."""
+        here, next to the log: once, then only what was appended since a shard last asked (from the
+        start again after the writer rewrote the log: its records may have changed)."""
+        if isinstance(self.log, LogFollower):
+            self.log.refresh()
+            if self.log._generation != self._dead_generation:
+                self.dead, self._dead_generation = DeadLetterIndex(self.log), self.log._generation
         return pack(self.dead.since(offset))
 
     def save_snapshot(self, name: str, offset: int, payload: bytes) -> str:

@@ -1,10 +1,14 @@
 """``ClusterEngine``: the EngineClient whose shards are Ray actors.
 
 The gateway process is a Ray driver. It runs the :class:`engine.router.router.Router`
-(sequencing, admission, merges) and talks to one ``LogServer`` actor pinned
-to its own node and to ``n`` shard actors spread over the cluster. Calls
-from this one driver reach each sync shard actor in submission order, which
-is what makes a fan-out a consistent cut (docs/consistency.md).
+(sequencing, admission, merges), appends to the event log itself (group
+commit on its own writer thread: no Ray call between a batch and its fsync,
+issue 29 item 4), and talks to one ``LogServer`` actor pinned to its own
+node, which follows that log for the shard actors' recovery reads and keeps
+the snapshots (:mod:`engine.log.follower`), and to ``n`` shard actors spread
+over the cluster. Calls from this one driver reach each sync shard actor in
+submission order, which is what makes a fan-out a consistent cut
+(docs/consistency.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from engine.core.formats import LOG_FORMAT
+from engine.log import SegmentedFileLog
 from engine.log.secret import load_secret
 from engine.log.framing import pack_in_pieces
 from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
@@ -31,7 +37,7 @@ from engine.log.archives import FileArchiveStore
 from engine.router.router import Router, RouterConfig
 from engine.runtime.base import RouterClient
 from engine.runtime.outbox_feed import WebhookConfig
-from engine.runtime.local import _lock
+from engine.runtime.local import DirectLog, _lock
 
 log = logging.getLogger("flowrank.cluster")
 
@@ -94,20 +100,12 @@ async def _unpacked(ref):
                          retry_after=1) from exc
 
 
-class RayLog:
-    """LogPort over the LogServer actor."""
-
-    def __init__(self, server):
-        self.server = server
-
-    async def append(self, payloads: list[bytes], at: int | None = None) -> int:
-        return await self.server.append.remote(payloads, at)  # each record packed once, by the sequencer
-
-
 class ClusterEngine(RouterClient):
-    def __init__(self, router: Router, log_server, shards: list, lock_fd, started_ray: bool):
+    def __init__(self, router: Router, log_server, shards: list, lock_fd, started_ray: bool,
+                 event_log: SegmentedFileLog | None = None):
         self.router = router
         self.log_server = log_server
+        self.event_log = event_log  # written here; the log server follows it
         self.shards = shards
         self._lock_fd = lock_fd
         self._started_ray = started_ray
@@ -146,21 +144,24 @@ class ClusterEngine(RouterClient):
         here = ray.get_runtime_context().get_node_id()
         namespace = ray.get_runtime_context().namespace
         log_name = f"flowrank-log-{uuid.uuid4().hex[:12]}"
+        # the log's writer lives here (opened, torn tail truncated, durable mark written, before the log
+        # server follows it and any shard reads it)
+        event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", record_format=LOG_FORMAT, mark=True)
         log_server = RemoteLogServer.options(
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        ).remote(str(root))
-        await log_server.end_offset.remote()  # opened (torn tail truncated) before any shard reads it
+        ).remote(str(root), follow=True)
+        await log_server.end_offset.remote()
         # cache_dir: the numba compile cache each shard actor points its kernels at (engine.runtime.warm)
         shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
                   for i in range(n)]
         await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
         secret = await asyncio.to_thread(load_secret, root)
-        router = Router(RayShards(shards), RayLog(log_server), RouterConfig(
+        router = Router(RayShards(shards), DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events,
             appends_in_flight=appends_in_flight, erasure_secret=secret, rank_mirror_rows=rank_mirror_rows),
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
-        eng = cls(router, log_server, shards, lock_fd, started_ray)
+        eng = cls(router, log_server, shards, lock_fd, started_ray, event_log)
         eng.namespace = namespace
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events
@@ -169,7 +170,9 @@ class ClusterEngine(RouterClient):
         eng.webhooks, eng.webhook_dir = webhooks, str(root)
         eng.erasure_deadline_s = erasure_deadline_s
         view = RemoteLogView(log_server)
-        await eng._start(view, view)  # the same start sequence as the local service (RouterClient._start)
+        # the same start sequence as the local service (RouterClient._start): the router's recovery and the
+        # erasure job read and rewrite the log here, snapshots go through the log server
+        await eng._start(event_log, view)
         eng.recovery_seconds = time.monotonic() - started
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
@@ -203,7 +206,7 @@ class ClusterEngine(RouterClient):
             packed = await asyncio.to_thread(pack_in_pieces, state)  # a piece at a time: the loop gets in between
             await self.log_server.save_snapshot.remote("router", offset + 1, packed)
             if self.prune_log:  # segments wholly before every snapshot
-                await self.log_server.delete_segments_before.remote(min([offset, *shard_offsets]) + 1)
+                await asyncio.to_thread(self.event_log.delete_segments_before, min([offset, *shard_offsets]) + 1)
         return held + cut
 
     #: how often the router asks a shard actor whether its background save is done (a cheap call)
@@ -251,6 +254,8 @@ class ClusterEngine(RouterClient):
             await self.log_server.close.remote()
         except Exception:
             pass
+        if self.event_log is not None:
+            await asyncio.to_thread(self.event_log.close)
         for a in [*self.shards, self.log_server]:
             ray.kill(a)
         if self.namespace is not None:  # the shard actors' export spill directories on this node (empty by now)

@@ -73,6 +73,7 @@ import json
 import logging
 import os
 import re
+import struct
 import threading
 import time
 import zlib
@@ -109,6 +110,13 @@ REWRITE_MANIFEST = "rewrite.manifest"
 _MANIFEST_FORMAT = 1
 #: How long an append at a position waits for the appends ahead of it (module doc) before it fails.
 HOLD_TIMEOUT_S = 30.0
+#: The durable mark (``open(..., mark=True)``): where the writer publishes, after every commit, the log's
+#: durable end and a generation that changes whenever segments are rewritten or deleted, for a
+#: :class:`engine.log.follower.LogFollower` in another process on this node. Page cache only, never
+#: fsync'd: a writer that opens the log writes it again before any follower starts.
+MARK_NAME = "durable.mark"
+MARK = struct.Struct("<qqq")  # durable end, generation, their check (durable ^ generation ^ MARK_CHECK)
+MARK_CHECK = 0x46524D41524B  # "FRMARK"
 
 
 def segment_file_name(first_offset: int) -> str:
@@ -207,7 +215,8 @@ class SegmentedFileLog:
     """File-backed :class:`engine.log.EventLog`. Create with :meth:`open`."""
 
     def __init__(self, directory: str, segments: list[_Segment], *, segment_bytes: int,
-                 fsync: bool, fault_hook: FaultHook | None, index_interval: int, record_format: int = 0):
+                 fsync: bool, fault_hook: FaultHook | None, index_interval: int, record_format: int = 0,
+                 mark: bool = False):
         self._dir = directory
         self._record_format = record_format
         self._segments = segments
@@ -234,16 +243,31 @@ class SegmentedFileLog:
         self._fd = os.open(last.path, os.O_WRONLY)
         self._stats = {"groups": 0, "batches": 0, "records": 0, "fsyncs": 0,
                        "failed_groups": 0, "last_fsync_seconds": 0.0}
+        # the durable mark (MARK_NAME): a new generation per open, and per rewrite or deletion after it
+        self._mark_fd = os.open(os.path.join(directory, MARK_NAME), os.O_RDWR | os.O_CREAT, 0o644) if mark else None
+        self._generation = time.time_ns()
+        self._publish()
         self._writer = threading.Thread(target=self._run, name=f"flowrank-log-writer:{directory}",
                                         daemon=True)
         self._writer.start()
 
     # ------------------------------------------------------------------ open
 
+    def _publish(self, new_generation: bool = False) -> None:
+        """Write the durable mark (MARK_NAME) when this log keeps one: the
+        durable end, and a new generation after segments were rewritten or
+        deleted (a follower then scans them again)."""
+        if self._mark_fd is None:
+            return
+        if new_generation:
+            self._generation += 1
+        durable, gen = self._durable, self._generation
+        os.pwrite(self._mark_fd, MARK.pack(durable, gen, durable ^ gen ^ MARK_CHECK), 0)
+
     @classmethod
     def open(cls, directory: str, *, segment_bytes: int = 64 * 2**20, fsync: bool = True,
              fault_hook: FaultHook | None = None, index_interval: int = 1024,
-             record_format: int = LOG_FORMAT) -> "SegmentedFileLog":
+             record_format: int = LOG_FORMAT, mark: bool = False) -> "SegmentedFileLog":
         """Open (creating if needed) the log in ``directory``.
 
         Verifies every record of every segment (``O(total bytes)``), repairs a
@@ -258,7 +282,9 @@ class SegmentedFileLog:
         does not match it), ``.rw`` files without one are deleted.
         ``record_format`` (default: this version's ``engine.core.formats.LOG_FORMAT``)
         is written into new segment headers; a segment whose header names a
-        newer one raises :class:`UnsupportedFormat`.
+        newer one raises :class:`UnsupportedFormat`. ``mark``: publish the
+        durable end after every commit (:data:`MARK_NAME`) for a
+        :class:`engine.log.follower.LogFollower` in another process.
         """
         if segment_bytes < 1 or index_interval < 1:
             raise ValueError("segment_bytes and index_interval must be >= 1")
@@ -298,7 +324,7 @@ class SegmentedFileLog:
             os.close(_create_segment_file(last_seg.path, last_seg.first_offset, fsync, None, record_format))
             last_seg.record_format = record_format
         return cls(directory, segments, segment_bytes=segment_bytes, fsync=fsync,
-                   fault_hook=fault_hook, index_interval=index_interval, record_format=record_format)
+                   fault_hook=fault_hook, index_interval=index_interval, record_format=record_format, mark=mark)
 
     # --------------------------------------------------------------- queries
 
@@ -473,6 +499,7 @@ class SegmentedFileLog:
             self._durable = first
             self._assigned = first
             self._broken = False
+            self._publish()
             st = self._stats
             st["groups"] += 1
             st["batches"] += len(group)
@@ -780,6 +807,7 @@ class SegmentedFileLog:
                 os.replace(w.temp, w.segment.path)
                 i = bisect_right(self._firsts, w.segment.first_offset) - 1
                 self._segments[i] = w.segment
+            self._publish(new_generation=True)
         self._delete_manifest(manifest)
 
     def _delete_manifest(self, manifest: str) -> None:
@@ -823,6 +851,7 @@ class SegmentedFileLog:
                         raise LogCorruption(f"log segment {path}: rewritten with {new.records} records, "
                                             f"{seg.records} before")
                     self._segments[i] = new
+                    self._publish(new_generation=True)
             self._delete_manifest(manifest)
             _delete_rewrite_temps(self._dir)
         except OSError as exc:
@@ -844,6 +873,8 @@ class SegmentedFileLog:
                 self._segments.pop(0)
                 self._firsts.pop(0)
                 deleted.append(seg.path)
+            if deleted:
+                self._publish(new_generation=True)
         if deleted:
             fsync_directory(self._dir)
         return deleted
@@ -859,10 +890,12 @@ class SegmentedFileLog:
             self._cond.notify_all()
         self._writer.join()
         self._closed = True
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        for fd in (self._fd, self._mark_fd):
+            try:
+                if fd is not None:
+                    os.close(fd)
+            except OSError:
+                pass
 
     def __enter__(self) -> "SegmentedFileLog":
         return self

@@ -170,6 +170,8 @@ class ReadFanOut:
         self.mirrors: dict[str, tuple[object, RankMirror]] = {}
         self._mirror_builds: dict[str, asyncio.Task] = {}
         self._mirror_after: dict[str, float] = {}  # board -> no new build before this (monotonic s)
+        self._mirror_used: dict[str, float] = {}  # board -> when a read last used its mirror (monotonic s)
+        self._mirror_sweep = 0.0  # next look for idle mirrors
         self.mirror_stats: dict[str, int] = defaultdict(int)  # reads, builds, lost, failed
 
     async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict:
@@ -479,33 +481,67 @@ class ReadFanOut:
         can have one (not archived, not ``fastest_time``, no subscores, at
         most ``rank_mirror_rows`` rows, its delta ring at its version: not a
         gateway worker, which has no ring)."""
-        spec = ctl.spec
-        board_id = spec.board_id
-        if (self.cfg.rank_mirror_rows <= 0 or ctl.archive is not None or not mirrors(spec.policy, spec.subscores)
-                or ctl.ring.version != ctl.version):
-            self.mirrors.pop(board_id, None)
+        board_id = ctl.spec.board_id
+        if not self._mirrorable(ctl):
             return None
-        held = self.mirrors.get(board_id)
-        if held is not None:
-            ring, m = held
-            if ring is ctl.ring and m.catch_up(ctl.ring) and m.version == ctl.version:
-                return m
-            del self.mirrors[board_id]
-            self.mirror_stats["lost"] += 1
-            self._mirror_after[board_id] = self.clock() + self.cfg.rank_mirror_retry_s
+        now = self.clock()
+        if now >= self._mirror_sweep:
+            self._sweep_mirrors(now)
+        m = self._follow(ctl, now)
+        if m is not None:
+            self._mirror_used[board_id] = now
+            return m
         if board_id not in self._mirror_builds and self.clock() >= self._mirror_after.get(board_id, 0.0):
             task = asyncio.get_running_loop().create_task(self.build_mirror(board_id))
             self._mirror_builds[board_id] = task
         return None
 
+    def _mirrorable(self, ctl: BoardCtl) -> bool:
+        """Whether the board may have a mirror now (else any it has is dropped)."""
+        spec = ctl.spec
+        if (self.cfg.rank_mirror_rows <= 0 or ctl.archive is not None or not mirrors(spec.policy, spec.subscores)
+                or ctl.ring.version != ctl.version):
+            self.mirrors.pop(spec.board_id, None)
+            return False
+        return True
+
+    def _follow(self, ctl: BoardCtl, now: float) -> RankMirror | None:
+        """The board's mirror brought to the board's version, or None (none,
+        or it could not follow: dropped, and no new build for a while)."""
+        board_id = ctl.spec.board_id
+        held = self.mirrors.get(board_id)
+        if held is None:
+            return None
+        ring, m = held
+        if ring is ctl.ring and m.catch_up(ctl.ring) and m.version == ctl.version:
+            return m
+        del self.mirrors[board_id]
+        self.mirror_stats["lost"] += 1
+        self._mirror_after[board_id] = now + self.cfg.rank_mirror_retry_s
+        return None
+
+    def _sweep_mirrors(self, now: float) -> None:
+        """Drop the mirrors no read used for ``rank_mirror_idle_s`` and those
+        of boards gone or archived (a series' past windows): their memory
+        goes back; a read builds one again."""
+        self._mirror_sweep = now + min(60.0, self.cfg.rank_mirror_idle_s)
+        for board_id in list(self.mirrors):
+            ctl = self.boards.get(board_id)
+            if ctl is None or ctl.archive is not None or now - self._mirror_used.get(board_id, now) > \
+                    self.cfg.rank_mirror_idle_s:
+                del self.mirrors[board_id]
+                self._mirror_used.pop(board_id, None)
+                self.mirror_stats["idle"] += 1
+
     def tend_mirrors(self, touched) -> None:
         """After a cycle's changes reached the boards' rings (a version hook,
         before the cycle's acknowledgements): the touched boards' mirrors
         follow them, so a mirror never falls behind the ring's retention."""
+        now = self.clock()
         for board_id in touched:
             ctl = self.boards.get(board_id)
-            if ctl is not None and board_id in self.mirrors:
-                self.mirror(ctl)
+            if ctl is not None and board_id in self.mirrors and self._mirrorable(ctl):
+                self._follow(ctl, now)
 
     async def build_mirror(self, board_id: str) -> bool:
         """Build the board's mirror from one consistent cut of every shard
@@ -543,6 +579,7 @@ class ReadFanOut:
             if self.registry.boards.get(board_id) is ctl and ctl.ring is ring and m.catch_up(ring) \
                     and m.version == ctl.version and ctl.archive is None:
                 self.mirrors[board_id] = (ring, m)
+                self._mirror_used[board_id] = self.clock()
                 self.mirror_stats["builds"] += 1
                 return True
             self.mirror_stats["failed"] += 1

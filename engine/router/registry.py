@@ -62,6 +62,7 @@ class RouterConfig:
     # first exact-rank read: ~90 B a row here; 0: none, every exact rank asks the shard actors
     rank_mirror_rows: int = 4_000_000
     rank_mirror_retry_s: float = 30.0  # after a mirror could not be built or followed, the fan-out path meanwhile
+    rank_mirror_idle_s: float = 900.0  # a mirror no exact-rank read used this long is dropped (yesterday's window)
     read_retries: int = 5
     approx_sample_points: int = 256
     max_snapshot_page: int = 10_000  # /changes snapshot: largest (and default) page (docs/api.md §9)

@@ -153,3 +153,26 @@ def test_a_board_over_the_row_limit_keeps_the_shard_actors_path():
             await svc.close()
 
     asyncio.run(go())
+
+
+def test_an_unread_mirror_is_dropped_and_writes_do_not_keep_it():
+    async def go():
+        now = [0.0]
+        svc = await LocalService.open(data_dir=None, n_shards=2)
+        try:
+            fan = svc.router.fanout
+            fan.clock = lambda: now[0]
+            fan.cfg.rank_mirror_idle_s = 100.0
+            await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=2))
+            await svc.submit([ScoreEvent(BOARD, "e0", "p0", 1, 0, 0)])
+            assert await fan.build_mirror(BOARD)
+            for k in range(1, 4):  # writes follow the mirror but do not count as its use
+                now[0] = 60.0 * k
+                await svc.submit([ScoreEvent(BOARD, f"e{k}", f"p{k}", k, 0, 0)])
+            assert BOARD in fan.mirrors
+            assert (await svc.player(BOARD, "p0")).rank == 3  # past the idle time: swept, from the shard actors
+            assert BOARD not in fan.mirrors and fan.mirror_stats["idle"] == 1 and fan.mirror_stats["reads"] == 0
+        finally:
+            await svc.close()
+
+    asyncio.run(go())
