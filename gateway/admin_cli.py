@@ -606,15 +606,24 @@ def cmd_export(api: Api, args, out: IO[str]) -> int:
 # ----------------------------------------------------------------- parser
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (also the serve flags' type, gateway.cli)."""
+def _int_at_least(text: str, minimum: int, what: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
+    if v < minimum:
+        raise argparse.ArgumentTypeError(what)
     return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (also the serve flags' type, gateway.cli)."""
+    return _int_at_least(text, 1, "must be a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (gateway.cli: --rank-mirror-rows)."""
+    return _int_at_least(text, 0, "must be 0 or more")
 
 
 def _non_negative(text: str) -> int:

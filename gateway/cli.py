@@ -25,7 +25,7 @@ import threading
 from typing import NoReturn, Sequence
 
 from gateway import admin_cli, logformat, startup_errors
-from gateway.admin_cli import positive_int
+from gateway.admin_cli import non_negative_int, positive_int
 from gateway.cors import parse_origin
 from gateway.settings import Settings
 
@@ -45,17 +45,6 @@ def _positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
     return value
-
-
-def _non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return v
 
 
 def _port(text: str) -> int:
@@ -145,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--appends-in-flight", type=positive_int, default=d.appends_in_flight, metavar="N",
                    help="log appends the sequencer keeps in flight, acknowledged in log order (default 2; "
                         "1: one at a time); docs/performance.md 'Issue 29 item 4'")
-    s.add_argument("--rank-mirror-rows", type=_non_negative_int, default=d.rank_mirror_rows, metavar="N",
+    s.add_argument("--rank-mirror-rows", type=non_negative_int, default=d.rank_mirror_rows, metavar="N",
                    help="a board with at most N rows answers exact rank from a mirror of its rows beside the "
                         f"router, about 90 bytes a row (default {d.rank_mirror_rows:,}; 0: always ask the shard "
                         "actors); docs/http.md 'Reads'")

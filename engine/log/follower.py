@@ -132,7 +132,8 @@ class LogFollower(SegmentedFileLog):
         with open(seg.path, "rb") as f:
             f.seek(seg.size)
             data = f.read()
-        got = parse_frames(data, 0, len(data), want, keep=False)
+        # CRC-checked, not decoded: the writer decoded every record at its open or packed it itself
+        got = parse_frames(data, 0, len(data), want, keep=False, decode=False)
         k0, n = seg.records, len(got.starts)
         interval = self._interval
         for m in range(max(interval, -(-k0 // interval) * interval), k0 + n, interval):

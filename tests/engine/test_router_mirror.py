@@ -99,12 +99,18 @@ def test_mirror_reads_equal_the_shard_actors_after_every_operation(script):
     asyncio.run(_script(*script))
 
 
+async def _board_of(players: int, **options) -> LocalService:
+    """A service with a 2-partition best_score board of ``players`` rows (player ``pi`` scored ``i``)."""
+    svc = await LocalService.open(data_dir=None, n_shards=2, **options)
+    await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=2))
+    await svc.submit([ScoreEvent(BOARD, f"e{i}", f"p{i}", i, 0, 0) for i in range(players)])
+    return svc
+
+
 def test_a_first_exact_rank_read_builds_the_mirror_and_writes_keep_it_at_the_board_version():
     async def go():
-        svc = await LocalService.open(data_dir=None, n_shards=2, delta_retention=4)
+        svc = await _board_of(50, delta_retention=4)
         try:
-            await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=2))
-            await svc.submit([ScoreEvent(BOARD, f"e{i}", f"p{i}", i, 0, 0) for i in range(50)])
             fan = svc.router.fanout
             assert (await svc.player(BOARD, "p7")).rank == 43  # from the shard actors; a build starts
             assert BOARD in fan._mirror_builds
@@ -141,10 +147,8 @@ def test_boards_without_a_mirror_read_from_the_shard_actors(policy, subscores):
 
 def test_a_board_over_the_row_limit_keeps_the_shard_actors_path():
     async def go():
-        svc = await LocalService.open(data_dir=None, n_shards=2, rank_mirror_rows=10)
+        svc = await _board_of(11, rank_mirror_rows=10)
         try:
-            await svc.create_board(BoardSpec(BOARD, Policy.BEST_SCORE, shards=2))
-            await svc.submit([ScoreEvent(BOARD, f"e{i}", f"p{i}", i, 0, 0) for i in range(11)])
             fan = svc.router.fanout
             assert not await fan.build_mirror(BOARD)
             assert fan.mirror_stats["too_big"] == 1 and (await svc.player(BOARD, "p0")).rank == 11

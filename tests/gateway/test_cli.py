@@ -56,6 +56,19 @@ def test_client_raises_typed_errors():
     assert ei.value.code == "BOARD_NOT_FOUND" and ei.value.field == "board_id"
 
 
+def test_rank_mirror_rows_reach_the_engine_and_must_not_be_negative(capsys):
+    """--rank-mirror-rows (docs/http.md "Reads"): the default, 0 (no mirrors), and into the engine host's kwargs."""
+    from gateway.workers import engine_kwargs  # noqa: PLC0415
+
+    default = settings_from_args(build_parser().parse_args(["serve"]))
+    off = settings_from_args(build_parser().parse_args(["serve", "--rank-mirror-rows", "0"]))
+    assert (default.rank_mirror_rows, off.rank_mirror_rows) == (4_000_000, 0)
+    assert engine_kwargs(off)["rank_mirror_rows"] == 0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--rank-mirror-rows", "-1"])
+    assert "must be 0 or more" in capsys.readouterr().err
+
+
 def test_ray_dashboard_is_opt_in():
     assert settings_from_args(build_parser().parse_args(["serve"])).ray_dashboard is False
     assert settings_from_args(build_parser().parse_args(["serve", "--ray-dashboard"])).ray_dashboard is True
