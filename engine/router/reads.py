@@ -173,6 +173,7 @@ class ReadFanOut:
         self._mirror_used: dict[str, float] = {}  # board -> when a read last used its mirror (monotonic s)
         self._mirror_sweep = 0.0  # next look for idle mirrors
         self.mirror_stats: dict[str, int] = defaultdict(int)  # reads, builds, lost, failed
+        self.mirroring = True  # False: never a mirror (a read replica: no delta ring, engine.runtime.replica)
 
     async def fan(self, ctl: BoardCtl, make: Callable[[int], tuple], actors: Sequence[int] | None = None) -> dict:
         """One request per shard actor (``make(actor)``), all submitted in the
@@ -499,8 +500,8 @@ class ReadFanOut:
     def _mirrorable(self, ctl: BoardCtl) -> bool:
         """Whether the board may have a mirror now (else any it has is dropped)."""
         spec = ctl.spec
-        if (self.cfg.rank_mirror_rows <= 0 or ctl.archive is not None or not mirrors(spec.policy, spec.subscores)
-                or ctl.ring.version != ctl.version):
+        if (not self.mirroring or self.cfg.rank_mirror_rows <= 0 or ctl.archive is not None
+                or not mirrors(spec.policy, spec.subscores) or ctl.ring.version != ctl.version):
             self.mirrors.pop(spec.board_id, None)
             return False
         return True

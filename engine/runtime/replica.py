@@ -51,6 +51,9 @@ ShareView = Callable[[str, int, list, bool], Awaitable[None]]
 class ReadReplica:
     def __init__(self, transport, lookup: BoardLookup, share_view: ShareView, config: RouterConfig | None = None):
         self.fanout = ReadFanOut(transport, BoardRegistry(transport.n, config))  # reads only
+        # no rank mirrors here: a replica never sees a board's changes (no delta ring to follow);
+        # its exact ranks ask the shard actors (docs/http.md "Reads")
+        self.fanout.mirroring = False
         self.lookup = lookup
         self.share_view = share_view
         self._host_only: set[str] = set()  # archived, or unknown at the last lookup

@@ -61,10 +61,23 @@ async def test_replica_reads_equal_the_engine_and_see_every_acknowledged_write(s
         ids = [f"p{i}" for i in range(0, 40, 3)]
         assert await b.ranked_subset(B, ids) == await eng.ranked_subset(B, ids)
     assert b.replica.reads > 0 and b.replica.fanout.boards.keys() == {B}
+    # a replica has no delta ring to follow: its exact ranks never come from (or build) a rank mirror
+    assert not b.replica.fanout.mirrors and not b.replica.fanout._mirror_builds
+    assert not b.replica.fanout.mirror_stats
     # with the version table no top read asked the shards for the version
     assert (b.replica.version_rounds == 0) == (b.replica._slot != {})
     with pytest.raises(PlayerNotFound):
         await b.player(B, "nobody")
+
+
+async def test_a_replica_never_builds_a_rank_mirror(setup):
+    """Its board control knows no changes (no delta ring): a mirror there could never follow the board."""
+    eng, _, (a, b) = setup
+    await a.submit(events(random.Random(1), 0, 30))
+    pid = (await eng.top(B, 0, 1)).entries[0].player_id
+    assert await b.player(B, pid) == await eng.player(B, pid)  # the replica's first read of the board
+    await asyncio.sleep(0.05)
+    assert not b.replica.fanout.mirrors and not b.replica.fanout._mirror_builds and not b.replica.fanout.mirror_stats
 
 
 async def test_concurrent_writes_never_tear_a_replica_cut(setup):
