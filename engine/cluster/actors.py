@@ -89,7 +89,7 @@ class LogServer:
                     SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT))
         self.store = FileSnapshotStore(root / "snapshots")
         self.dead = DeadLetterIndex(self.log)
-        self._dead_generation = getattr(self.log, "_generation", None)
+        self._dead_generation = self.log.generation if isinstance(self.log, LogFollower) else None
 
     @ray.method(concurrency_group="append")
     def append(self, payloads: list[bytes], at: int | None = None) -> int:
@@ -114,8 +114,8 @@ class LogServer:
         start again after the writer rewrote the log: its records may have changed)."""
         if isinstance(self.log, LogFollower):
             self.log.refresh()
-            if self.log._generation != self._dead_generation:
-                self.dead, self._dead_generation = DeadLetterIndex(self.log), self.log._generation
+            if self.log.generation != self._dead_generation:
+                self.dead, self._dead_generation = DeadLetterIndex(self.log), self.log.generation
         return pack(self.dead.since(offset))
 
     def save_snapshot(self, name: str, offset: int, payload: bytes) -> str:

@@ -61,6 +61,11 @@ class LogFollower(SegmentedFileLog):
 
     # ------------------------------------------------------------ following
 
+    @property
+    def generation(self) -> int | None:
+        """The writer's generation this follower last scanned at (a new one: segments were rewritten or deleted)."""
+        return self._generation
+
     def _read_mark(self) -> tuple[int, int]:
         path = os.path.join(self._dir, MARK_NAME)
         for _ in range(100):  # a read that overlapped the writer's 24-byte write: read again
