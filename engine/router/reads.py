@@ -552,7 +552,7 @@ class ReadFanOut:
         the board has a mirror at its version afterwards."""
         ctl = self.registry.ctl(board_id)
         ring = ctl.ring
-        pinned = ring.version
+        pinned, epoch = ring.version, ring.epoch  # a reset from now on (an erasure) fails the catch-up below
         ring.pin(pinned)
         try:
             async def size():
@@ -572,7 +572,7 @@ class ReadFanOut:
             version, chunks = await self.consistent(rows, ctl)
             spec = ctl.spec
             m = await asyncio.to_thread(RankMirror.build, spec.policy, spec.max_plausible_time_ms, chunks, version,
-                                        ring.epoch)
+                                        epoch)
             for _ in range(1000):  # the cut may hold a cycle whose completion has not reached the ring yet
                 if ring.version >= version:
                     break

@@ -180,3 +180,31 @@ def test_an_unread_mirror_is_dropped_and_writes_do_not_keep_it():
             await svc.close()
 
     asyncio.run(go())
+
+
+def test_a_ring_reset_during_a_build_fails_it():
+    """An erasure resets the ring (an erased unranked row leaves without a delta): a cut taken
+    before the reset cannot be trusted after it, even at the same version."""
+    async def go():
+        svc = await _board_of(20)
+        try:
+            fan = svc.router.fanout
+            ctl = svc.router.boards[BOARD]
+            consistent = fan.consistent
+
+            async def reset_after_the_cut(attempt, c=None):
+                got = await consistent(attempt, c)
+                if isinstance(got, tuple):  # the ROWS cut (the size round answers a number)
+                    ctl.ring.reset(ctl.ring.version)
+                return got
+
+            fan.consistent = reset_after_the_cut
+            assert not await fan.build_mirror(BOARD)
+            assert BOARD not in fan.mirrors and fan.mirror_stats["failed"] == 1
+            fan.consistent = consistent
+            fan._mirror_after.clear()
+            assert await fan.build_mirror(BOARD)  # a cut after the reset is fine
+        finally:
+            await svc.close()
+
+    asyncio.run(go())
