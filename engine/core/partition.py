@@ -921,23 +921,20 @@ class Partition:
         touched, steps = touched.astype(np.int32), steps.astype(np.int32)
         was_active = self.st[touched] == ST_ACTIVE
         old_p, old_t = self._keys(touched)
+        if status is not RowStatus.INVALIDATED:  # erased, or changed: the row's metadata goes (or is its change's)
+            for q in touched[self.has_meta[touched] != 0].tolist():
+                del self.meta[q]
+            self.has_meta[touched] = 0
         if status is RowStatus.ERASED:
             self.st[touched] = ST_NONE
             self.val[touched] = self.ach[touched] = self.sub[touched] = 0
             self.rv[touched] = 0
-            for q in touched[self.has_meta[touched] != 0].tolist():
-                del self.meta[q]
-            self.has_meta[touched] = 0
         else:
             self.val[touched] = np.asarray(values, np.int64)[last]
             self.ach[touched] = np.asarray(achieved, np.int64)[last]
             self.rv[touched] += steps
             if status is RowStatus.ACTIVE:
                 self.st[touched] = ST_ACTIVE
-                # a changed row's metadata is its change's (none: the row has none now)
-                for q in touched[self.has_meta[touched] != 0].tolist():
-                    del self.meta[q]
-                self.has_meta[touched] = 0
                 if metadata is not None:
                     for q, j in zip(touched.tolist(), last.tolist()):
                         m = metadata[j]
@@ -988,12 +985,17 @@ class Partition:
                         p.meta[q] = raw
                         p.has_meta[q] = 1
             at += len(vals)
-        active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
-        kp, kt = p._keys(active)
-        order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
-        p.index.reserve(len(active))
-        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs)
+        p._index_active_rows()
         return p
+
+    def _index_active_rows(self) -> None:
+        """Put every ACTIVE row's key into the (empty) index, in key order, the
+        index sized once: a partition loaded or built in bulk."""
+        active = np.flatnonzero(self.st[: len(self.players)] == ST_ACTIVE).astype(np.int32)
+        kp, kt = self._keys(active)
+        order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
+        self.index.reserve(len(active))
+        self.index.insert_many(kp[order], kt[order], active[order], self.players.arena, self.players.offs, *self._sd())
 
     # ------------------------------------------------------------------- reads
 
@@ -1129,6 +1131,20 @@ class Partition:
 
     def rank(self, player_id: str) -> int | None:
         return self.ranks([player_id])[0]
+
+    def row_and_rank(self, player_id: str) -> tuple[Row, int | None] | None:
+        """The player's row (any status) and local rank (None unless ACTIVE),
+        from one id lookup; None when there is no row. O(log n)."""
+        at = self._lookup([player_id])
+        p = int(at[0])
+        if p < 0:
+            return None
+        row = self._row(p, player_id)
+        if row.key is None:
+            return row, None
+        kp, kt = self._keys(at)
+        return row, 1 + int(self.index.count_less_many(kp, kt, at.astype(np.int32), self.players.arena,
+                                                       self.players.offs, *self._sd())[0])
 
     def count_better_than(self, key: RankKey) -> int:
         """How many ACTIVE rows rank strictly before a wire key (whose player
@@ -1334,10 +1350,7 @@ class Partition:
                     first_seen.add(raw)
                     owned[r] = True
             j.rebuild_owner(owned)
-        active = np.flatnonzero(p.st[:n] == ST_ACTIVE).astype(np.int32)
-        kp, kt = p._keys(active)
-        order = np.lexsort((kt, kp))  # byte ties are settled by the index itself
-        p.index.insert_many(kp[order], kt[order], active[order], p.players.arena, p.players.offs, *p._sd())
+        p._index_active_rows()
         p.changes = state["changes"]
         p.gone = np.frombuffer(state.get("gone", b""), "<i4").astype(np.int32)
         return p
@@ -1346,6 +1359,24 @@ class Partition:
 
     def _check(self) -> None:
         """O(n log n) self-check used by tests (STYLE §11)."""
+        self._check_rows()
+        n = len(self.players)
+        j = self.journal
+        assert np.all(j.pid[: j.n] < n)
+        assert self.changes >= 0
+        if self._pol == POL_LATEST:  # each row is its latest valid event, and src names that event's row
+            for p in np.flatnonzero(self.st[:n] == ST_ACTIVE).tolist():
+                cand = [r for r in j.rows_of(p) if j.record(r)[1] != KIND_INVALIDATION
+                        and j.record(r)[2] in _CANDIDATE_SET and r not in j.invalid]
+                last = max(cand, key=lambda r: (j.record(r)[4], j.record(r)[5], j.id_bytes(r)))
+                assert int(self.src[p]) == last, "src is not the latest valid event"
+                _, _, _, v, a, s, _ = j.record(last)
+                assert (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == (v, a, s), "row != its src event"
+
+    def _check_rows(self) -> None:
+        """The rows' own invariants (a partition with no journal history too:
+        a rank mirror's, engine.core.rank_mirror): ids, the index against the
+        ACTIVE rows, row versions, metadata."""
         pt = self.players
         pt._check()
         self.index._check(pt.arena, pt.offs, *self._sd())
@@ -1357,18 +1388,5 @@ class Partition:
         got = [r.key for r in self.top(0, len(self.index))]
         assert got == expected, "index keys disagree with rows"
         assert np.all(self.rv[:n][self.st[:n] != ST_NONE] >= 1)
-        j = self.journal
-        assert np.all(j.pid[: j.n] < n)
         assert set(np.flatnonzero(self.has_meta[:n]).tolist()) == set(self.meta), "has_meta disagrees with meta"
         assert all(self.meta.values()), "an empty metadata entry"
-        assert self.changes >= 0
-        if self._pol == POL_LATEST:  # each row is its latest valid event, and src names that event's row
-            for p in np.flatnonzero(self.st[:n] == ST_ACTIVE).tolist():
-                cand = [r for r in j.rows_of(p) if j.record(r)[1] != KIND_INVALIDATION
-                        and j.record(r)[2] in _CANDIDATE_SET and r not in j.invalid]
-                last = max(cand, key=lambda r: (j.record(r)[4], j.record(r)[5], j.id_bytes(r)))
-                assert int(self.src[p]) == last, "src is not the latest valid event"
-                _, _, _, v, a, s, _ = j.record(last)
-                assert (int(self.val[p]), int(self.ach[p]), int(self.sub[p])) == (v, a, s), "row != its src event"
-
-

@@ -109,17 +109,11 @@ class RankMirror:
     def read(self, player_id: str, ties: bool = False) -> MirrorRead | None:
         """The player's row and exact rank, None when the board has no row
         for them. O(log n)."""
-        rows = self.rows
-        at = rows._lookup([player_id])
-        i = int(at[0])
-        if i < 0:
+        got = self.rows.row_and_rank(player_id)
+        if got is None:
             return None
-        row = rows._row(i, player_id)
-        if row.key is None:
-            return MirrorRead(row, None)
-        kp, kt = np.array([~row.value, row.achieved_at], np.int64)[:, None]  # index_key of a descending policy
-        rank = 1 + int(rows.index.count_less_many(kp, kt, at.astype(np.int32), rows.players.arena, rows.players.offs)[0])
-        tied = 1 + rows.count_better_than(better_primary_probe(row.key[0])) if ties else None
+        row, rank = got
+        tied = 1 + self.rows.count_better_than(better_primary_probe(row.key[0])) if ties and row.key else None
         return MirrorRead(row, rank, tied)
 
     def __len__(self) -> int:
@@ -130,14 +124,5 @@ class RankMirror:
         return self.rows.nbytes()
 
     def _check(self) -> None:
-        """The rows' invariants a mirror keeps (it has no journal: a latest
-        board's rows name no event)."""
-        p = self.rows
-        pt = p.players
-        p.index._check(pt.arena, pt.offs)
-        n = len(pt)
-        active = np.flatnonzero(p.st[:n] == 1)
-        assert len(active) == len(p.index), "index size != ACTIVE rows"
-        keys = [p._row(q).key for q in active.tolist()]
-        assert [r.key for r in p.top(0, len(p.index))] == sorted(keys), "index keys disagree with rows"  # type: ignore[type-var]
-        assert set(np.flatnonzero(p.has_meta[:n]).tolist()) == set(p.meta), "has_meta disagrees with meta"
+        """The rows' invariants (a mirror has no journal: a latest board's rows name no event)."""
+        self.rows._check_rows()
