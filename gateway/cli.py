@@ -212,26 +212,34 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: str = "text",
                 keep_alive_s: float = KEEP_ALIVE_S) -> int:
-    import uvicorn  # noqa: PLC0415
-
-    from engine.core import gc_tuning  # noqa: PLC0415
-
-    from gateway.app import create_app  # noqa: PLC0415
     from gateway.auth import load_keystore  # noqa: PLC0415
-    from gateway.runtime import build_engine  # noqa: PLC0415
     from gateway.tokens import load_secret  # noqa: PLC0415
-    from gateway.warm import Warmup  # noqa: PLC0415
 
     if log_format == "json" and settings.engine == "ray":
         import ray  # noqa: F401, PLC0415  # its import puts a handler on the "ray" logger; ray.init keeps
         logformat.adopt()  # whatever handlers it finds: route its records to the JSON handler first
-    gc_tuning.fix_mmap_threshold()  # before the engine allocates: freed big blocks leave the process
     with startup_errors.starting(settings):  # every refusal: one line, its exit code
         startup_errors.preflight(settings)
         keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
         token_secret = load_secret(settings.data_dir)  # docs/api.md §12: <data-dir>/token_secret
         # before the engine: fail fast; a gateway of an engine host shares its port with its sibling workers
         sock = startup_errors.bind(settings.host, settings.port, reuse_port=settings.engine_host is not None)
+        if settings.engine == "ray" and settings.engine_host is None:
+            # Ray starts on a thread of its own while this one imports the gateway and loads its kernels
+            # (the engine's open waits for it): ~5 s of ray.init is mostly waiting on its daemons (issue 29)
+            from engine.cluster import ray_start  # noqa: PLC0415
+
+            ray_start.begin(settings.ray_address, settings.ray_dashboard)
+    import uvicorn  # noqa: PLC0415
+
+    from engine.core import gc_tuning  # noqa: PLC0415
+
+    from gateway.app import create_app  # noqa: PLC0415
+    from gateway.runtime import build_engine  # noqa: PLC0415
+    from gateway.warm import Warmup  # noqa: PLC0415
+
+    gc_tuning.fix_mmap_threshold()  # before the engine allocates: freed big blocks leave the process
+    with startup_errors.starting(settings):
         # this process's kernels compile (or load) while Ray starts and the engine recovers (issue 29)
         warmup = Warmup()
         warmup.add_this_process(local_engine=settings.engine == "local" and settings.engine_host is None)

@@ -55,6 +55,16 @@ def start_compilers(claims: str | None, n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(max(0, n))]
 
 
+def _engine_part(claims: str | None) -> bool:
+    """The first part of warming a serving gateway process: with a complete cache, every
+    recorded kernel of the code base loads from it (True: nothing more to run); otherwise
+    the engine's warm round (False: the gateway's round follows)."""
+    if claims is None and W.load_from_cache(W.KERNEL_MODULES) is not None:
+        return True
+    W.warm_engine(True, claims)
+    return False
+
+
 def _gateway_round(local_engine: bool) -> None:
     """What a gateway runs beyond the engine's round: its HTTP code (export rendering,
     the columns its JSON parsing builds) and, with in-process shards, their unpacked calls."""
@@ -186,14 +196,15 @@ class Warmup:
         # a cold cache: the other cores compile from the start too, not only once the shard
         # actors are up (Ray's start takes seconds); the actors join the same claims then
         helpers = start_compilers(self.claims, (os.cpu_count() or 1) - 1)
-        engine_round = in_daemon_thread(W.warm_engine, True, self.claims)
+        engine_round = in_daemon_thread(_engine_part, self.claims)
         self._engine_round = engine_round
 
         async def here() -> W.WarmReport:
-            await engine_round
+            loaded = await engine_round
             for h in helpers:  # done or nearly: this round waited for every claim
                 await in_daemon_thread(h.wait)
-            await in_daemon_thread(_gateway_round, local_engine)
+            if not loaded:
+                await in_daemon_thread(_gateway_round, local_engine)
             return W.report(self.started)
 
         self.add("this gateway process", here())

@@ -211,7 +211,7 @@ class ShardActor:
         # now, before recovery and before any call is served; a cold one waits for warm(), which the
         # engine sends once one process compiled them (engine.cluster.engine)
         # (only for an engine that asked for warming by naming the cache: flowrank serve)
-        self.warmed = (dataclasses.asdict(warm.warm_engine()) if cache_dir is not None and warm.cache_complete(cache)
+        self.warmed = (dataclasses.asdict(warm.serving_warm()) if cache_dir is not None and warm.cache_complete(cache)
                        else None)
         # By name, not by handle: a restart must not depend on constructor
         # arguments kept in the object store (ray-project/ray#53727).
@@ -245,7 +245,7 @@ class ShardActor:
         (engine.runtime.warm.WarmReport). ``claims``: a cold cache shared out among the
         processes of this start (engine.runtime.compile_share): this one compiles its part first."""
         if self.warmed is None:
-            self.warmed = dataclasses.asdict(warm.warm_engine(claims=claims))
+            self.warmed = dataclasses.asdict(warm.serving_warm(claims))
         return self.warmed
 
     def apply(self, through: int, packed_items: bytes) -> bytes:

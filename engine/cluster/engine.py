@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import shutil
-import signal
 import time
 import uuid
 from pathlib import Path
@@ -38,44 +37,9 @@ from engine.router.router import Router, RouterConfig
 from engine.runtime.base import RouterClient
 from engine.runtime.outbox_feed import WebhookConfig
 from engine.runtime.local import DirectLog, _lock
+from engine.cluster.ray_start import init_ray
 
 log = logging.getLogger("flowrank.cluster")
-
-
-#: Ray settings of an embedded instance (a joined cluster keeps its own).
-#: ``task_events_max_num_task_in_gcs``: the GCS keeps an event record of the
-#: last N tasks (every actor call is a task) for Ray's state API and
-#: dashboard; at Ray's default (100,000) the gcs_server grew by ~240 MiB
-#: before reaching it under steady ingest (the soak, docs/performance.md).
-#: 1,000 holds it flat at ~65 MiB; `ray list tasks` then shows the last 1,000.
-EMBEDDED_SYSTEM_CONFIG = {"task_events_max_num_task_in_gcs": 1_000}
-
-
-def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = False) -> bool:
-    """Start an embedded local Ray (no address) or join a cluster; returns
-    whether this call started Ray. Keeps the caller's SIGTERM/SIGINT
-    handlers (ray.init installs its own, which defeats graceful shutdown).
-
-    An embedded Ray runs without the dashboard (web UI, job/state/metrics
-    head modules) unless ``dashboard`` is true. Ray 2.60 still starts its
-    API-server process (usage stats only), the raylet's dashboard and
-    runtime-env agents, the log monitor and the autoscaler monitor: ray.init
-    has no switch for those (docs/http.md, "Lean embedded Ray")."""
-    if ray.is_initialized():
-        return False
-    if address is None:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only embedded instance
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
-                 include_dashboard=bool(dashboard),
-                 _system_config=EMBEDDED_SYSTEM_CONFIG if address is None else None,
-                 ignore_reinit_error=True, log_to_driver=False)
-    finally:
-        for s, h in saved.items():
-            if h is not None:
-                signal.signal(s, h)
-    return True
 
 
 class RayShards:
@@ -139,7 +103,7 @@ class ClusterEngine(RouterClient):
         root = Path(data_dir).resolve()
         root.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(root / "LOCK")
-        started_ray = init_ray(ray_address, dashboard=ray_dashboard)  # main thread: ray.init wants it
+        started_ray = init_ray(ray_address, dashboard=ray_dashboard)  # or waits for serve's early start
         n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
         here = ray.get_runtime_context().get_node_id()
         namespace = ray.get_runtime_context().namespace
@@ -150,11 +114,13 @@ class ClusterEngine(RouterClient):
         log_server = RemoteLogServer.options(
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(str(root), follow=True)
-        await log_server.end_offset.remote()
-        # cache_dir: the numba compile cache each shard actor points its kernels at (engine.runtime.warm)
+        # The shard actors' processes start (imports, kernel loads) while the log server's does: a named
+        # actor is registered when created, so a shard finds it by name at once; its recovery's reads
+        # wait for the log server to be up. cache_dir: the compile cache each shard actor points its
+        # kernels at (engine.runtime.warm)
         shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
                   for i in range(n)]
-        await asyncio.gather(*(s.pid.remote() for s in shards))  # every shard has recovered
+        await asyncio.gather(log_server.end_offset.remote(), *(s.pid.remote() for s in shards))  # all recovered
         secret = await asyncio.to_thread(load_secret, root)
         router = Router(RayShards(shards), DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events,

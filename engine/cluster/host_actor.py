@@ -49,7 +49,7 @@ class EngineHostActor:
         gc_tuning.fix_mmap_threshold()
         # a cold cache: this process and the shard actors share its compile (engine.runtime.compile_share)
         claims = warm.start_claims(cache_dir) if warm_kernels else None
-        here = asyncio.ensure_future(asyncio.to_thread(warm.warm_engine, True, claims)) if warm_kernels else None
+        here = asyncio.ensure_future(asyncio.to_thread(warm.serving_warm, claims)) if warm_kernels else None
         self.engine = await ClusterEngine.open(**engine_kwargs)  # (the warm round above runs while it recovers)
         try:
             if here is not None:

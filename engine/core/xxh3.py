@@ -41,26 +41,20 @@ _MX1 = np.uint64(0x165667919E3779F9)
 _MX2 = np.uint64(0x9FB21C651E98DF25)
 
 
-@numba.njit(cache=True, inline="always")
-def _le(b, i, n):
-    """The little-endian unsigned integer of ``b[i:i + n]`` (n <= 8)."""
-    v = np.uint64(0)
-    for k in range(n - 1, -1, -1):
-        v = (v << np.uint64(8)) | np.uint64(b[i + k])
-    return v
-
-
-@numba.njit(cache=True, inline="always")
-def _r64(b, i):
-    return _le(b, i, 8)
-
-
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _r32(b, i):
-    return _le(b, i, 4)
+    """The little-endian uint32 at ``b[i]``, as uint64."""
+    return (np.uint64(b[i]) | (np.uint64(b[i + 1]) << np.uint64(8)) | (np.uint64(b[i + 2]) << np.uint64(16))
+            | (np.uint64(b[i + 3]) << np.uint64(24)))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
+def _r64(b, i):
+    """The little-endian uint64 at ``b[i]``."""
+    return _r32(b, i) | (_r32(b, i + 4) << np.uint64(32))
+
+
+@numba.njit(cache=True, forceinline=True)
 def _mul128(a, b):
     """The 128-bit product of two uint64 as (low, high)."""
     al, ah, bl, bh = a & _M32, a >> np.uint64(32), b & _M32, b >> np.uint64(32)
@@ -69,13 +63,13 @@ def _mul128(a, b):
     return (cross << np.uint64(32)) | (ll & _M32), (hl >> np.uint64(32)) + (cross >> np.uint64(32)) + hh
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _fold(a, b):
     lo, hi = _mul128(a, b)
     return lo ^ hi
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _avalanche64(h):
     h ^= h >> np.uint64(33)
     h *= _P64_2
@@ -84,14 +78,14 @@ def _avalanche64(h):
     return h ^ (h >> np.uint64(32))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _avalanche(h):
     h ^= h >> np.uint64(37)
     h *= _MX1
     return h ^ (h >> np.uint64(32))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _swap(x, n):
     """The low ``n`` bytes of ``x`` in reverse order."""
     out = np.uint64(0)
@@ -101,12 +95,12 @@ def _swap(x, n):
     return out
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _mix16(b, i, s, si, seed):
     return _fold(_r64(b, i) ^ (_r64(s, si) + seed), _r64(b, i + 8) ^ (_r64(s, si + 8) - seed))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _mix32(lo, hi, b, i1, i2, s, si, seed):
     lo += _mix16(b, i1, s, si, seed)
     lo ^= _r64(b, i2) + _r64(b, i2 + 8)

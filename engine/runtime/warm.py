@@ -45,6 +45,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+log = logging.getLogger("flowrank.warm")
+
 #: Every module that defines numba kernels (tests/engine/test_warm.py checks the list against the code).
 ENGINE_KERNEL_MODULES = (
     "engine.core.xxh3", "engine.core.players", "engine.core.dedup", "engine.core.rank_index", "engine.core.partition",
@@ -132,7 +134,7 @@ def use_cache_dir(path: str | None) -> str | None:
                             try:
                                 d.enable_caching()
                             except Exception:  # an unwritable place: numba's default for this kernel
-                                logging.getLogger("flowrank.warm").warning(
+                                log.warning(
                                     "kernel %s: cannot cache in %s; numba's default place instead", d.__name__, path,
                                     exc_info=True)
     return path
@@ -156,9 +158,10 @@ def dispatchers(modules: Iterable[str] = KERNEL_MODULES) -> dict:
 
 
 def inlined(d) -> bool:
-    """A kernel numba inlines into its callers (``inline="always"``): it is never
-    compiled on its own, its callers are."""
-    return d.targetoptions.get("inline") == "always"
+    """A kernel inlined into its callers: by numba (``inline="always"``), or by LLVM
+    (``forceinline=True``, compiled for the exact, often literal, types each caller
+    passes). It is never compiled on its own, its callers are."""
+    return d.targetoptions.get("inline") == "always" or bool(d.targetoptions.get("forceinline"))
 
 
 def compiled_signatures(modules: Iterable[str] = KERNEL_MODULES) -> dict[str, list[tuple[str, ...]]]:
@@ -278,6 +281,41 @@ def mark_complete(cache_dir: str | None) -> None:
             f.write(cache_key() + "\n")
     except OSError:
         pass  # a read-only cache: the next start waits for one process's warm round again
+
+
+def load_from_cache(modules: Iterable[str] = ENGINE_KERNEL_MODULES) -> WarmReport | None:
+    """A restart on a complete cache (:func:`cache_complete`): load every recorded signature
+    of ``modules``' kernels (:mod:`engine.runtime.compile_share`'s list, the types a warm round
+    compiles: tests/gateway/test_warm.py) straight from the cache, without a warm round. About
+    a third of a round's CPU (the round also runs a throwaway engine's Python), and a serving
+    start runs one in each of its processes at once. None: the cache is not complete, or a
+    kernel is still cold after it (the list is stale), or a load failed: run the round."""
+    if not cache_complete(os.environ.get("NUMBA_CACHE_DIR")):
+        return None
+    started = time.monotonic()
+    modules = tuple(modules)
+    from engine.runtime import compile_share  # noqa: PLC0415
+
+    try:
+        for kernel, args, _cost in compile_share.recorded():
+            if kernel.rpartition(".")[0] in modules:
+                compile_share.compile_one(kernel, args)
+    except Exception:
+        log.warning("loading the recorded kernels from the cache failed; a warm round runs instead", exc_info=True)
+        return None
+    left = [k for k in unwarmed(modules) if k not in TEST_ONLY]
+    if left:
+        log.info("kernels the recorded list misses (%s): a warm round runs", ", ".join(left))
+        return None
+    return report(started, modules)
+
+
+def serving_warm(claims: str | None = None) -> WarmReport:
+    """What a serving engine process (a shard actor, an engine host) runs before it is ready:
+    a complete cache loads (:func:`load_from_cache`), anything else runs the warm round
+    (:func:`warm_engine`, sharing a cold cache's compile through ``claims``)."""
+    loaded = load_from_cache() if claims is None else None
+    return loaded if loaded is not None else warm_engine(claims=claims)
 
 
 def warm_engine(packed: bool = True, claims: str | None = None) -> WarmReport:

@@ -39,6 +39,31 @@ def test_a_warmed_gateway_process_leaves_no_kernel_to_compile():
     assert {(k, tuple(a)) for k, al in sigs.items() for a in al} <= recorded
 
 
+def test_a_complete_cache_loads_every_recorded_kernel_without_a_round(tmp_path):
+    """A restart (warm.load_from_cache): a fresh interpreter on a complete cache loads every
+    recorded signature, compiles none and leaves no kernel cold, with no warm round; on a
+    cache without the complete mark it does nothing and says so (None: the round runs)."""
+    from gateway.warm import warm_gateway
+
+    cache = warm.cache_dir_for(os.environ[warm.ENV_CACHE_ROOT])  # the run's shared cache (tests/conftest.py)
+    warm_gateway(local_engine=True)  # every kernel in it (compiled once in a fresh clone), so marking it is true
+    warm.mark_complete(cache)
+    code = ("import json; from engine.runtime import warm; r = warm.load_from_cache(warm.KERNEL_MODULES); "
+            "print(json.dumps([r.compiled, r.loaded, warm.unwarmed(), warm.load_from_cache() is None]))")
+    for path, complete in ((cache, True), (str(tmp_path), False)):
+        if not complete:
+            code = "from engine.runtime import warm; print(warm.load_from_cache() is None)"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "NUMBA_CACHE_DIR": path})
+        assert out.returncode == 0, out.stderr[-3000:]
+        if not complete:
+            assert out.stdout.strip() == "True"
+            continue
+        compiled, loaded, unwarmed, again_none = json.loads(out.stdout)
+        assert compiled == 0 and loaded == len(compile_share.recorded())
+        assert unwarmed == sorted(warm.TEST_ONLY) and not again_none
+
+
 async def test_readyz_is_503_until_every_part_is_warm():
     engine = await open_engine()
     try:
@@ -142,8 +167,13 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
         seen["helpers"] = (claims, n)
         return [FakeHelper()] if claims is not None else []
 
+    def fake_load(modules):  # a complete cache: the recorded kernels load, no round
+        seen["loaded"] = tuple(modules)
+        return warm.WarmReport(0.0, 0, 0, 0, cache) if warm.cache_complete(cache) else None
+
     monkeypatch.setattr(G.W, "warm_engine", fake_round)
-    monkeypatch.setattr(G, "_gateway_round", lambda local_engine: None)
+    monkeypatch.setattr(G.W, "load_from_cache", fake_load)
+    monkeypatch.setattr(G, "_gateway_round", lambda local_engine: seen.setdefault("gateway rounds", []).append(1))
     monkeypatch.setattr(G, "start_compilers", fake_compilers)
     monkeypatch.setattr(G.os, "cpu_count", lambda: 4)
     warmup = Warmup()
@@ -156,11 +186,15 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
     assert seen["helpers"] == (seen["gateway"], 3) and seen["helper waited"]  # one compiler per other core, reaped
     assert str(seen["gateway"]).startswith(os.path.join(cache, ".claims"))
     assert warm.cache_complete(cache) and os.listdir(os.path.join(cache, ".claims")) == []
+    assert seen["gateway rounds"] == [1] and "loaded" not in seen  # cold: the rounds ran
+    seen.pop("gateway")
     again = Warmup()
     again.add_this_process(local_engine=False)
     again.add_engine(FakeEngine())
     await asyncio.wait_for(again.wait(), 5)
-    assert seen["gateway"] is None and seen["actors"] is None  # complete: every process loads, no claims
+    # complete: every process loads, no claims; this one loads every kernel of the code base and runs no round
+    assert "gateway" not in seen and seen["actors"] is None
+    assert seen["loaded"] == warm.KERNEL_MODULES and seen["gateway rounds"] == [1]
     await asyncio.wait_for(again._finish, 5)
 
 
