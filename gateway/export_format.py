@@ -226,14 +226,24 @@ _JSON_KEYS = _keys('{"rank":', ',"tied_rank":', ',"player_id":"', '","value":', 
                    ',"subscores":')
 
 
+def _ro(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only (a view, no copy): the kernels compile once, for the read-only columns
+    a spilled export's ``np.frombuffer`` gives, and not a second time for a live board's."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _args(chunk: Chunk, ties: bool) -> tuple:
     r = chunk.rows
     tied = chunk.tied_rank if ties and chunk.tied_rank is not None else _EMPTY
     if ties and chunk.tied_rank is None:
         raise ValueError("ties asked of a chunk without tied ranks")
-    return (np.int64(chunk.first_rank), np.ascontiguousarray(r.value, np.int64),
-            np.ascontiguousarray(r.achieved, np.int64), np.ascontiguousarray(r.id_bytes, np.uint8),
-            np.ascontiguousarray(r.id_offsets, np.int64), np.ascontiguousarray(r.meta_bytes, np.uint8),
+    return (np.int64(chunk.first_rank), _ro(np.ascontiguousarray(r.value, np.int64)),
+            _ro(np.ascontiguousarray(r.achieved, np.int64)), _ro(np.ascontiguousarray(r.id_bytes, np.uint8)),
+            np.ascontiguousarray(r.id_offsets, np.int64), _ro(np.ascontiguousarray(r.meta_bytes, np.uint8)),
             np.ascontiguousarray(r.meta_offsets, np.int64), np.ascontiguousarray(tied, np.int64), bool(ties),
             _NO_SUBS if chunk.subscores is None else np.ascontiguousarray(chunk.subscores, np.int64))
 

@@ -56,12 +56,13 @@ def start_compilers(claims: str | None, n: int) -> list[subprocess.Popen]:
 
 
 def _engine_part(claims: str | None) -> bool:
-    """The first part of warming a serving gateway process: with a complete cache, every
-    recorded kernel of the code base loads from it (True: nothing more to run); otherwise
-    the engine's warm round (False: the gateway's round follows)."""
-    if claims is None and W.load_from_cache(W.KERNEL_MODULES) is not None:
+    """The first part of warming a serving gateway process: every recorded kernel of the code
+    base from the cache (a complete one, or a cold one this start compiles through ``claims``:
+    :func:`engine.runtime.warm.load_from_cache`): True, nothing more to run. Otherwise the
+    engine's warm round: False, the gateway's round follows."""
+    if W.load_from_cache(W.KERNEL_MODULES, claims) is not None:
         return True
-    W.warm_engine(True, claims)
+    W.warm_engine(True, None)  # (a cold cache's shared compile is done by then: the round loads)
     return False
 
 

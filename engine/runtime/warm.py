@@ -283,19 +283,26 @@ def mark_complete(cache_dir: str | None) -> None:
         pass  # a read-only cache: the next start waits for one process's warm round again
 
 
-def load_from_cache(modules: Iterable[str] = ENGINE_KERNEL_MODULES) -> WarmReport | None:
-    """A restart on a complete cache (:func:`cache_complete`): load every recorded signature
-    of ``modules``' kernels (:mod:`engine.runtime.compile_share`'s list, the types a warm round
-    compiles: tests/gateway/test_warm.py) straight from the cache, without a warm round. About
-    a third of a round's CPU (the round also runs a throwaway engine's Python), and a serving
-    start runs one in each of its processes at once. None: the cache is not complete, or a
-    kernel is still cold after it (the list is stale), or a load failed: run the round."""
-    if not cache_complete(os.environ.get("NUMBA_CACHE_DIR")):
-        return None
+def load_from_cache(modules: Iterable[str] = ENGINE_KERNEL_MODULES, claims: str | None = None) -> WarmReport | None:
+    """Every recorded signature of ``modules``' kernels (:mod:`engine.runtime.compile_share`'s
+    list, the types a warm round compiles: tests/gateway/test_warm.py), straight from the
+    compile cache, without a warm round: about a third of a round's CPU (the round also runs a
+    throwaway engine's Python), in each process of a serving start at once.
+
+    - A restart on a complete cache (:func:`cache_complete`): every signature loads.
+    - A cold cache (``claims``: :func:`start_claims`): this process first takes its part of
+      the shared compile (:func:`engine.runtime.compile_share.share`), then loads the rest.
+
+    None: the cache is neither complete nor being compiled, or a kernel is still cold after it
+    (the list is stale), or a load failed: run the warm round instead."""
     started = time.monotonic()
     modules = tuple(modules)
     from engine.runtime import compile_share  # noqa: PLC0415
 
+    if claims is not None:
+        compile_share.share(claims)
+    elif not cache_complete(os.environ.get("NUMBA_CACHE_DIR")):
+        return None
     try:
         for kernel, args, _cost in compile_share.recorded():
             if kernel.rpartition(".")[0] in modules:
@@ -312,10 +319,11 @@ def load_from_cache(modules: Iterable[str] = ENGINE_KERNEL_MODULES) -> WarmRepor
 
 def serving_warm(claims: str | None = None) -> WarmReport:
     """What a serving engine process (a shard actor, an engine host) runs before it is ready:
-    a complete cache loads (:func:`load_from_cache`), anything else runs the warm round
-    (:func:`warm_engine`, sharing a cold cache's compile through ``claims``)."""
-    loaded = load_from_cache() if claims is None else None
-    return loaded if loaded is not None else warm_engine(claims=claims)
+    the recorded kernels from the cache (:func:`load_from_cache`: a complete cache, or a cold
+    one this start compiles through ``claims``); the warm round (:func:`warm_engine`) only if
+    that leaves a kernel cold."""
+    loaded = load_from_cache(claims=claims)
+    return loaded if loaded is not None else warm_engine()
 
 
 def warm_engine(packed: bool = True, claims: str | None = None) -> WarmReport:

@@ -148,9 +148,12 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
     seen: dict[str, object] = {}
     actors_started = asyncio.Event()
 
-    def fake_round(packed=True, claims=None):  # the gateway's engine round (a daemon thread)
-        seen["gateway"] = claims
-        os.makedirs(claims)  # as compile_share does when it claims the first kernel
+    def fake_load(modules, claims=None):  # the gateway's kernels from the cache (a daemon thread)
+        seen["gateway"], seen["loaded"] = claims, tuple(modules)
+        if claims is not None:
+            os.makedirs(claims)  # as compile_share does when it claims the first kernel
+        elif not warm.cache_complete(cache):
+            return None
         return warm.WarmReport(0.0, 0, 0, 0, cache)
 
     class FakeEngine:
@@ -167,11 +170,7 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
         seen["helpers"] = (claims, n)
         return [FakeHelper()] if claims is not None else []
 
-    def fake_load(modules):  # a complete cache: the recorded kernels load, no round
-        seen["loaded"] = tuple(modules)
-        return warm.WarmReport(0.0, 0, 0, 0, cache) if warm.cache_complete(cache) else None
-
-    monkeypatch.setattr(G.W, "warm_engine", fake_round)
+    monkeypatch.setattr(G.W, "warm_engine", lambda *a, **k: seen.setdefault("engine rounds", []).append(1))
     monkeypatch.setattr(G.W, "load_from_cache", fake_load)
     monkeypatch.setattr(G, "_gateway_round", lambda local_engine: seen.setdefault("gateway rounds", []).append(1))
     monkeypatch.setattr(G, "start_compilers", fake_compilers)
@@ -186,15 +185,15 @@ async def test_a_cold_cache_is_shared_out_between_this_process_and_the_shard_act
     assert seen["helpers"] == (seen["gateway"], 3) and seen["helper waited"]  # one compiler per other core, reaped
     assert str(seen["gateway"]).startswith(os.path.join(cache, ".claims"))
     assert warm.cache_complete(cache) and os.listdir(os.path.join(cache, ".claims")) == []
-    assert seen["gateway rounds"] == [1] and "loaded" not in seen  # cold: the rounds ran
-    seen.pop("gateway")
+    # cold: this process compiled its part, then loaded every kernel of the code base: no warm round
+    assert seen["loaded"] == warm.KERNEL_MODULES and "gateway rounds" not in seen and "engine rounds" not in seen
     again = Warmup()
     again.add_this_process(local_engine=False)
     again.add_engine(FakeEngine())
     await asyncio.wait_for(again.wait(), 5)
-    # complete: every process loads, no claims; this one loads every kernel of the code base and runs no round
-    assert "gateway" not in seen and seen["actors"] is None
-    assert seen["loaded"] == warm.KERNEL_MODULES and seen["gateway rounds"] == [1]
+    # complete: every process loads, no claims, no round
+    assert seen["gateway"] is None and seen["actors"] is None
+    assert "gateway rounds" not in seen and "engine rounds" not in seen
     await asyncio.wait_for(again._finish, 5)
 
 
