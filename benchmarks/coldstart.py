@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import signal
 import socket
 import subprocess
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=500, help="events per write batch")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds a start may take to be ready")
     p.add_argument("--json", default=None, help="write the results as JSON here")
+    p.add_argument("--warm-restarts", type=int, default=1,
+                   help="warm restarts after the fresh start (the target is judged on their median)")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds to wait before each start (the load of the one before settles)")
     args = p.parse_args(argv)
     params = {"engine": args.engine, "shard_actors": args.shard_actors if args.engine == "ray" else None,
               "events": args.events, "board_shards": 2}
@@ -170,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="flowrank-coldstart-"))
     try:
         (work / "keys.json").write_text(json.dumps({"keys": [{"name": "a", "role": "admin", "key": ADMIN_KEY}]}))
-        for name, board in (("fresh", "bench:coldstart:S1:global"), ("warm restart", "bench:coldstart:S2:global")):
+        starts = [("fresh", "bench:coldstart:S1:global")] + [
+            ("warm restart", f"bench:coldstart:S{k + 2}:global") for k in range(max(1, args.warm_restarts))]
+        for name, board in starts:
+            time.sleep(args.settle)
             res = one_start(name, work, args, board)
             results["starts"].append(res)
             print(json.dumps(res), flush=True)
@@ -180,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["load_after"] = os.getloadavg()
-    fresh, again = results["starts"]
+    fresh, *again = results["starts"]
+    results["warm_ready_median_s"] = statistics.median(r["ready_s"] for r in again)
     results["met"] = {
         "fresh_ready_s": fresh["ready_s"] <= TARGETS["fresh_ready_s"],
-        "warm_ready_s": again["ready_s"] <= TARGETS["warm_ready_s"],
+        "warm_ready_s": results["warm_ready_median_s"] <= TARGETS["warm_ready_s"],
         "first_write_s": all(s["first_write_s"] <= TARGETS["first_write_s"] for s in results["starts"]),
         "first_top_s": all(s["first_top_s"] <= TARGETS["first_top_s"] for s in results["starts"]),
         "first_rank_s": all(s["first_rank_s"] <= TARGETS["first_rank_s"] for s in results["starts"]),
@@ -194,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in results["starts"]:
         print(f"  {r['start']}: serving after {r['first_answer_s']:.2f} s, ready after {r['ready_s']:.2f} s; "
               f"serve says warm in {r['serve_says_warm_in_s']} s")
+    readies = ", ".join(f"{r['ready_s']:.2f}" for r in again)
+    print(f"  warm restarts: ready after {readies} s; "
+          f"median {results['warm_ready_median_s']:.2f} s")
     print(f"  cache: {results['cache_bytes'] / 2**20:.1f} MiB in {', '.join(results['cache_folders'])}")
     print("  targets: " + ", ".join(f"{k} <= {TARGETS[k]} {'met' if ok else 'MISSED'}" for k, ok in results["met"].items()))
     print(f"  load avg after: {results['load_after']}")
