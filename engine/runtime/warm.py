@@ -80,11 +80,14 @@ def resolve_cache_root(cache_dir: str | None, data_dir: str | None,
 
 
 def _source_digest(modules: Iterable[str]) -> str:
+    """The kernel modules' sources, and where they are: numba files a cached kernel under its
+    source file's path, so two installs of the same code in different places (a checkout and
+    an image, two worktrees) sharing one cache root must not share a complete mark."""
     h = hashlib.sha256()
     for name in modules:
         spec = importlib.util.find_spec(name)
         origin = spec.origin if spec is not None else None
-        h.update(name.encode() + b"\0")
+        h.update(name.encode() + b"\0" + (origin or "").encode() + b"\0")
         if origin and os.path.exists(origin):
             with open(origin, "rb") as f:
                 h.update(f.read())

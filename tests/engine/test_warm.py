@@ -70,13 +70,25 @@ def test_cache_root_resolution():
     assert warm.cache_dir_for(None) is None
 
 
-def test_cache_key_names_numba_python_machine_and_the_kernel_sources(monkeypatch):
+def test_cache_key_names_numba_python_machine_and_the_kernel_sources(monkeypatch, tmp_path):
     key = warm.cache_key()
     assert key == warm.cache_key()
     assert key.startswith("numba") and f"py{sys.version_info.major}{sys.version_info.minor}" in key
     assert warm.cache_dir_for("/r") == os.path.join("/r", key)
     # another kernel source (a change in engine.core.xxh3, which engine.core.dedup inlines): another folder
     monkeypatch.setattr(warm, "KERNEL_MODULES", warm.KERNEL_MODULES + ("engine.core.model",))
+    assert warm.cache_key() != key
+    monkeypatch.undo()
+    # the same sources installed elsewhere: numba files kernels by source path, so another folder too
+    real = warm.importlib.util.find_spec
+    copy = tmp_path / "xxh3.py"
+    copy.write_bytes(Path(real("engine.core.xxh3").origin).read_bytes())
+
+    def elsewhere(name):
+        spec = real(name)
+        return type(spec)(spec.name, spec.loader, origin=str(copy)) if name == "engine.core.xxh3" else spec
+
+    monkeypatch.setattr(warm.importlib.util, "find_spec", elsewhere)
     assert warm.cache_key() != key
 
 
