@@ -60,7 +60,11 @@ MERGE_INTO = CAP * 7 // 8
 ROOM_MIN = 8
 
 
-@numba.njit(cache=True, inline="always")
+# The small helpers are inlined by LLVM (``forceinline``), not by numba's IR inliner
+# (``inline="always"``): the same speed (insert, count and churn at 1M keys, with and without
+# subscores), and the index's kernels compile ~2.8 s faster on a cold start (docs/performance.md,
+# "Stop 32"). Compiled on its own for ``S`` None, ``key_less`` still loses the subscores branch.
+@numba.njit(cache=True, forceinline=True)
 def key_less(p1, t1, i1, p2, t2, i2, arena, offs, S, D):
     if p1 != p2:
         return p1 < p2
@@ -106,7 +110,7 @@ def _pos_in_block(P, T, ID, b, c, p, t, i, arena, offs, S, D):
     return lo
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _move_keys(P, T, ID, dst, src, k):
     """Keys ``src .. src + k - 1`` to ``dst .. dst + k - 1``; the ranges may
     overlap (the copy runs in the safe direction, as memmove)."""
@@ -118,7 +122,7 @@ def _move_keys(P, T, ID, dst, src, k):
             P[dst + q], T[dst + q], ID[dst + q] = P[src + q], T[src + q], ID[src + q]
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _set_last(LP, LT, LI, j, P, T, ID, k):
     """Logical block ``j`` now ends with the key at ``k``."""
     LP[j], LT[j], LI[j] = P[k], T[k], ID[k]
@@ -284,7 +288,7 @@ def _rebalance(P, T, ID, cnt, order, LP, LT, LI, meta, free, j, b, r):
             _set_last(LP, LT, LI, j - 1, P, T, ID, pbase + m - h - 1)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, forceinline=True)
 def _drop_block(order, LP, LT, LI, meta, free, j, b):
     """Take block ``b`` (at logical position ``j``) out of the order and back to the free stack."""
     nb = meta[0]
