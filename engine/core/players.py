@@ -188,8 +188,12 @@ def _zero(arena, offs, idx):
 
 @numba.njit(cache=True)
 def _gather(arena, starts, lens, bounds, out):
+    # a byte loop, not a slice assignment: numba's generic setitem took 2.7 s to compile, this
+    # 0.3 s, and ids are a few dozen bytes (as fast: benchmarks in docs/performance.md, "Stop 32")
     for k in range(len(starts)):
-        out[bounds[k]:bounds[k] + lens[k]] = arena[starts[k]:starts[k] + lens[k]]
+        s, b = starts[k], bounds[k]
+        for j in range(lens[k]):
+            out[b + j] = arena[s + j]
 
 
 def gather(arena: np.ndarray, offs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
