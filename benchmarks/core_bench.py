@@ -723,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             "replay": {k: v for k, v in replay.items() if k != "replay_events_per_s"} | {"matches_board": replay_ok},
             "rss_growth": growth,
         }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
         print(f"wrote {args.json}")
     if not replay_ok:
