@@ -9,8 +9,12 @@ exports, history, an archived board; after the engine's own round
 (:func:`engine.runtime.warm.warm_engine`: every engine call, a snapshot and a recovery).
 On a cold cache this process, helper processes started with it (one per other core)
 and the shard actors first share out the compile of the recorded kernel signatures
-(:mod:`engine.runtime.compile_share`), so the rounds load.
-Nothing reaches the service's engine or data directory.
+(:mod:`engine.runtime.compile_share`). A serving start runs no round at all
+when it can help it: its processes load the recorded signatures from the cache
+(:func:`engine.runtime.warm.load_from_cache`, on a complete cache or once the shared
+compile is done); the rounds are what ``flowrank warm`` runs, what records the list,
+and the fallback when a kernel is left cold. Nothing reaches the service's engine or
+data directory.
 
 :class:`Warmup` is what ``/readyz`` asks while a process warms: the parts it
 waits for (this process, the shard actors, ...), each a task.

@@ -11,7 +11,9 @@ shard calls cross msgpack as they do across Ray
 (:class:`engine.runtime.local.InProcessShards` ``packed``). The gateway adds its own
 HTTP round over the same kind of engine (:mod:`gateway.warm`). Nothing here
 touches a service's data directory: the engine lives in a temporary directory
-that is removed afterwards.
+that is removed afterwards. A serving process skips the round when the recorded
+signatures can simply be loaded (:func:`load_from_cache`, :func:`serving_warm`):
+a round costs about three times the CPU of the loads it causes.
 
 The compile cache. :func:`resolve_cache_root` picks where it lives (an
 explicit directory, else ``$FLOWRANK_CACHE_DIR``, else ``<data-dir>/.numba-cache``),
