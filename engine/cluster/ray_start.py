@@ -62,6 +62,9 @@ class _NotMainThread(logging.Filter):
         return "current thread is not the main thread" not in record.getMessage()
 
 
+_NOT_MAIN_THREAD = _NotMainThread()
+
+
 def begin(address: str | None = None, dashboard: bool = False) -> None:
     """Start Ray (``address`` None: an embedded local instance; else join that cluster) on a
     thread of its own and return at once; the next :func:`init_ray` waits for it. A second
@@ -70,7 +73,9 @@ def begin(address: str | None = None, dashboard: bool = False) -> None:
     if _pending is not None:
         return
     start = _pending = _Start(address, dashboard)
-    logging.getLogger("ray._private.worker").addFilter(_NotMainThread())  # the logger that says it
+    said_by = logging.getLogger("ray._private.worker")  # the logger that says it
+    if _NOT_MAIN_THREAD not in said_by.filters:
+        said_by.addFilter(_NOT_MAIN_THREAD)
 
     def run() -> None:
         try:
