@@ -321,7 +321,13 @@ def owned_ray(**init_kw) -> Iterator[object]:
         os.environ[OWNER_ENV] = marker
         try:
             try:
-                ray.init(address="local", **init_kw)
+                from engine.cluster.ray_start import lean_embedded_head
+
+                # the head FlowRank's embedded start runs (no API server, log or autoscaler monitor)
+                # unless the dashboard is asked for
+                lean = contextlib.nullcontext() if init_kw.get("include_dashboard") else lean_embedded_head()
+                with lean:
+                    ray.init(address="local", **init_kw)
             finally:
                 for s, h in saved.items():
                     if h is not None:

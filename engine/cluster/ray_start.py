@@ -15,10 +15,12 @@ This module imports Ray only when called: importing it costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 #: Ray settings of an embedded instance (a joined cluster keeps its own).
 #: ``task_events_max_num_task_in_gcs``: the GCS keeps an event record of the
@@ -43,15 +45,78 @@ class _Start:
 _pending: _Start | None = None
 
 
+#: What a lean embedded head leaves out (``RayParams`` fields set before Ray's node reads them):
+#: the autoscaler monitor (a fixed one-machine instance never scales) and the log monitor
+#: (it forwards workers' output to drivers; FlowRank's driver runs ``log_to_driver=False``,
+#: and the files stay in Ray's session folder).
+LEAN_HEAD_PARAMS = {"no_monitor": True, "include_log_monitor": False}
+
+
+@contextlib.contextmanager
+def lean_embedded_head() -> Iterator[list[str]]:
+    """For the ``ray.init`` inside it: an embedded head without Ray's three Python daemons
+    that an instance without the dashboard does not use — the autoscaler monitor, the log
+    monitor, and the API server (with the dashboard off it loads only the usage-stats module,
+    and FlowRank turns usage stats off). Measured on the 2-core VM: ``ray.init`` 4.2-5.2 s
+    with them, 2.1-2.3 s without (docs/performance.md, "Stop 33").
+
+    ``ray.init`` has no switch for these, so this wraps two methods of Ray's private
+    ``ray._private.node.Node`` for the duration of the call. Each piece is used only if Ray
+    still has the names it wraps; what it cannot find is left to Ray's default (a full head,
+    slower, equally correct), and the yielded list names what was left out, for the log and
+    for the test that notices a Ray upgrade."""
+    left_out: list[str] = []
+    try:
+        from ray._private import node as ray_node  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - a Ray without the private module: the full head
+        yield left_out
+        return
+    node_cls = getattr(ray_node, "Node", None)
+    saved = {name: node_cls.__dict__[name] for name in ("__init__", "start_api_server")
+             if node_cls is not None and name in node_cls.__dict__}
+    if "__init__" in saved:
+        real_init = saved["__init__"]
+
+        def init(self, ray_params, *args, **kwargs):  # type: ignore[no-untyped-def]
+            head = kwargs.get("head", args[0] if args else False)
+            if head and all(hasattr(ray_params, k) for k in LEAN_HEAD_PARAMS):
+                for k, v in LEAN_HEAD_PARAMS.items():
+                    setattr(ray_params, k, v)
+            return real_init(self, ray_params, *args, **kwargs)
+
+        setattr(node_cls, "__init__", init)  # noqa: B010 - a class attribute, wrapped for the call
+        left_out += ["autoscaler monitor", "log monitor"]
+    if "start_api_server" in saved:
+        real_api = saved["start_api_server"]
+
+        def start_api_server(self, *args, include_dashboard=None, **kwargs):  # type: ignore[no-untyped-def]
+            if include_dashboard:
+                return real_api(self, *args, include_dashboard=include_dashboard, **kwargs)
+            return None
+
+        setattr(node_cls, "start_api_server", start_api_server)  # noqa: B010
+        left_out.append("API server")
+    try:
+        yield left_out
+    finally:
+        for name, fn in saved.items():
+            setattr(node_cls, name, fn)
+
+
 def _ray_init(address: str | None, num_cpus: int | None, dashboard: bool) -> None:
     import ray  # noqa: PLC0415
 
-    if address is None:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only embedded instance
-    ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
-             include_dashboard=bool(dashboard),
-             _system_config=EMBEDDED_SYSTEM_CONFIG if address is None else None,
-             ignore_reinit_error=True, log_to_driver=False)
+    kwargs = {"address": address or "local", "num_cpus": num_cpus if address is None else None,
+              "include_dashboard": bool(dashboard),
+              "_system_config": EMBEDDED_SYSTEM_CONFIG if address is None else None,
+              "ignore_reinit_error": True, "log_to_driver": False}
+    if address is not None or dashboard:
+        ray.init(**kwargs)
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only embedded instance
+    with lean_embedded_head() as left_out:
+        ray.init(**kwargs)
+    logging.getLogger(__name__).debug("embedded Ray started without: %s", ", ".join(left_out) or "nothing")
 
 
 class _NotMainThread(logging.Filter):
@@ -101,10 +166,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
     graceful shutdown).
 
     An embedded Ray runs without the dashboard (web UI, job/state/metrics
-    head modules) unless ``dashboard`` is true. Ray 2.60 still starts its
-    API-server process (usage stats only), the raylet's dashboard and
-    runtime-env agents, the log monitor and the autoscaler monitor: ray.init
-    has no switch for those (docs/http.md, "Lean embedded Ray")."""
+    head modules) unless ``dashboard`` is true, and then also without the API
+    server, the log monitor and the autoscaler monitor (:func:`lean_embedded_head`);
+    the raylet's dashboard and runtime-env agents still run (docs/http.md,
+    "Lean embedded Ray")."""
     global _pending
     start, _pending = _pending, None
     if start is not None:
