@@ -32,18 +32,17 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from urllib.parse import quote
-
-import httpx
 
 from engine.core.errors import ValidationFailed
 from engine.core.model import MAX_SUBSCORES, SUBSCORE_DIRECTIONS
 from engine.core.timefmt import parse_timestamp
 from engine.core.windows import AT_PATTERN, EVERY, MAX_KEEP, is_zone
 
-from gateway.client import follow_pages
-from gateway.validation import event_from_json
+
+if TYPE_CHECKING:
+    import httpx
 
 # Exit codes of the admin commands (README, "Admin CLI").
 EXIT_OK = 0
@@ -103,6 +102,8 @@ class Api:
     def __init__(self, url: str, key: str, *, timeout: float = 30.0, retries: int = 8, backoff_s: float = 0.1,
                  max_backoff_s: float = 5.0, transport: httpx.BaseTransport | None = None,
                  sleep: Callable[[float], None] = time.sleep):
+        import httpx  # noqa: PLC0415 - `flowrank serve` parses these commands' flags too: it must not wait on httpx
+
         self.url = url.rstrip("/")
         self.http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
                                  headers={"Authorization": f"Bearer {key}"})
@@ -114,6 +115,8 @@ class Api:
         self.http.close()
 
     def call(self, method: str, path: str, *, what: str, retries: int, **kw) -> httpx.Response:
+        import httpx  # noqa: PLC0415
+
         attempt = 0
         while True:
             try:
@@ -271,6 +274,8 @@ def cmd_awards(api: Api, args, out: IO[str]) -> int:
         params = {"limit": args.page_size, **({"cursor": cursor} if cursor else {})}
         return api.json("GET", path, params=params, what=f"awards of {args.board}")
 
+    from gateway.client import follow_pages  # noqa: PLC0415
+
     awards = list(follow_pages(page, "awards"))
     if args.json:
         _dump(awards, out)
@@ -369,6 +374,8 @@ def check_events(path: str) -> tuple[int, tuple[int, int]]:
     (gateway.validation), keeping none of them: O(1) memory. Returns the number
     of events and the file's (size, mtime) when checked. Raises CliError
     (EXIT_INPUT) naming the first bad line."""
+    from gateway.validation import event_from_json  # noqa: PLC0415 - numba's import: not for `flowrank serve`
+
     try:
         fh = open(path, "rb")
     except OSError as exc:
@@ -548,6 +555,8 @@ def cmd_submit(api: Api, args, out: IO[str]) -> int:
 
 def export_board(api: Api, board: str, fmt: str, out: IO[bytes], ties: bool = False) -> tuple[int, int]:
     """Stream the export into ``out``; returns (rows, version)."""
+    import httpx  # noqa: PLC0415
+
     what = f"export of {board}"
     params = {"format": fmt, **({"ties": "competition"} if ties else {})}
     try:
