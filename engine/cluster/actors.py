@@ -1,9 +1,10 @@
-"""Every Ray actor of FlowRank and every actor option, in one place.
+"""The shard actor and the log server's client side.
 
-* ``LogServer``: owns the event log and the snapshot store under the data
-  directory, pinned to the node the gateway runs on (the head). Every shard,
-  wherever it runs, reads the log and stores its snapshots through it, so
-  no shared filesystem is needed.
+* ``LogServer`` (:mod:`engine.cluster.log_actor`, a module of its own so that its
+  process imports only the log layer): owns the snapshot store under the data
+  directory and follows the event log, pinned to the node the gateway runs on
+  (the head). Every shard, wherever it runs, reads the log and stores its
+  snapshots through it, so no shared filesystem is needed.
 * ``ShardActor``: one :class:`engine.runtime.shard.ShardCore`. A sync actor, so it
   runs one caller's calls in submission order (RAY_NOTES). On (re)start its
   ``__init__`` loads its newest good snapshot and replays the log tail
@@ -25,134 +26,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import pickle
 import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
-import msgpack
 import ray
 
+from engine.cluster.log_actor import REPLAY_CHUNK, pack, unpack
 from engine.core import gc_tuning
 from engine.runtime import warm
-from engine.core.formats import LOG_FORMAT
-from engine.log import FileSnapshotStore, SegmentedFileLog
-from engine.log.follower import LogFollower
 from engine.core.journal import TAIL_ROWS, JournalPlace
-from engine.runtime.erasure import erase_log
-from engine.runtime.recovery import DeadLetterIndex, recover_shard
-from engine.core import records as R
+from engine.runtime.recovery import recover_shard
 from engine.core import wire as W
 from engine.log.framing import pack_in_pieces
 from engine.log.port import RewriteStats
 
 log = logging.getLogger("flowrank.cluster")
 
-REPLAY_CHUNK = 20_000
 #: ``enable_task_events=False``: Ray records no task event per actor call (as
 #: Ray Serve does for its replicas). Every write batch and read is a call; at
 #: thousands a second their events grew the GCS even with the embedded cap of
 #: 1,000 kept (engine.cluster.engine), and in a joined cluster without one.
 SHARD_OPTIONS = dict(num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False)
-#: ``rewrite`` runs in its own thread ("maintenance" group), so appends and reads
-#: go on during an erasure's rewrite. Appends run in threads of their own ("append"
-#: group): the sequencer keeps two in flight, and the log's writer commits the ones
-#: that wait together (one fsync); each names its offset (``at``), so the log keeps
-#: them in order although a threaded group may start them out of order (RAY_NOTES).
-#: Reads and snapshots stay one at a time in the default group.
-LOG_SERVER_OPTIONS = dict(num_cpus=0, max_restarts=0, enable_task_events=False,
-                          concurrency_groups={"maintenance": 1, "append": 4})
-
-
-def pack(obj) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def unpack(data: bytes):
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
-
-
-class LogServer:
-    """The log actor. ``follow``: the engine writes the log in its own process
-    (``SegmentedFileLog.open(..., mark=True)``, issue 29 item 4) and this actor
-    follows it (:class:`engine.log.follower.LogFollower`) for the shard actors'
-    recovery reads and dead letters, and keeps the snapshots; else it is the
-    log's writer too (``append``, ``rewrite``, ``erase_log``, retention)."""
-
-    def __init__(self, data_dir: str, segment_bytes: int = 64 * 2**20, follow: bool = False):
-        gc_tuning.fix_mmap_threshold()  # freed frame buffers leave the process (engine/core/gc_tuning.py)
-        root = Path(data_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        self.log = (LogFollower(root / "log", record_format=LOG_FORMAT) if follow else
-                    SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT))
-        self.store = FileSnapshotStore(root / "snapshots")
-        self.dead = DeadLetterIndex(self.log)
-        self._dead_generation = self.log.generation if isinstance(self.log, LogFollower) else None
-
-    @ray.method(concurrency_group="append")
-    def append(self, payloads: list[bytes], at: int | None = None) -> int:
-        """Durably append records packed once by the sequencer (fsync'd on
-        return, framed as they are) at offset ``at`` (engine.log.port); the first record's offset."""
-        return self.log.append_payloads(payloads, at)[0]
-
-    def read_chunk(self, offset: int, max_records: int = REPLAY_CHUNK) -> bytes:
-        out = []
-        for item in self.log.read_from(offset, chunk_records=max_records):
-            out.append(item)
-            if len(out) >= max_records:
-                break
-        return pack(out)
-
-    def end_offset(self) -> int:
-        return self.log.end_offset()
-
-    def dead_letters(self, offset: int) -> bytes:
-        """The dead-letter records from ``offset`` on (engine.runtime.recovery.DeadLetterIndex), scanned
-        here, next to the log: once, then only what was appended since a shard last asked (from the
-        start again after the writer rewrote the log: its records may have changed)."""
-        if isinstance(self.log, LogFollower):
-            self.log.refresh()
-            if self.log.generation != self._dead_generation:
-                self.dead, self._dead_generation = DeadLetterIndex(self.log), self.log.generation
-        return pack(self.dead.since(offset))
-
-    def save_snapshot(self, name: str, offset: int, payload: bytes) -> str:
-        return self.store.save(name, offset, payload)
-
-    def load_snapshot(self, name: str):
-        got = self.store.load_latest(name)
-        return None if got is None else [got[0], got[1]]
-
-    def delete_segments_before(self, offset: int) -> list:
-        return self.log.delete_segments_before(offset)
-
-    @ray.method(concurrency_group="maintenance")
-    def rewrite(self, before: int, fn_pickled: bytes) -> list:
-        """``SegmentedFileLog.rewrite`` with ``fn`` pickled by the caller
-        (``ray.cloudpickle.dumps``); the stats as a list. The dead-letter scan
-        starts again: its records may have changed."""
-        stats = self.log.rewrite(before, pickle.loads(fn_pickled))
-        self.dead = DeadLetterIndex(self.log)
-        return list(stats)
-
-    @ray.method(concurrency_group="maintenance")
-    def erase_log(self, plain: bytes) -> list:
-        """An erasure's log rewrite (engine.runtime.erasure.erase_log) here, next to the log: ``plain``
-        packs the [offset, X record] pairs."""
-        stats = erase_log(self.log, [(o, R.ErasureRecord._make(r)) for o, r in unpack(plain)])
-        self.dead = DeadLetterIndex(self.log)
-        return list(stats)
-
-    def delete_snapshots_through(self, offset: int) -> list:
-        return self.store.delete_through(offset)
-
-    def stats(self) -> dict:
-        return self.log.stats() | {"end_offset": self.log.end_offset()}
-
-    def close(self) -> None:
-        self.log.close()
 
 
 def spill_dir(namespace: str) -> str:
@@ -318,5 +214,4 @@ class ShardActor:
         return ray.get_runtime_context().get_node_id()
 
 
-RemoteLogServer = ray.remote(**LOG_SERVER_OPTIONS)(LogServer)
 RemoteShard = ray.remote(**SHARD_OPTIONS)(ShardActor)

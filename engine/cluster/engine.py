@@ -29,7 +29,9 @@ from engine.core.formats import LOG_FORMAT
 from engine.log import SegmentedFileLog
 from engine.log.secret import load_secret
 from engine.log.framing import pack_in_pieces
-from engine.cluster.actors import RemoteLogServer, RemoteLogView, RemoteShard, pack, spill_dir, unpack
+from engine.cluster.actors import RemoteLogView, RemoteShard, spill_dir
+from engine.cluster.log_actor import RemoteLogServer, pack, unpack
+from engine.core import records as R
 from engine.core.errors import Overloaded
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.log.archives import FileArchiveStore
@@ -113,7 +115,7 @@ class ClusterEngine(RouterClient):
         event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", record_format=LOG_FORMAT, mark=True)
         log_server = RemoteLogServer.options(
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        ).remote(str(root), follow=True)
+        ).remote(str(root), R.DEAD_LETTER_HEAD, follow=True)
         # The shard actors' processes start (imports, kernel loads) while the log server's does: a named
         # actor is registered when created, so a shard finds it by name at once; its recovery's reads
         # wait for the log server to be up. cache_dir: the compile cache each shard actor points its

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from engine.core import records as R
 from engine.core.formats import SHARD_STATE_FORMAT, state_format
 from engine.core.journal import JournalLost, JournalPlace
+from engine.log.dead_letters import DeadLetterScan
 from engine.runtime.shard import ShardCore
 
 log = logging.getLogger("flowrank.recovery")
@@ -63,32 +64,12 @@ def recover_shard(index: int, n_actors: int, event_log, store, journals: Journal
     return Recovered(core, applied)
 
 
-class DeadLetterIndex:
-    """The dead-letter records of a log, found by a scan that decodes only
-    them (``EventLog.read_where``): what a replay must know before it reaches
-    the records they name (each comes after the record it names).
-
-    :meth:`since` scans once from the lowest offset asked and then only what
-    was appended since its last call, so the shards of one recovery (or a
-    shard actor restarted later) share one sequential pass over the log.
-    Memory: the dead-letter records only."""
+class DeadLetterIndex(DeadLetterScan):
+    """:class:`engine.log.dead_letters.DeadLetterScan` of FlowRank's log: its dead-letter
+    records begin with :data:`engine.core.records.DEAD_LETTER_HEAD`."""
 
     def __init__(self, event_log):
-        self.event_log = event_log
-        self.start: int | None = None  # the scan covers [start, end)
-        self.end = 0
-        self.found: list[tuple[int, list]] = []
-
-    def since(self, start: int) -> list[tuple[int, list]]:
-        """``(offset, record)`` of every dead-letter record at ``start`` or later."""
-        if self.start is None or start < self.start:
-            self.start, self.end, self.found = start, start, []
-        end = self.event_log.durable_offset()
-        if end > self.end:
-            last = self.found[-1][0] if self.found else -1
-            self.found += [(o, rec) for o, rec in self.event_log.read_where(self.end, R.DEAD_LETTER_HEAD) if o > last]
-            self.end = end
-        return [(o, rec) for o, rec in self.found if o >= start]
+        super().__init__(event_log, R.DEAD_LETTER_HEAD)
 
 
 def core_from_snapshot(state: dict, journals: JournalPlace, name: str) -> ShardCore | None:

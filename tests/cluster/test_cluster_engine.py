@@ -302,7 +302,8 @@ def test_embedded_ray_caps_the_task_events_the_gcs_keeps(monkeypatch):
 def test_shard_and_log_actor_calls_record_no_task_events():
     """Each write batch and read is an actor call: with task events on, each
     leaves a record in the GCS (the soak's gcs_server grew with them)."""
-    from engine.cluster.actors import RemoteLogServer, RemoteShard
+    from engine.cluster.actors import RemoteShard
+    from engine.cluster.log_actor import RemoteLogServer
 
     for cls in (RemoteShard, RemoteLogServer):
         assert cls._default_options["enable_task_events"] is False
