@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dedup-retention", type=positive_int, default=d.dedup_retention)
     s.add_argument("--ray-address", default=None, help="'auto' or host:port; default: embedded local Ray")
     s.add_argument("--ray-dashboard", action="store_true",
-                   help="start Ray's dashboard with the embedded Ray (default: no dashboard)")
+                   help="start Ray's dashboard with the embedded Ray (default: a lean head without the dashboard, "
+                        "its API server, the log monitor and the autoscaler monitor; `ray list` needs this flag)")
     s.add_argument("--cors-origin", dest="cors_origins", action="append", type=_origin, default=None,
                    metavar="ORIGIN", help="allow this browser origin ('*': any) on /v1 routes; repeatable")
     # extras (not in docs/api.md §1)
