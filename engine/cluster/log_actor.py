@@ -4,7 +4,7 @@ A module of its own, importing only the log layer: Ray imports an actor class's
 module in the actor's process, and the log server runs no kernel, so its process
 does not import numba or the engine's core (issue 29 item 1: about 1 CPU-second
 less in a start, on the 2 cores the shard actors and the gateway share then).
-Its options and the other actors: :mod:`engine.cluster.actors`.
+The shard actor and the log server's client side: :mod:`engine.cluster.actors`.
 """
 
 from __future__ import annotations

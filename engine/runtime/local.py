@@ -86,7 +86,7 @@ class InProcessShards:
 
 
 def _wire(obj):
-    """``obj`` as the other side of a Ray call gets it (engine.cluster.actors.pack / unpack)."""
+    """``obj`` as the other side of a Ray call gets it (engine.cluster.log_actor.pack / unpack)."""
     return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False, strict_map_key=False)
 
 
