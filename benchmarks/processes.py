@@ -321,12 +321,11 @@ def owned_ray(**init_kw) -> Iterator[object]:
         os.environ[OWNER_ENV] = marker
         try:
             try:
-                from engine.cluster.ray_start import lean_embedded_head
+                from engine.cluster.ray_start import embedded_head
 
-                # the head FlowRank's embedded start runs (no API server, log or autoscaler monitor)
-                # unless the dashboard is asked for
-                lean = contextlib.nullcontext() if init_kw.get("include_dashboard") else lean_embedded_head()
-                with lean:
+                # the head FlowRank's embedded start runs (no API server, log or autoscaler monitor
+                # unless the dashboard is asked for)
+                with embedded_head(bool(init_kw.get("include_dashboard"))):
                     ray.init(address="local", **init_kw)
             finally:
                 for s, h in saved.items():

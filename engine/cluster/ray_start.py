@@ -103,6 +103,12 @@ def lean_embedded_head() -> Iterator[list[str]]:
             setattr(node_cls, name, fn)
 
 
+def embedded_head(dashboard: bool) -> contextlib.AbstractContextManager[list[str]]:
+    """What an embedded ``ray.init`` runs inside: the lean head (:func:`lean_embedded_head`),
+    or Ray's full one when the dashboard is asked for (it uses the API server and monitors)."""
+    return contextlib.nullcontext([]) if dashboard else lean_embedded_head()
+
+
 def _ray_init(address: str | None, num_cpus: int | None, dashboard: bool) -> None:
     import ray  # noqa: PLC0415
 
@@ -110,11 +116,11 @@ def _ray_init(address: str | None, num_cpus: int | None, dashboard: bool) -> Non
               "include_dashboard": bool(dashboard),
               "_system_config": EMBEDDED_SYSTEM_CONFIG if address is None else None,
               "ignore_reinit_error": True, "log_to_driver": False}
-    if address is not None or dashboard:
+    if address is not None:  # a joined cluster: its head is whatever its operator started
         ray.init(**kwargs)
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only embedded instance
-    with lean_embedded_head() as left_out:
+    with embedded_head(dashboard) as left_out:
         ray.init(**kwargs)
     logging.getLogger(__name__).debug("embedded Ray started without: %s", ", ".join(left_out) or "nothing")
 

@@ -147,3 +147,26 @@ def test_an_embedded_start_runs_without_the_monitors_and_the_api_server_and_serv
     assert "gcs_server" in children and "raylet" in children  # a real head
     for left_out in ("autoscaler/_private/monitor.py", "log_monitor.py", "dashboard/dashboard.py"):
         assert left_out not in children, children
+
+
+_IMPORTS = """
+import sys
+import {module}
+heavy = sorted(m for m in ("numba", "httpx", "engine.core.records", "engine.runtime.recovery") if m in sys.modules)
+print(",".join(heavy))
+"""
+
+
+@pytest.mark.parametrize("module", ["gateway.cli", "engine.cluster.log_actor"])
+def test_what_runs_before_ray_starts_and_the_log_actor_import_no_heavy_modules(module):
+    """``flowrank serve`` begins Ray once gateway.cli is imported and the flags are checked: the
+    admin commands' httpx and numba imports wait until one runs. Ray imports the log actor's
+    module in its process, which runs no kernel: no numba, no engine core (issue 29 item 1)."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _IMPORTS.format(module=module)], capture_output=True,
+                         text=True, timeout=120, cwd=os.getcwd())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
