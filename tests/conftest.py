@@ -1,9 +1,13 @@
 """Session-wide fixtures. One local Ray instance serves every test that
-needs Ray (RAY_NOTES: ray.init costs ~4 s); unit tests never start it."""
+needs Ray (RAY_NOTES: ray.init costs ~4 s); unit tests never start it. Likewise one
+PostgreSQL primary + standby (pg_cluster, ~2 s to start) serves every test that asks
+for a database (pg_url)."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
 import tempfile
 
@@ -49,3 +53,45 @@ def ray_session():
             yield ray
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """One PostgreSQL primary + synchronous hot standby for the whole run
+    (benchmarks.pg_cluster.PgCluster), under its own short directory in /tmp, stopped and
+    removed at the end. Missing PostgreSQL binaries fail the test, never skip it: CI
+    installs Debian's postgresql (.ci/run)."""
+    from benchmarks.pg_cluster import PgCluster, find_bindir
+
+    try:
+        find_bindir()
+    except RuntimeError as e:
+        pytest.fail(f"pg_cluster: {e}", pytrace=False)
+    tmp = tempfile.mkdtemp(prefix="fr-pg-", dir="/tmp")
+    os.chmod(tmp, 0o755)  # the servers run as the postgres OS user when we are root
+    cluster = PgCluster(os.path.join(tmp, "pg"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_PG_DATABASES = itertools.count(1)
+
+
+@pytest.fixture
+def pg_url(pg_cluster, request):
+    """The multi-host URL (target_session_attrs=read-write) of a fresh empty database on the
+    session's pg_cluster, replicated to its standby; dropped after the test."""
+    import psycopg
+
+    stem = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:40]
+    name = f"t{next(_PG_DATABASES)}_{stem}"
+    url = pg_cluster.create_database(name)
+    yield url
+    try:
+        with psycopg.connect(pg_cluster.url_for("postgres", "primary"), autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    except psycopg.Error:
+        pass  # a test that took the session's primary down has failed already
