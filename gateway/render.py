@@ -20,8 +20,10 @@ from orjson import Fragment
 from engine.core.model import (
     AwardsPage,
     BoardInfo,
+    BulkJoinResult,
     Changes,
     Checksum,
+    CohortsPage,
     CohortView,
     DecisionResult,
     ErasureAccepted,
@@ -33,6 +35,7 @@ from engine.core.model import (
     InvalidationResult,
     JoinResult,
     PlayerData,
+    PlayerTier,
     PlayerView,
     RankedEntry,
     RowChange,
@@ -211,7 +214,36 @@ def player(p: PlayerView) -> dict:
 
 
 def join(j: JoinResult) -> dict:
-    return {"player_id": j.player_id, "position": j.position}
+    """A join's body (docs/api.md §16); a join that named a series also names the instance (§18)."""
+    out = {"player_id": j.player_id, "position": j.position}
+    if j.board_id is not None:
+        out["board_id"] = j.board_id
+    return out
+
+
+def joins(r: BulkJoinResult, player_ids) -> dict:
+    """A bulk join's body (docs/api.md §18): per player, in request order, the status and body the single
+    join would have answered (its error body's ``error`` on a 409)."""
+    results = []
+    for player_id, got in zip(player_ids, r.results):
+        if isinstance(got, JoinResult):
+            results.append({"player_id": got.player_id, "status": 201 if got.created else 200,
+                            "position": got.position})
+        else:
+            results.append({"player_id": player_id, "status": got.status, **got.to_body()})
+    return {"board_id": r.board_id, "results": results}
+
+
+def cohorts(p: CohortsPage, next_cursor: str | None) -> dict:
+    """A page of a league's cohorts (docs/api.md §18)."""
+    return {"board_id": p.board_id, "version": p.version,
+            "cohorts": [{"cohort": c.cohort, "tier": c.tier, "members": c.members} for c in p.cohorts],
+            "next_cursor": next_cursor}
+
+
+def tier(t: PlayerTier) -> dict:
+    """A player's tier on a league board (docs/api.md §18)."""
+    return {"board_id": t.board_id, "player_id": t.player_id, "tier": t.tier, "entered": t.entered}
 
 
 def changes(c: Changes) -> dict:

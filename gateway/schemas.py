@@ -215,6 +215,54 @@ class EntryRulesOut(_Out):
 class JoinOut(_Out):
     player_id: str
     position: int = Field(description="0-based order of joining.")
+    board_id: str | None = Field(None, description="The instance joined, when the join named a series (§18); "
+                                                   "left out otherwise.", json_schema_extra=_no_default)
+
+
+class JoinsIn(BaseModel):
+    """A bulk join (docs/api.md §18)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"player_ids": ["p-ava", "p-ben", "p-chloe"]}]})
+
+    player_ids: list[PlayerId] = Field(min_length=1, max_length=1000,
+                                       description="1 to 1,000 distinct player ids, joined in this order (a repeated "
+                                                   "id is 422 naming its second place).")
+
+
+class JoinItemOut(_Out):
+    player_id: str
+    status: Literal[201, 200, 409] = Field(description="What the single join would have answered: 201 joined now, "
+                                                       "200 had joined before, 409 refused (`error` says why).")
+    position: int | None = Field(None, description="0-based order of joining (201 and 200).",
+                                 json_schema_extra=_no_default)
+    error: ErrorDetail | None = Field(None, description="409 only: `BOARD_FULL` or `BOARD_NOT_OPEN`, as the single "
+                                                        "join's error body has it.", json_schema_extra=_no_default)
+
+
+class JoinsOut(_Out):
+    board_id: str = Field(description="The board joined: for a series, its current instance.")
+    results: list[JoinItemOut] = Field(description="One per player id, in request order.")
+
+
+class CohortSummaryOut(_Out):
+    cohort: str = Field(description="`<tier>-<n>`.", examples=["1-3"])
+    tier: int = Field(ge=1)
+    members: int = Field(ge=0, description="Players placed in the cohort (ranked or not).")
+
+
+class CohortsOut(_Out):
+    board_id: str = Field(description="The board read: for a series, its current instance.")
+    version: Version
+    cohorts: list[CohortSummaryOut] = Field(description="By tier, then cohort number.")
+    next_cursor: str | None = Field(description="Token for the next page; null on the last page.")
+
+
+class TierOut(_Out):
+    board_id: str = Field(description="The board read: for a series, its current instance.")
+    player_id: str
+    tier: int = Field(ge=1, description="The tier of the player's cohort, else the tier they would enter at "
+                                        "(carried by next-season, else 1).")
+    entered: bool = Field(description="Whether the player has entered (been placed in a cohort).")
 
 
 Rank = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX)]

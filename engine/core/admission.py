@@ -242,6 +242,12 @@ class Admission:
         if self.league is not None:
             self.league.place([player_id])
 
+    def apply_joins(self, player_ids: Sequence[str], first: int) -> None:
+        """Fold the logged joins of one request in (an ``H`` record): :meth:`apply_join` for each in order."""
+        self.entry.fold_joins(player_ids, first)
+        if self.league is not None:
+            self.league.place(player_ids)
+
     def erase(self, player_ids: Sequence[str], events: ErasedEvents | None) -> None:
         """Fold an erasure in (docs/api.md §17): the players' held and decided events, entry and cohort go;
         their events' ids in the dedup window take their keyed hashes' place (the ring keeps its order), and

@@ -133,6 +133,24 @@ class EntryTable:
             self.position[i] = position
             self.joined += 1
 
+    def fold_joins(self, player_ids: Sequence[str], first: int, base: "EntryTable | None" = None) -> None:
+        """Logged joins of one request (an ``H`` record): the k-th player has position ``first + k``. O(n),
+        one interning pass; the same fold as :meth:`fold_join` for each in order."""
+        if not len(player_ids):
+            return
+        idx = self._intern(*encode_ids(list(player_ids)), base).astype(np.int64)
+        new = self.position[idx] < 0
+        self.position[idx[new]] = first + np.flatnonzero(new)
+        self.joined += int(new.sum())
+
+    def positions(self, buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """Per id (one UTF-8 buffer with offsets), its join position (-1: not joined or unknown). Reads only."""
+        idx = self.players.intern_encoded(buf, offs, create=False)
+        out = np.full(len(idx), -1, np.int64)
+        known = idx >= 0
+        out[known] = self.position[idx[known]]
+        return out
+
     def fold_scores(self, player_ids: Sequence[str], verdicts: np.ndarray, rowed: np.ndarray,
                     base: "EntryTable | None" = None) -> None:
         """A logged score record: each admitted event (verdict 0) counts an
@@ -210,6 +228,17 @@ def join_answer(entry: EntrySpec | None, known: PlayerEntry | None, joined: int,
     if entry is not None and entry.max_players is not None and joined >= entry.max_players:
         raise BoardFull(f"The board is full: {entry.max_players} players have joined.", None)
     return None
+
+
+def join_positions(main: EntryTable, over: EntryTable | None, player_ids: Sequence[str]) -> np.ndarray:
+    """:func:`lookup` of many players' join positions at once (-1: not joined): the overlay's view first."""
+    buf, offs = encode_ids(list(player_ids))
+    got = main.positions(buf, offs)
+    if over is not None and len(over):
+        mine = over.players.intern_encoded(buf, offs, create=False)
+        seen = mine >= 0
+        got[seen] = over.position[mine[seen]]
+    return got
 
 
 def lookup(main: EntryTable, over: EntryTable | None, player_id: str) -> PlayerEntry | None:

@@ -36,7 +36,8 @@ from engine.core.errors import UnsupportedFormat
 #: submission, a board's awards at FINALIZED) and the O record's
 #: "league" and "prizes" options (docs/api.md §16).
 #: 7: + X and Z (a player's erasure, and its completion on disk; docs/api.md §17).
-LOG_FORMAT = 7
+#: 8: + H (players joining a competition in one request: docs/api.md §18, bulk entry).
+LOG_FORMAT = 8
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).

@@ -237,6 +237,37 @@ class LeagueTable:
         idx = idx[idx >= 0]  # an erased member's slot is -1 (docs/api.md §17)
         return Cohort(int(self.c_tier[g]), int(self.c_number[g]), self.players.ids_of(idx))
 
+    def tier_of(self, player_id: str) -> tuple[int, bool]:
+        """``(tier, entered)``: the tier of the player's cohort, else the tier they would be placed in when
+        they enter (carried by a ``Q`` record, else 1). O(1)."""
+        i = int(self.players.lookup([player_id])[0])
+        if i < 0:
+            return 1, False
+        if self.cohort[i] >= 0:
+            return int(self.c_tier[self.cohort[i]]), True
+        return max(1, int(self.ptier[i])), False
+
+    def listing(self, tier: int | None = None, after: tuple[int, int] | None = None,
+                limit: int = 100) -> tuple[list[tuple[int, int, int]], bool]:
+        """Cohorts as ``(tier, number, members)`` by tier, then number: those after ``after`` (a cohort's
+        (tier, number)), only tier ``tier`` when given, at most ``limit``; and whether more follow.
+        ``members`` counts the players placed (erased ones left out, as :meth:`get` does). O(cohorts)."""
+        c = self.n_cohorts
+        size = self.spec.cohort_size
+        tiers = self.c_tier[:c].astype(np.int64)
+        numbers = self.c_number[:c].astype(np.int64)
+        counts = (self.members[:c * size].reshape(c, size) >= 0).sum(axis=1) if c else np.zeros(0, np.int64)
+        key = tiers * (1 << 32) + numbers
+        keep = np.ones(c, bool)
+        if tier is not None:
+            keep &= tiers == tier
+        if after is not None:
+            keep &= key > after[0] * (1 << 32) + after[1]
+        rows = np.flatnonzero(keep)
+        rows = rows[np.argsort(key[rows], kind="stable")]
+        page = rows[:limit]
+        return ([(int(tiers[g]), int(numbers[g]), int(counts[g])) for g in page], len(rows) > limit)
+
     def cohort_columns(self, buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
         """Per id (as one buffer with offsets), its cohort index (-1: not placed)."""
         idx = self.players.intern_encoded(buf, offs, create=False)

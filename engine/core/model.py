@@ -210,6 +210,16 @@ class JoinResult(NamedTuple):
     player_id: str
     position: int
     created: bool
+    board_id: str | None = None  # the instance joined, when the join named a series (docs/api.md §18); else None
+
+
+class BulkJoinResult(NamedTuple):
+    """A bulk join's answer (docs/api.md §18): the board joined (a series' current instance when a series was
+    named) and per player, in request order, their :class:`JoinResult` or the error the single join would
+    have raised (``BoardFull``, ``BoardNotOpen``)."""
+
+    board_id: str
+    results: tuple
 
 
 class EventResult(NamedTuple):
@@ -316,6 +326,34 @@ class CohortView:
     members: int
     entries: tuple[RankedEntry, ...]
     zones: tuple[str | None, ...]
+
+
+class CohortSummary(NamedTuple):
+    """One cohort in the list of a league's cohorts (docs/api.md §18)."""
+
+    cohort: str
+    tier: int
+    members: int
+
+
+class CohortsPage(NamedTuple):
+    """A page of a league's cohorts, by tier then cohort number (docs/api.md §18); ``after``: the (tier,
+    number) of the page's last cohort when more follow, else None."""
+
+    board_id: str
+    version: int
+    cohorts: tuple[CohortSummary, ...]
+    after: tuple[int, int] | None
+
+
+class PlayerTier(NamedTuple):
+    """A player's tier on a league board (docs/api.md §18): the one they were placed in (``entered``), else
+    the one they would enter at (carried, else 1)."""
+
+    board_id: str
+    player_id: str
+    tier: int
+    entered: bool
 
 
 class Award(NamedTuple):

@@ -43,6 +43,8 @@ INSTANCE = "W"
 BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, INSTANCE, OPTIONS_BOARD, "U"})  # "U": BOARD_SUBS, below
 #: A player joined a competition (docs/api.md §16): their 0-based position in the order of joining.
 JOIN = "J"
+#: Players joining a competition together (docs/api.md §18, bulk entry): one record for a request's new joins.
+JOINS = "H"
 #: The score records of one submission that fans out to several boards (docs/api.md §15), as one record.
 GROUP = "G"
 #: The tiers a league board's next season carries (docs/api.md §16): logged right after the new board's record.
@@ -104,6 +106,11 @@ KINDS: dict[str, RecordKind] = {
     JOIN: RecordKind("join", ("board_id", "player_id", "position"),
                      "a player joined a competition (docs/api.md §16) at this 0-based position in the order of "
                      "joining; logged once per player and board, changes no board version"),
+    JOINS: RecordKind("joins", ("board_id", "player_ids", "first"),
+                      "players joining a competition in one request (docs/api.md §18, bulk entry): those who had "
+                      "not joined before, in request order, at the consecutive 0-based positions first, first + 1, "
+                      "…; one frame, so a torn tail keeps all of a request's joins or none; changes no board "
+                      "version (log format 8)"),
     CARRY: RecordKind("carried tiers", ("board_id", "player_ids", "tiers"),
                       "the tiers a league board made by next-season carries (docs/api.md §16), logged right after "
                       "its board record: per player who had entered the previous season's board, its id and its "
@@ -262,6 +269,15 @@ class JoinRecord(NamedTuple):
     board_id: str
     player_id: str
     position: int
+
+
+class JoinsRecord(NamedTuple):
+    """``H``: players joining a competition in one request, at consecutive positions from ``first``."""
+
+    kind: str
+    board_id: str
+    player_ids: list
+    first: int
 
 
 class CarryRecord(NamedTuple):
@@ -491,8 +507,8 @@ TYPES: dict[str, type] = {
     SCORES_META: ScoresMetaRecord, SCORE: ScoreRecord, INVALIDATE: InvalidationRecord, DECIDE: DecisionRecord,
     DECIDE_META: DecisionMetaRecord, DEAD_LETTER: DeadLetterRecord, BOARD_SUBS: SubscoresBoardRecord,
     SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
-    OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord, CARRY: CarryRecord, AWARDS: AwardsRecord,
-    ENTER: EnterRecord, ERASE: ErasureRecord, ERASED: ErasureDoneRecord,
+    OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord, JOINS: JoinsRecord, CARRY: CarryRecord,
+    AWARDS: AwardsRecord, ENTER: EnterRecord, ERASE: ErasureRecord, ERASED: ErasureDoneRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
@@ -500,8 +516,8 @@ assert set(TYPES) == set(KINDS), "every kind needs a record type"
 
 Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
           | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
-          | DeadLetterRecord | OptionsBoardRecord | JoinRecord | SubscoresBoardRecord | ScoresSubsRecord
-          | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord | ErasureRecord | ErasureDoneRecord)
+          | DeadLetterRecord | OptionsBoardRecord | JoinRecord | JoinsRecord | SubscoresBoardRecord
+          | ScoresSubsRecord | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord | ErasureRecord | ErasureDoneRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -678,6 +694,10 @@ def carried_of(rec) -> tuple[list, np.ndarray]:
 
 def join_record(board_id: str, player_id: str, position: int) -> JoinRecord:
     return JoinRecord(JOIN, board_id, player_id, position)
+
+
+def joins_record(board_id: str, player_ids: list, first: int) -> JoinsRecord:
+    return JoinsRecord(JOINS, board_id, list(player_ids), first)
 
 
 def score_record(ev: ScoreEvent, verdict: Outcome | None) -> ScoreRecord:

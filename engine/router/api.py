@@ -24,8 +24,10 @@ from engine.core.model import (
     BoardInfo,
     BoardSpec,
     BoardState,
+    BulkJoinResult,
     Changes,
     Checksum,
+    CohortsPage,
     CohortView,
     DecisionResult,
     Delta,
@@ -40,6 +42,7 @@ from engine.core.model import (
     JoinResult,
     Page,
     PlayerData,
+    PlayerTier,
     PlayerView,
     QuarantineDecision,
     ScoreEvent,
@@ -77,6 +80,12 @@ class EngineClient(Protocol):
         (``created``: this call joined them); durable before it returns, no
         board version change. Raises BoardNotFound, BoardNotOpen, BoardFull."""
 
+    async def joins(self, board_id: str, player_ids: Sequence[str]) -> BulkJoinResult:
+        """Join up to 1,000 distinct players at once (docs/api.md §18; a series joins its current
+        instance): per player, in order, the JoinResult or the BoardFull / BoardNotOpen that :meth:`join`
+        would give, the new joins durable together before it returns. Raises BoardNotFound, and
+        ValidationFailed (nothing joined) for no ids, too many or a repeated one."""
+
     async def submit(self, events: Sequence[ScoreEvent]) -> list[EventResult]:
         """Durably append then apply; one result per event, in order.
 
@@ -113,6 +122,16 @@ class EngineClient(Protocol):
                      ties: bool = False) -> CohortView:
         """A league cohort (docs/api.md §16), by id or as a player's: ranked
         locally with zones. Raises BoardNotFound, CohortNotFound, PlayerNotFound."""
+
+    async def cohorts(self, board_id: str, tier: int | None = None, after: tuple[int, int] | None = None,
+                      limit: int = 100) -> CohortsPage:
+        """A league's cohorts (docs/api.md §18) by tier, then cohort number: at most ``limit`` of them
+        after the cohort ``after`` (tier, number), only tier ``tier`` when given; a series answers from its
+        current instance. Raises BoardNotFound, CohortNotFound (not a league)."""
+
+    async def tier(self, board_id: str, player_id: str) -> PlayerTier:
+        """The tier a player has on a league board, or would enter it at (docs/api.md §18); a series
+        answers from its current instance. Raises BoardNotFound, CohortNotFound (not a league)."""
 
     async def awards(self, board_id: str, start: int = 0, limit: int = 100) -> AwardsPage:
         """A page of the board's awards from index ``start`` (docs/api.md §16). Raises BoardNotFound."""

@@ -29,10 +29,9 @@ from engine.core import season
 from engine.core.admission import ScoreVerdicts
 from engine.core.columns import ScoreBatch, ScoreColumns, concat_columns
 from engine.core.dedup import DedupTable
-from engine.core.entry import EntryTable, join_answer, new_overlay
-from engine.core.entry import lookup as entry_lookup
-from engine.core.errors import AwardsPending, BoardExists, BoardNotFound, ValidationFailed
-from engine.core.model import BoardSpec, BoardState, Invalidation, JoinResult, QuarantineDecision
+from engine.core.entry import EntryTable, PlayerEntry, join_answer, join_positions, new_overlay
+from engine.core.errors import AwardsPending, BoardExists, BoardFull, BoardNotFound, BoardNotOpen, ValidationFailed
+from engine.core.model import BoardSpec, BoardState, BulkJoinResult, Invalidation, JoinResult, QuarantineDecision
 from engine.core.placement import parts_of
 from engine.core.players import ids_of
 from engine.router.registry import BoardCtl, BoardRegistry, ScoreMemo
@@ -56,6 +55,7 @@ class Submission(str, Enum):
     INVALIDATION = "invalidation"  # an Invalidation: one I record
     DEAD_LETTERS = "dead_letters"  # L records the shard actors reported (never refused for a full queue)
     JOIN = "join"  # (board_id, player_id): one J record for a new join, none for a player who joined before
+    JOINS = "joins"  # (board_id, player_ids): one H record holding the request's new joins (none: no record)
     LEAGUE_BOARD = "league_board"  # (BoardSpec, TierMoves): next-season of a league: its O record, then one Q record
     AWARDS = "awards"  # (board_id, A records): the parts of a FINALIZED board's awards not logged yet
     ERASE = "erase"  # an X record the shell made (docs/api.md §17): logged as is, once per erasure id
@@ -174,6 +174,11 @@ class Overlay:
                 over = self.entry_over(ctl, True)
                 assert over is not None
                 over.fold_join(rec.player_id, rec.position, base=ctl.admission.entry)
+            elif kind == R.JOINS:
+                ctl = self.need(rec.board_id)
+                over = self.entry_over(ctl, True)
+                assert over is not None
+                over.fold_joins(rec.player_ids, rec.first, base=ctl.admission.entry)
             elif kind == R.INVALIDATE:
                 self.corrections[rec.board_id] += 1
 
@@ -255,7 +260,15 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
     if kind == Submission.DEAD_LETTERS:
         return _plain(list(payload))
     if kind == Submission.JOIN:
-        return _decide_join(ov, *payload)
+        board_id, player_id = payload
+        got = _decide_joins(ov, board_id, [player_id], now_ms, bulk=False)
+        one = got.answer.results[0]
+        if isinstance(one, Exception):
+            raise one
+        return got._replace(answer=one)
+    if kind == Submission.JOINS:
+        board_id, player_ids = payload
+        return _decide_joins(ov, board_id, player_ids, now_ms, bulk=True)
     if kind == Submission.LEAGUE_BOARD:
         spec, moves = payload
         if ov.ctl(spec.board_id) is not None:
@@ -292,21 +305,59 @@ def _no_awards_due(ov: Overlay, ctl: BoardCtl) -> None:
                             "moment.", None, retry_after=1)
 
 
-def _decide_join(ov: Overlay, board_id: str, player_id: str) -> Decision:
-    """A join (docs/api.md §16): a player who joined before (durably, or
-    earlier in the cycle) gets their position and no record; else the board
-    must be OPEN and not full, and the join is one J record at the next
-    position. Raises BoardNotFound, BoardNotOpen, BoardFull."""
+def _join_target(ov: Overlay, board_id: str, now_ms: int) -> tuple[BoardCtl, BoardState, list]:
+    """The board a join of ``board_id`` joins, its season state and the records creating it first: the
+    board itself, or for a series the instance of the window containing ``now_ms`` (docs/api.md §18),
+    created on demand at this log position as a score event creates it (:func:`_new_instance`). Raises
+    BoardNotFound."""
     ctl = ov.need(board_id)
-    over = ov.entry_over(ctl)
+    rec = ctl.spec.recurrence
+    if rec is None:
+        return ctl, ov.state(ctl), []
+    w = window_of(rec, now_ms)
+    got = ov.ctl(instance_id(board_id, w))
+    if got is not None:
+        return got, ov.state(got), []
+    made = _new_instance(ctl.spec, w, now_ms)
+    state = BoardState(made[-1].state) if len(made) > 1 else BoardState.OPEN
+    return ov.registry.new_ctl(R.spec_of(made[0])), state, made
+
+
+def _decide_joins(ov: Overlay, board_id: str, player_ids, now_ms: int, bulk: bool) -> Decision:
+    """Joins (docs/api.md §16, §18), each player in order judged by the one rule of a join
+    (:func:`engine.core.entry.join_answer`) as if the joins before it were applied: a player who joined
+    before (durably, earlier in the cycle, or earlier in this request) gets their position and no record;
+    else the board must be OPEN and not full, and the join takes the next position. The answer is a
+    :class:`BulkJoinResult` with, per player, a JoinResult or the BoardNotOpen / BoardFull the join meets.
+    The new joins are one ``H`` record (``bulk``) or, for a single join, one ``J`` record. Raises
+    BoardNotFound."""
+    ctl, state, records = _join_target(ov, board_id, now_ms)
+    target = ctl.spec.board_id
+    over = ov.entry_over(ctl) if not records else None
     table = ctl.admission.entry
     joined = (over if over is not None else table).joined
-    known = entry_lookup(table, over, player_id)
-    had = join_answer(ctl.spec.entry, known, joined, ov.state(ctl) is BoardState.OPEN)
-    if had is not None:
-        return Decision([], [], [], answer=JoinResult(player_id, had, False))
-    return Decision([R.join_record(board_id, player_id, joined)], [None], [False],
-                    answer=JoinResult(player_id, joined, True))
+    first = joined
+    is_open = state is BoardState.OPEN
+    series = target if target != board_id else None
+    known = join_positions(table, over, player_ids)
+    results: list = []
+    new: list[str] = []
+    for player_id, pos in zip(player_ids, known.tolist()):
+        try:
+            had = join_answer(ctl.spec.entry, PlayerEntry(None if pos < 0 else pos, 0, False), joined, is_open)
+        except (BoardNotOpen, BoardFull) as exc:
+            results.append(exc)
+            continue
+        if had is not None:
+            results.append(JoinResult(player_id, had, False, series))
+            continue
+        results.append(JoinResult(player_id, joined, True, series))
+        new.append(player_id)
+        joined += 1
+    if new:
+        records.append(R.joins_record(target, new, first) if bulk else R.join_record(target, new[0], first))
+    n = len(records)
+    return Decision(records, [None] * n, [False] * n, answer=BulkJoinResult(target, tuple(results)))
 
 
 def _plain(records: list) -> Decision:

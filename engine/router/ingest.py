@@ -61,6 +61,7 @@ from engine.core.dedup import DedupTable, GrowPlan, build_grown
 from engine.core.histogram import Histogram
 from engine.core.model import (
     BoardState,
+    BulkJoinResult,
     DecisionResult,
     Delta,
     ErasureAccepted,
@@ -83,6 +84,8 @@ from engine.core.subscores import check_batch as check_subscores
 from engine.core.wire import ShardTransport
 
 log = logging.getLogger("flowrank.router")
+#: At most this many players in one bulk join (docs/api.md §18).
+MAX_BULK_JOIN = 1_000
 _STATUS = {s.value: s for s in RowStatus}
 
 
@@ -300,6 +303,21 @@ class Sequencer:
         before the answer. Raises BoardNotFound, BoardNotOpen, BoardFull."""
         self.registry.ctl(board_id)
         return await self.enqueue(Submission.JOIN, (board_id, player_id), 1)
+
+    async def joins(self, board_id: str, player_ids: Sequence[str]) -> BulkJoinResult:
+        """Join many players at once (docs/api.md §18): per player, in order, what :meth:`join` would
+        answer, the new joins durable together (one record, one append). Raises BoardNotFound, and
+        ValidationFailed for no ids, more than MAX_BULK_JOIN or a repeated id (nothing logged)."""
+        ids = list(player_ids)
+        if not 1 <= len(ids) <= MAX_BULK_JOIN:
+            raise ValidationFailed(f"player_ids must hold 1 to {MAX_BULK_JOIN:,} player ids; it has {len(ids):,}.",
+                                   "player_ids")
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            at = next(i for i, p in enumerate(ids) if p in seen or seen.add(p))  # type: ignore[func-returns-value]
+            raise ValidationFailed(f"player_ids must be distinct: {ids[at]!r} is there twice.", f"player_ids[{at}]")
+        self.registry.ctl(board_id)
+        return await self.enqueue(Submission.JOINS, (board_id, ids), len(ids))
 
     async def submit_state(self, board_id: str, state: BoardState) -> None:
         """Log an admin's state change (the move must be allowed when its turn comes)."""

@@ -59,6 +59,9 @@ from engine.log.spill import SpillReader
 from engine.core.league import cohort_id, parse_cohort_id, zone
 from engine.core.rank_mirror import RankMirror, mirrors
 from engine.core.model import (
+    CohortSummary,
+    CohortsPage,
+    PlayerTier,
     Award,
     AwardsPage,
     CohortView,
@@ -769,6 +772,30 @@ class ReadFanOut:
         k = len(page.entries)
         return CohortView(page.version, got.tier, got.cohort_id, len(got.members), page.entries,
                           tuple(zone(e.rank, k, got.tier, league.spec) for e in page.entries))
+
+    def _league_of(self, board_id: str, what: str):
+        """(board control, league table) of the board a read of ``board_id`` answers from (a series: its
+        current instance); CohortNotFound when it is no league."""
+        ctl = self.registry.ctl(self.resolve(board_id))
+        league = ctl.admission.league
+        if league is None:
+            raise CohortNotFound(f"Board {board_id!r} is not a league: it has no {what}.", "board_id")
+        return ctl, league
+
+    async def cohorts(self, board_id: str, tier: int | None = None, after: tuple[int, int] | None = None,
+                      limit: int = 100) -> CohortsPage:
+        """A league's cohorts by tier, then number (docs/api.md §18), from the router's league table: no
+        shard call. ``version``: the board's version at this read."""
+        ctl, league = self._league_of(board_id, "cohorts")
+        rows, more = league.listing(tier, after, limit)
+        items = tuple(CohortSummary(cohort_id(t, n), t, k) for t, n, k in rows)
+        return CohortsPage(ctl.spec.board_id, ctl.version, items, (rows[-1][0], rows[-1][1]) if more else None)
+
+    async def tier(self, board_id: str, player_id: str) -> PlayerTier:
+        """The tier ``player_id`` has on a league board, or would enter it at (docs/api.md §18). O(1)."""
+        ctl, league = self._league_of(board_id, "tiers")
+        tier, entered = league.tier_of(player_id)
+        return PlayerTier(ctl.spec.board_id, player_id, tier, entered)
 
     async def awards(self, board_id: str, start: int = 0, limit: int = 100) -> AwardsPage:
         """A page of the board's awards in award order (docs/api.md §16), each

@@ -221,6 +221,8 @@ class BoardRegistry:
                     ctl.corrections += 1
                 elif kind == R.JOIN:  # docs/api.md §16: changes no board version
                     ctl.admission.apply_join(rec.player_id, rec.position)
+                elif kind == R.JOINS:  # docs/api.md §18: a request's joins, as one record
+                    ctl.admission.apply_joins(rec.player_ids, rec.first)
                 elif kind == R.ENTER:
                     if ctl.admission.league is not None:
                         ctl.admission.league.place(rec.player_ids)

@@ -26,6 +26,8 @@ from gateway.schemas import (
     BoardOut,
     InstancesOut,
     JoinOut,
+    JoinsIn,
+    JoinsOut,
     NextSeasonIn,
     PrizeIn,
     StateIn,
@@ -121,3 +123,16 @@ async def join(board_id: BoardIdPath, player_id: PlayerIdPath, request: Request)
     §16). 409 `BOARD_FULL` / `BOARD_NOT_OPEN`. Durable before the answer."""
     got = await gw(request).engine.join(board_id, player_id)
     return JSONResponse(render.join(got), status_code=201 if got.created else 200)
+
+
+@router.post("/v1/boards/{board_id}/joins", response_model=JoinsOut, responses=error_responses(404),
+             summary="Join many players at once (game_server, admin)")
+@access(Permission.SUBMIT, "write")
+async def joins(board_id: BoardIdPath, body: JoinsIn, request: Request):
+    """1 to 1,000 distinct players, each answered in request order as the single join would answer it
+    (docs/api.md §18): `status` 201 with `position`, 200 with the same body, or 409 with the `error` it
+    would have had. A series joins its current instance (`board_id` names it). The new joins are durable
+    together (one log record) before the answer, and the request counts once against rate limits. A
+    repeated id, or any other bad input, is 422 and joins no one."""
+    got = await gw(request).engine.joins(board_id, body.player_ids)
+    return JSONResponse(render.joins(got, body.player_ids))

@@ -83,6 +83,7 @@ RECORD_KINDS = {
     "O": ("options board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                             "finalize_after_s", "recurrence", "options")),
     "J": ("join", ("board_id", "player_id", "position")),
+    "H": ("joins", ("board_id", "player_ids", "first")),
     "W": ("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                              "finalize_after_s", "series", "starts_at", "ends_at")),
     "G": ("score group", ("parts",)),
@@ -104,7 +105,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 7, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
+FORMATS = {"LOG_FORMAT": 8, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
@@ -119,7 +120,7 @@ def test_record_kinds_are_pinned():
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
     assert R.BOARD_KINDS == {"B", "K", "R", "W", "O", "U"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
-    assert R.JOIN == "J" and R.INSTANCE == "W" and R.GROUP == "G"
+    assert R.JOIN == "J" and R.JOINS == "H" and R.INSTANCE == "W" and R.GROUP == "G"
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
     assert (R.BOARD_SUBS, R.SCORES_SUBS, R.DECIDE_SUBS) == ("U", "N", "F")
     assert R.SCORE_BATCHES == ("C", "M", "N") and R.DECISIONS == ("D", "E", "F")
@@ -203,6 +204,7 @@ LISTS = {
     "O": ["O", "b", "cumulative", 2, 1000, 7, 1_793_527_500_000, 0, None,
           {"entry": {"join_required": True, "max_players": 100, "max_attempts": None}}],
     "J": ["J", "b", "p1", 4],
+    "H": ["H", "b", ["p2", "p1"], 5],
     "Q": ["Q", "b", ["p1", "p2"], b"\x02\x01"],
     "P": ["P", "b", ["p2", "p1"]],
     "A": ["A", "b", 12, 0, 1, ["p1"], b"\x01" + bytes(7), b"\x02", b"\x03" + bytes(3), b"\x00\x00"],
@@ -255,6 +257,7 @@ def test_record_builders_pack_to_the_lists_they_replaced():
     assert pack(R.board_record(entered)) == pack(LISTS["O"])
     assert R.spec_of(LISTS["O"]) == entered
     assert pack(R.join_record("b", "p1", 4)) == pack(LISTS["J"])
+    assert pack(R.joins_record("b", ["p2", "p1"], 5)) == pack(LISTS["H"])
 
 
 def test_an_options_board_record_keeps_recurrence_and_entry_and_refuses_unknown_options():
@@ -285,7 +288,7 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
 def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
-                   "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "U": None, "N": None, "F": "e1",
+                   "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "H": None, "U": None, "N": None, "F": "e1",
                    "Q": None, "A": None, "P": None, "X": None, "Z": None}
 
 
@@ -346,6 +349,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
                                                                   b"", (1,))),
         ["L", "b", 1], ["L"],  # not the dead-letter layout
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
+        R.joins_record("b", ["p", "q"], 1),
         R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]), R.parse(LISTS["P"]), R.parse(LISTS["X"]),
         R.parse(LISTS["Z"]),
     ]

@@ -293,3 +293,69 @@ def test_the_python_client_reads_cohorts_and_pages_through_awards():
         got = list(client.iter_awards(LEAGUE, page_size=2))
         assert len(got) == 5 and [a["cohort"] for a in got] == ["1-1", "1-1", "1-2", "1-2", "1-3"]
         assert got == client.awards(LEAGUE, limit=1000)["awards"]
+
+
+@SHARDS
+async def test_cohorts_list_by_tier_then_number_paged_and_filtered(harness, shards):
+    """GET …/cohorts (docs/api.md §18): every cohort once, by tier then number, `members` as the cohort read
+    counts them; pages by cursor, `?tier=` filters; after next-season carried tiers, tier 2 comes after 1."""
+    c = harness.client
+    await _season(c, shards)
+    got = await _get(c, f"/v1/boards/{LEAGUE}/cohorts")
+    assert got["board_id"] == LEAGUE and got["next_cursor"] is None
+    assert got["version"] == (await _get(c, f"/v1/boards/{LEAGUE}"))["version"]
+    assert got["cohorts"] == [{"cohort": "1-1", "tier": 1, "members": 4}, {"cohort": "1-2", "tier": 1, "members": 1}]
+    for item in got["cohorts"]:
+        assert (await _get(c, f"/v1/boards/{LEAGUE}/cohorts/{item['cohort']}"))["members"] == item["members"]
+    r = await c.post(f"/v1/boards/{LEAGUE}/next-season", json={"season": "S8"}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    for p, value in (("p-eli", 70), ("p-chloe", 60), ("p-ava", 20), ("p-dev", 5)):
+        await _score(c, NEXT, p, value)
+    await _join(c, NEXT, "p-new")
+    pages, cursor = [], None
+    while True:
+        page = await _get(c, f"/v1/boards/{NEXT}/cohorts?limit=1" + (f"&cursor={cursor}" if cursor else ""))
+        pages.append(page["cohorts"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [1, 1]
+    assert [p[0]["cohort"] for p in pages] == ["1-1", "2-1"]
+    assert (await _get(c, f"/v1/boards/{NEXT}/cohorts?tier=2"))["cohorts"] == [
+        {"cohort": "2-1", "tier": 2, "members": 2}]
+    assert (await _get(c, f"/v1/boards/{NEXT}/cohorts?tier=3"))["cohorts"] == []
+
+
+@SHARDS
+async def test_player_tier_entered_carried_or_1(harness, shards):
+    """GET …/players/{id}/tier (docs/api.md §18): the cohort's tier once entered; before, the tier
+    next-season carried (promote zone up one), else 1."""
+    c = harness.client
+    await _season(c, shards)
+    assert await _get(c, f"/v1/boards/{LEAGUE}/players/p-ava/tier") == {
+        "board_id": LEAGUE, "player_id": "p-ava", "tier": 1, "entered": True}
+    r = await c.post(f"/v1/boards/{LEAGUE}/next-season", json={"season": "S8"}, headers=H("admin"))
+    assert r.status_code == 201, r.text
+    tier = f"/v1/boards/{NEXT}/players/{{}}/tier"
+    assert await _get(c, tier.format("p-ava")) == {"board_id": NEXT, "player_id": "p-ava", "tier": 2,
+                                                   "entered": False}
+    assert (await _get(c, tier.format("p-chloe")))["tier"] == 1  # kept her tier: not in a zone
+    assert await _get(c, tier.format("p-nobody")) == {"board_id": NEXT, "player_id": "p-nobody", "tier": 1,
+                                                      "entered": False}
+    await _score(c, NEXT, "p-ava", 20)
+    assert await _get(c, tier.format("p-ava")) == {"board_id": NEXT, "player_id": "p-ava", "tier": 2,
+                                                   "entered": True}
+
+
+async def test_cohorts_and_tier_errors(harness):
+    c = harness.client
+    await _create(c, PLAIN, shards=1)
+    for path in (f"/v1/boards/{PLAIN}/cohorts", f"/v1/boards/{PLAIN}/players/p-ava/tier"):
+        err = (await _get(c, path, status=404))["error"]
+        assert err["code"] == "COHORT_NOT_FOUND" and "not a league" in err["message"]
+    for path in ("/v1/boards/g:m:s:none/cohorts", "/v1/boards/g:m:s:none/players/p-ava/tier"):
+        assert (await _get(c, path, status=404))["error"]["code"] == "BOARD_NOT_FOUND"
+    await _create(c, shards=1, league=SETTINGS)
+    for bad in ("tier=0", "tier=21", "limit=0", "limit=1001", "cursor=x"):
+        err = (await _get(c, f"/v1/boards/{LEAGUE}/cohorts?{bad}", status=422))["error"]
+        assert err["code"] == "VALIDATION_FAILED" and err["field"] == bad.split("=")[0], bad

@@ -12,7 +12,7 @@ import pytest
 from engine.core import records as R
 from engine.core.errors import FlowRankError
 from engine.log import SegmentedFileLog
-from engine.core.model import BoardSpec, EntrySpec, Outcome, Policy, ScoreEvent
+from engine.core.model import BoardSpec, EntrySpec, LeagueSpec, Outcome, Policy, ScoreEvent
 from tests.service.helpers import crash, drop_snapshots, open_service, run, state_of
 
 RULES = {
@@ -135,3 +135,57 @@ def test_snapshot_and_replay_bring_back_boards_and_entry_state(tmp_path, snapsho
             await crash(svc)
 
     run(go())
+
+
+def _bulk_view(result) -> list:
+    return [(r.player_id, r.position, r.created) if not isinstance(r, FlowRankError) else r.code
+            for r in result.results]
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("snapshot_midway", [True, False])
+def test_bulk_joins_are_one_record_each_and_come_back_the_same(tmp_path, shards, snapshot_midway):
+    """docs/api.md §18: a bulk join is one ``H`` record (its new joins only); a snapshot + tail, and the log
+    alone, bring back the same positions and cohorts, so the same requests then answer 200 with them."""
+    board = "g:league:s1"
+    spec = BoardSpec(board, Policy.BEST_SCORE, shards=shards, entry=EntrySpec(True, 9, None),
+                     league=LeagueSpec(3, 2, 1, 1))
+
+    async def go():
+        svc = await open_service(tmp_path, 3)
+        await svc.create_board(spec)
+        requests = [["p1", "p2", "p3"], ["p2", "p4"], ["p5", "p6", "p7", "p8", "p9", "p10", "p11"]]
+        first = [_bulk_view(await svc.joins(board, ids)) for ids in requests[:2]]
+        await svc.join(board, "p0")  # a single join between bulk ones: one J record
+        if snapshot_midway:
+            await svc.snapshot()
+        first.append(_bulk_view(await svc.joins(board, requests[2])))
+        assert first[1] == [("p2", 1, False), ("p4", 3, True)]
+        assert first[2][-2:] == ["BOARD_FULL", "BOARD_FULL"]
+        live = (await svc.cohorts(board), _entry_of(svc, board))
+        await crash(svc)
+        with SegmentedFileLog.open(tmp_path / "log") as log:
+            recs = [rec for _, rec in log.read_from(0) if rec[0] in (R.JOIN, R.JOINS)]
+        assert [(r[0], r[2], r[3]) for r in recs] == [
+            (R.JOINS, ["p1", "p2", "p3"], 0), (R.JOINS, ["p4"], 3), (R.JOIN, "p0", 4),
+            (R.JOINS, ["p5", "p6", "p7", "p8"], 5)]
+        for reopen in ("snapshot + tail", "log only"):
+            if reopen == "log only":
+                drop_snapshots(tmp_path)
+            svc = await open_service(tmp_path, 3)
+            assert (await svc.cohorts(board), _entry_of(svc, board)) == live, reopen
+            again = [_bulk_view(await svc.joins(board, ids)) for ids in requests]
+            want = [[x if isinstance(x, str) else (x[0], x[1], False) for x in got] for got in first]
+            assert again == want, reopen
+            await crash(svc)
+
+    run(go())
+
+
+def _entry_of(svc, board: str):
+    t = svc.router.boards[board].admission.entry
+    t._check()
+    league = svc.router.boards[board].admission.league
+    league._check()
+    ids = t.players.ids_of(range(len(t)))
+    return t.joined, {p: int(t.position[i]) for i, p in enumerate(ids)}, {p: league.where(p) for p in ids}
