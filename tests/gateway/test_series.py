@@ -123,3 +123,17 @@ async def test_a_fan_out_counts_once_per_board_towards_the_batch_limit(harness):
                                          + [ev("g", "p", 1, board_id=BOARD)]}, headers=H("game_server"))
     assert r.status_code == 413, r.text
     assert r.json()["error"]["code"] == "BATCH_TOO_LARGE"
+
+
+async def test_joins_of_a_series_join_its_current_instance_and_name_it(harness):
+    """docs/api.md §18: a bulk join, and a single join, of a series id join the current window's instance."""
+    c = harness.client
+    await _boards(c)
+    r = await c.post(f"/v1/boards/{SERIES}/joins", json={"player_ids": ["p-ava", "p-ben"]}, headers=H("game_server"))
+    assert r.status_code == 200, r.text
+    assert r.json() == {"board_id": instance(), "results": [{"player_id": "p-ava", "status": 201, "position": 0},
+                                                            {"player_id": "p-ben", "status": 201, "position": 1}]}
+    r = await c.post(f"/v1/boards/{SERIES}/players/p-ava/join", headers=H("game_server"))
+    assert r.status_code == 200 and r.json() == {"player_id": "p-ava", "position": 0, "board_id": instance()}
+    r = await c.post(f"/v1/boards/{instance()}/players/p-chloe/join", headers=H("game_server"))
+    assert r.status_code == 201 and r.json() == {"player_id": "p-chloe", "position": 2}
