@@ -1,7 +1,8 @@
 """The operator's commands of ``flowrank``, over the HTTP API (issue 12 item 3).
 
 ``flowrank boards create|list|show|state|next-season``, ``flowrank submit FILE.jsonl``,
-``flowrank top``, ``flowrank player``, ``flowrank cohort``, ``flowrank awards``,
+``flowrank top``, ``flowrank player``, ``flowrank cohort``, ``flowrank cohorts``, ``flowrank tier``,
+``flowrank join``, ``flowrank awards``,
 ``flowrank players data`` and ``flowrank export`` call a running
 server at ``--url`` (or ``FLOWRANK_URL``) with ``--key`` (or ``FLOWRANK_KEY``).
 They only use the public routes of docs/api.md, so any key that may call a
@@ -266,6 +267,94 @@ def cmd_cohort(api: Api, args, out: IO[str]) -> int:
     return EXIT_OK
 
 
+def cmd_cohorts(api: Api, args, out: IO[str]) -> int:
+    """Every cohort of a league (docs/api.md §18), all pages: id, tier, members; ``--tier N`` only that tier."""
+    path = f"/v1/boards/{_p(args.board)}/cohorts"
+
+    def page(cursor: str | None) -> dict:
+        params = {"limit": args.page_size, **({"tier": args.tier} if args.tier is not None else {}),
+                  **({"cursor": cursor} if cursor else {})}
+        return api.json("GET", path, params=params, what=f"cohorts of {args.board}")
+
+    from gateway.client import follow_pages  # noqa: PLC0415
+
+    cohorts = list(follow_pages(page, "cohorts"))
+    if args.json:
+        _dump(cohorts, out)
+    else:
+        _table(cohorts, ("cohort", "tier", "members"), out)
+        print(f"{len(cohorts):,} cohorts, {sum(c['members'] for c in cohorts):,} players", file=out)
+    return EXIT_OK
+
+
+def cmd_tier(api: Api, args, out: IO[str]) -> int:
+    """A player's tier on a league (docs/api.md §18): the one they have, or would enter at."""
+    got = api.json("GET", f"/v1/boards/{_p(args.board)}/players/{_p(args.player)}/tier",
+                   what=f"tier of {args.player} on {args.board}")
+    if args.json:
+        _dump(got, out)
+    else:
+        how = "entered" if got["entered"] else "not entered yet: would enter at"
+        print(f"{got['player_id']} on {got['board_id']}: {how} tier {got['tier']}", file=out)
+    return EXIT_OK
+
+
+#: Players per bulk join request (docs/api.md §18: at most 1,000).
+JOIN_CHUNK = 1000
+
+
+def read_player_ids(path: str) -> list[str]:
+    """One player id per line (blank lines skipped, surrounding spaces trimmed), each once, in file order.
+    Raises CliError (EXIT_INPUT) naming the first bad line or a repeated id: nothing is sent then."""
+    from gateway.validation import check_id  # noqa: PLC0415
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{path}: cannot read the ids file ({exc}); nothing was sent", EXIT_INPUT) from None
+    ids: list[str] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        pid = line.strip()
+        if not pid:
+            continue
+        try:
+            check_id(pid, "player_id", "player_id")
+        except ValidationFailed as exc:
+            raise CliError(f"{path}:{number}: invalid player id: {exc.message} Nothing was sent.", EXIT_INPUT) from None
+        if pid in seen:
+            raise CliError(f"{path}:{number}: {pid!r} is already on line {seen[pid]}; nothing was sent", EXIT_INPUT)
+        seen[pid] = number
+        ids.append(pid)
+    return ids
+
+
+def cmd_join(api: Api, args, out: IO[str]) -> int:
+    """Join every player of a file (docs/api.md §18), through the bulk route in requests of at most 1,000 ids;
+    prints how many joined now (201), had joined (200) and were refused (409, by error code)."""
+    ids = read_player_ids(args.file)
+    counts: Counter = Counter()
+    board_id = args.board
+    for start in range(0, len(ids), args.chunk):
+        chunk = ids[start:start + args.chunk]
+        got = api.json("POST", f"/v1/boards/{_p(args.board)}/joins", json={"player_ids": chunk},
+                       what=f"join of lines' ids {start + 1}-{start + len(chunk)} (of {len(ids)})")
+        board_id = got["board_id"]
+        for r in got["results"]:
+            counts["joined" if r["status"] == 201 else "already joined" if r["status"] == 200
+                   else f"refused {r['error']['code']}"] += 1
+    summary = {"board_id": board_id, "players": len(ids), **dict(sorted(counts.items()))}
+    if args.json:
+        _dump(summary, out)
+    else:
+        print(f"{len(ids):,} players sent to {board_id} in {-(-len(ids) // args.chunk):,} requests", file=out)
+        width = max((len(k) for k in counts), default=0)
+        for k, v in sorted(counts.items()):
+            print(f"  {k:<{width}}  {v:>10,}", file=out)
+    return EXIT_OK
+
+
 def cmd_awards(api: Api, args, out: IO[str]) -> int:
     """Every award of a board (docs/api.md §16, admin), all pages, in award order."""
     path = f"/v1/boards/{_p(args.board)}/awards"
@@ -374,7 +463,7 @@ def check_events(path: str) -> tuple[int, tuple[int, int]]:
     (gateway.validation), keeping none of them: O(1) memory. Returns the number
     of events and the file's (size, mtime) when checked. Raises CliError
     (EXIT_INPUT) naming the first bad line."""
-    from gateway.validation import event_from_json  # noqa: PLC0415 - numba's import: not for `flowrank serve`
+    from gateway.validation import event_from_json, fanout_boards  # noqa: PLC0415 - numba's import: not for `flowrank serve`
 
     try:
         fh = open(path, "rb")
@@ -390,7 +479,8 @@ def check_events(path: str) -> tuple[int, tuple[int, int]]:
             except (ValueError, UnicodeDecodeError) as exc:
                 raise CliError(f"{where}: not a JSON object ({exc}); nothing was sent", EXIT_INPUT) from None
             try:
-                event_from_json(obj, "event")
+                boards = fanout_boards(obj, "event") if isinstance(obj, dict) else None
+                event_from_json(obj if boards is None else {**obj, "board_id": boards[0]}, "event")
             except ValidationFailed as exc:
                 fld = f" ({exc.field})" if exc.field else ""
                 raise CliError(f"{where}: invalid event{fld}: {exc.message} Nothing was sent.", EXIT_INPUT) from None
@@ -475,8 +565,9 @@ def submit_file(api: Api, path: str, batch_size: int = MAX_BATCH, progress: IO[s
         except (ValueError, KeyError, TypeError):
             raise CliError(f"batch of lines {first}-{last}: HTTP {resp.status_code} with a body that is not "
                            "the documented results", EXIT_UNEXPECTED) from None
-        if len(results) != len(chunk):
-            raise CliError(f"batch of lines {first}-{last}: {len(results)} results for {len(chunk)} events",
+        rows = sum(_boards_of_line(raw) for _, raw in chunk)
+        if len(results) != rows:
+            raise CliError(f"batch of lines {first}-{last}: {len(results)} results for {rows} (event, board) pairs",
                            EXIT_UNEXPECTED)
         return results
 
@@ -528,6 +619,14 @@ def _gave_up(err: CliError, chunk: list, summary: SubmitSummary, pending) -> Cli
                  "safe (the same event ids answer DUPLICATE_IGNORED)")
     err.message += note
     return err
+
+
+def _boards_of_line(raw: bytes) -> int:
+    """How many results a checked event line gets: one per board of its ``board_ids`` (docs/api.md §15), else 1."""
+    if b'"board_ids"' not in raw:
+        return 1
+    obj = json.loads(raw)
+    return len(obj["board_ids"]) if "board_ids" in obj else 1
 
 
 def _line_of(message: str, chunk: list[tuple[int, bytes]]) -> str:
@@ -628,6 +727,14 @@ def _int_at_least(text: str, minimum: int, what: str) -> int:
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (also the serve flags' type, gateway.cli)."""
     return _int_at_least(text, 1, "must be a positive integer")
+
+
+def _join_chunk(text: str) -> int:
+    """argparse type of ``join --chunk``: 1 to 1,000 ids per request."""
+    n = positive_int(text)
+    if n > JOIN_CHUNK:
+        raise argparse.ArgumentTypeError(f"must be at most {JOIN_CHUNK} (the bulk join's limit)")
+    return n
 
 
 def non_negative_int(text: str) -> int:
@@ -823,6 +930,29 @@ def register(sub) -> None:
     c.add_argument("--ties", action="store_true", help="add tied_rank, the competition rank (1, 1, 3)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(admin=cmd_cohort)
+
+    c = sub.add_parser("cohorts", parents=[conn], help="every cohort of a league: id, tier, members (docs/api.md §18)")
+    c.add_argument("board", help="a league board, or a series (its current instance)")
+    c.add_argument("--tier", type=positive_int, default=None, help="only this tier's cohorts")
+    c.add_argument("--page-size", type=positive_int, default=1000, help="cohorts per request (1-1000, default 1000)")
+    c.add_argument("--json", action="store_true", help="print the cohorts as a JSON list")
+    c.set_defaults(admin=cmd_cohorts)
+
+    c = sub.add_parser("tier", parents=[conn], help="a player's tier on a league: the one they have, or would "
+                                                    "enter at (docs/api.md §18)")
+    c.add_argument("board", help="a league board, or a series (its current instance)")
+    c.add_argument("player")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(admin=cmd_tier)
+
+    c = sub.add_parser("join", parents=[conn], help="join the players of a file to a competition, 1,000 per "
+                                                    "request (game_server, admin; docs/api.md §18)")
+    c.add_argument("board", help="a board, or a series (joins its current instance)")
+    c.add_argument("--file", required=True, help="player ids, one per line (blank lines skipped; a repeated id "
+                                                 "or a bad one is refused before anything is sent)")
+    c.add_argument("--chunk", type=_join_chunk, default=JOIN_CHUNK, help="ids per request (1-1000, default 1000)")
+    c.add_argument("--json", action="store_true", help="print the summary as JSON")
+    c.set_defaults(admin=cmd_join)
 
     c = sub.add_parser("awards", parents=[conn], help="every award of a FINALIZED board with prizes (admin)")
     c.add_argument("board")

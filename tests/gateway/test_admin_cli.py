@@ -594,3 +594,67 @@ def test_a_league_with_prizes_its_cohorts_and_awards(env, capsys, tmp_path):
     assert code == 0 and out.startswith("erasure ") and "accepted on 1 board(s)" in out, err
     code, _, err = _run(capsys, "erasure", "nope")
     assert code == admin_cli.EXIT_REFUSED and "HTTP 404 ERASURE_NOT_FOUND" in err
+
+
+def test_submit_accepts_events_with_board_ids(env, capsys, tmp_path):
+    """docs/api.md §7/§15: an event with board_ids is checked and sent as is; one outcome per (event, board)."""
+    a, b = "cli-fan:solo:S1:global", "cli-fan:solo:S1:eu"
+    for board in (a, b):
+        _create(capsys, board, shards=1)
+    events = [{"event_id": "f1", "board_ids": [a, b], "player_id": "p-a", "value": 5, "achieved_at": 1_793_527_500_000},
+              {"event_id": "f2", "board_id": a, "player_id": "p-b", "value": 7, "achieved_at": 1_793_527_500_000},
+              {"event_id": "f1", "board_ids": [a, b], "player_id": "p-a", "value": 5, "achieved_at": 1_793_527_500_000}]
+    code, out, err = _run(capsys, "submit", str(_write_jsonl(tmp_path / "fan.jsonl", events)), "--json")
+    assert code == 0, err
+    assert json.loads(out)["outcomes"] == {"APPLIED_FIRST_SCORE": 3, "DUPLICATE_IGNORED": 2}
+    bad = [{**events[0], "board_id": a}]  # both: the server's rule, named before anything is sent
+    code, _, err = _run(capsys, "submit", str(_write_jsonl(tmp_path / "bad.jsonl", bad)))
+    assert code == admin_cli.EXIT_INPUT and "(event.board_ids)" in err
+
+
+def test_join_a_file_then_cohorts_and_tier(env, capsys, tmp_path):
+    """`flowrank join` sends 1,000 ids per request (docs/api.md §18) and sums the statuses; `cohorts` reads
+    every page; `tier` says entered or not."""
+    board = "cli-j:league:S1:global"
+    code, _, err = _run(capsys, "boards", "create", board, "--policy", "best_score", "--league", "2:2:1:0",
+                        "--join-required", "--max-players", "2500")
+    assert code == 0, err
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(f"p{i:04d}" for i in range(2400)) + "\n\n")
+    code, out, err = _run(capsys, "join", board, "--file", str(ids))
+    assert code == 0, err
+    assert out.splitlines()[0] == f"2,400 players sent to {board} in 3 requests"
+    ids.write_text("\n".join(f"p{i:04d}" for i in range(2300, 2600)))
+    code, out, err = _run(capsys, "join", board, "--file", str(ids), "--json", "--chunk", "120")
+    assert code == 0, err
+    assert json.loads(out) == {"board_id": board, "players": 300, "already joined": 100, "joined": 100,
+                               "refused BOARD_FULL": 100}
+    code, out, err = _run(capsys, "cohorts", board, "--page-size", "300")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["cohort", "tier", "members"] and lines[1].split() == ["1-1", "1", "2"]
+    assert lines[-1] == "1,250 cohorts, 2,500 players" and len(lines) == 1252
+    code, out, err = _run(capsys, "cohorts", board, "--tier", "2", "--json")
+    assert code == 0 and json.loads(out) == []
+    code, out, err = _run(capsys, "tier", board, "p0001")
+    assert code == 0 and out.strip() == f"p0001 on {board}: entered tier 1"
+    code, out, err = _run(capsys, "tier", board, "p-new", "--json")
+    assert code == 0 and json.loads(out) == {"board_id": board, "player_id": "p-new", "tier": 1, "entered": False}
+    code, _, err = _run(capsys, "tier", BOARD + "x", "p-new")
+    assert code == admin_cli.EXIT_REFUSED and "BOARD_NOT_FOUND" in err
+
+
+def test_join_refuses_a_bad_file_before_sending_anything(tmp_path, capsys):
+    def handler(request):
+        raise AssertionError("nothing may be sent")
+
+    for text, says in (("p-a\np-b\np-a\n", "ids.txt:3: 'p-a' is already on line 1"),
+                       ("p-a\nbad\x07id\n", "ids.txt:2: invalid player id")):
+        (tmp_path / "ids.txt").write_text(text)
+        args = build_parser().parse_args(["join", "g:m:s:x", "--file", str(tmp_path / "ids.txt"), "--url", "http://x",
+                                          "--key", "k"])
+        assert admin_cli.run(args, env={}, transport=httpx.MockTransport(handler)) == admin_cli.EXIT_INPUT
+        assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["join", "g:m:s:x", "--file", "x", "--chunk", "1001"])
+    capsys.readouterr()
