@@ -37,6 +37,16 @@ from gateway.settings import Settings
 KEEP_ALIVE_S = 75.0
 
 
+def _log_url(text: str) -> str:
+    """``--log``: a PostgreSQL URL (docs/api.md §19)."""
+    from engine.log.places import is_database  # noqa: PLC0415 - the log layer only
+
+    if not is_database(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PostgreSQL URL (postgresql://user@host:port/db); "
+                                         "without --log the log stays in --data-dir")
+    return text
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -163,6 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--erasure-deadline-s", type=_positive_seconds, default=d.erasure_deadline_s, metavar="SECONDS",
                    help=f"an erased player's ids leave every file under the data directory within this long of "
                         f"the request (docs/api.md §17; default {d.erasure_deadline_s:,.0f})")
+    s.add_argument("--log", dest="log_url", type=_log_url, default=None, metavar="postgresql://…",
+                   help="keep the event log and snapshots in this PostgreSQL database (docs/api.md §19; libpq's "
+                        "URL: several hosts with target_session_attrs=read-write find a promoted standby); "
+                        "default: files under --data-dir")
+    s.add_argument("--node", default=None, metavar="NAME",
+                   help="this node's name among the nodes of one --log (default: <hostname>:<port>)")
+    s.add_argument("--advertise-url", default=None, metavar="URL",
+                   help="this node's base URL, named to clients in X-FlowRank-Leader (default http://<host>:<port>)")
+    s.add_argument("--lease-s", type=_positive_seconds, default=d.lease_s, metavar="SECONDS",
+                   help=f"with --log: another node may take over this long after the active node's last lease "
+                        f"renewal (it renews every second; default {d.lease_s:g})")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     w = sub.add_parser("warm", help="compile every kernel into the compile cache (an image build), then exit")
     w.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -208,6 +229,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         webhook_secret_file=args.webhook_secret_file,
         webhook_give_up_s=args.webhook_give_up_s,
         erasure_deadline_s=args.erasure_deadline_s,
+        log_url=args.log_url,
+        node=args.node,
+        advertise_url=args.advertise_url,
+        lease_s=args.lease_s,
     )
 
 

@@ -53,6 +53,9 @@ def error_response(err: FlowRankError) -> JSONResponse:
     if status in (429, 503):
         ra = err.retry_after if err.retry_after is not None else 1
         headers["Retry-After"] = str(max(1, math.ceil(ra)))
+    leader = getattr(err, "leader", None)
+    if leader:  # NOT_LEADER (docs/api.md §19): where the active node is
+        headers["X-FlowRank-Leader"] = leader
     if status >= 500 and err.code == "INTERNAL":
         return JSONResponse(error_body("INTERNAL", "Internal error.", None), status_code=500)
     return JSONResponse(err.to_body(), status_code=status, headers=headers)

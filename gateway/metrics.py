@@ -263,8 +263,23 @@ class Metrics:
         # set by the /metrics route from engine.ready() just before each scrape (what /readyz answers)
         self.ready = Gauge("flowrank_ready", "1 when the engine accepts writes (/readyz 200), else 0.",
                            registry=self.registry)
+        # set by the /metrics route from the engine's cluster_info() (docs/api.md §19)
+        self.cluster_active = Gauge("flowrank_cluster_active", "1 on the active node of its log, 0 on a standby.",
+                                    registry=self.registry)
+        self.cluster_epoch = Gauge("flowrank_cluster_epoch", "The log epoch this node knows (fencing).",
+                                   registry=self.registry)
+        self.cluster_lag_records = Gauge("flowrank_cluster_lag_records",
+                                         "Records in the log this node has not applied yet.", registry=self.registry)
+        self.cluster_takeovers = Gauge("flowrank_cluster_takeovers", "Times this node took the log's lease.",
+                                       registry=self.registry)
         self.registry.register(EngineStatsCollector(stats))
         self._children: dict = {}
+
+    def set_cluster(self, info: dict) -> None:
+        self.cluster_active.set(1.0 if info["role"] == "active" else 0.0)
+        self.cluster_epoch.set(float(info["epoch"]))
+        self.cluster_lag_records.set(float(info["lag_records"]))
+        self.cluster_takeovers.set(float(info.get("takeovers", 0)))
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         key = (route, method, status)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 from engine.router.api import EngineClient
 
@@ -50,6 +51,8 @@ async def build_engine(settings: Settings) -> EngineClient:
                 webhooks=webhook_config(settings),
                 erasure_deadline_s=settings.erasure_deadline_s,
                 rank_mirror_rows=settings.rank_mirror_rows,
+                log_url=settings.log_url,
+                identity=node_identity(settings),
             )
         else:
             from engine.cluster import ClusterEngine  # noqa: PLC0415
@@ -70,6 +73,8 @@ async def build_engine(settings: Settings) -> EngineClient:
                 webhooks=webhook_config(settings),
                 erasure_deadline_s=settings.erasure_deadline_s,
                 rank_mirror_rows=settings.rank_mirror_rows,
+                log_url=settings.log_url,
+                identity=node_identity(settings),
             )
     finally:
         for sig, handler in saved.items():
@@ -85,3 +90,12 @@ def webhook_config(settings: Settings):
     from engine.runtime.outbox_feed import WebhookConfig  # noqa: PLC0415
 
     return WebhookConfig(settings.webhook_url, settings.webhook_secret_file, settings.webhook_give_up_s)
+
+
+def node_identity(settings: Settings):
+    """This node's name, advertised URL and lease on a shared log (docs/api.md §19)."""
+    from engine.runtime.leadership import NodeIdentity  # noqa: PLC0415
+
+    url = settings.advertise_url or f"http://{settings.host}:{settings.port}"
+    return NodeIdentity(node=settings.node or f"{socket.gethostname()}:{settings.port}", advertise_url=url,
+                        lease_s=settings.lease_s)

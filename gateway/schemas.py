@@ -142,7 +142,8 @@ _ERROR_TEXT = {
     413: "`BATCH_TOO_LARGE`: more than 10,000 events or a body over 8 MiB.",
     422: "`VALIDATION_FAILED`: schema, types, ranges or ids; `field` names the first bad input.",
     429: "`RATE_LIMITED`; see the `Retry-After` header (seconds).",
-    503: "`OVERLOADED`; see the `Retry-After` header (seconds).",
+    503: "`OVERLOADED`, or `NOT_LEADER` on a standby (docs/api.md §19, with `X-FlowRank-Leader`); see the "
+         "`Retry-After` header (seconds).",
 }
 
 _RETRY_HEADER = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}}

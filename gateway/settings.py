@@ -56,6 +56,11 @@ class Settings:
     # --rank-mirror-rows: a board with at most this many rows answers exact rank from a mirror beside the
     # router, built on its first exact-rank read (engine.core.rank_mirror; ~90 B a row); 0: always the shard actors
     rank_mirror_rows: int = 4_000_000
+    # --log postgresql://… (docs/api.md §19): the event log and snapshots in PostgreSQL; None: under data_dir
+    log_url: str | None = None
+    node: str | None = None  # --node: this node's name among the nodes of one log (default: the host name)
+    advertise_url: str | None = None  # --advertise-url: its base URL for X-FlowRank-Leader (default http://host:port)
+    lease_s: float = 3.0  # --lease-s: a standby may take over this long after the active's last renewal
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

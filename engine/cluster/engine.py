@@ -25,8 +25,8 @@ from typing import Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from engine.core.formats import LOG_FORMAT
 from engine.log import SegmentedFileLog
+from engine.log.places import is_database, open_writer
 from engine.log.secret import load_secret
 from engine.log.framing import pack_in_pieces
 from engine.cluster.actors import RemoteLogView, RemoteShard, spill_dir
@@ -38,6 +38,7 @@ from engine.log.archives import FileArchiveStore
 from engine.router.router import Router, RouterConfig
 from engine.runtime.base import RouterClient
 from engine.runtime.outbox_feed import WebhookConfig
+from engine.runtime.leadership import Leadership, NodeIdentity
 from engine.runtime.local import DirectLog, _lock
 from engine.cluster.ray_start import init_ray
 
@@ -100,11 +101,17 @@ class ClusterEngine(RouterClient):
         webhooks: WebhookConfig | None = None,
         erasure_deadline_s: float = 3600.0,
         rank_mirror_rows: int = RouterConfig.rank_mirror_rows,
+        log_url: str | None = None,
+        identity: NodeIdentity | None = None,
     ) -> "ClusterEngine":
+        """``log_url``: the log and snapshots in that PostgreSQL database (docs/api.md §19), this node
+        its active one under the lease (``identity``); None: files under ``data_dir``."""
         started = time.monotonic()
         root = Path(data_dir).resolve()
         root.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(root / "LOCK")
+        leadership = (await asyncio.to_thread(Leadership.acquire, log_url, identity or NodeIdentity())
+                      if is_database(log_url) else Leadership.single())
         started_ray = init_ray(ray_address, dashboard=ray_dashboard)  # or waits for serve's early start
         n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
         here = ray.get_runtime_context().get_node_id()
@@ -112,10 +119,10 @@ class ClusterEngine(RouterClient):
         log_name = f"flowrank-log-{uuid.uuid4().hex[:12]}"
         # the log's writer lives here (opened, torn tail truncated, durable mark written, before the log
         # server follows it and any shard reads it)
-        event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", record_format=LOG_FORMAT, mark=True)
+        event_log = await asyncio.to_thread(open_writer, root, log_url, epoch=leadership.epoch, mark=True)
         log_server = RemoteLogServer.options(
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        ).remote(str(root), R.DEAD_LETTER_HEAD, follow=True)
+        ).remote(str(root), R.DEAD_LETTER_HEAD, follow=True, log_url=log_url)
         # The shard actors' processes start (imports, kernel loads) while the log server's does: a named
         # actor is registered when created, so a shard finds it by name at once; its recovery's reads
         # wait for the log server to be up. cache_dir: the compile cache each shard actor points its
@@ -130,6 +137,7 @@ class ClusterEngine(RouterClient):
             archives=FileArchiveStore(root / "archives"),
             wall_clock=wall_clock)  # epoch ms for scheduled season closes (None: time.time); a test seam
         eng = cls(router, log_server, shards, lock_fd, started_ray, event_log)
+        eng.leadership = leadership
         eng.namespace = namespace
         eng.default_shards = default_shards or n
         eng.snapshot_every_events = snapshot_every_events
@@ -141,6 +149,7 @@ class ClusterEngine(RouterClient):
         # the same start sequence as the local service (RouterClient._start): the router's recovery and the
         # erasure job read and rewrite the log here, snapshots go through the log server
         await eng._start(event_log, view)
+        leadership.start(event_log)  # renew the lease from now on; a lost lease fences the log
         eng.recovery_seconds = time.monotonic() - started
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
@@ -224,6 +233,7 @@ class ClusterEngine(RouterClient):
             pass
         if self.event_log is not None:
             await asyncio.to_thread(self.event_log.close)
+        await asyncio.to_thread(self.leadership.release)  # another node may take over at once
         for a in [*self.shards, self.log_server]:
             ray.kill(a)
         if self.namespace is not None:  # the shard actors' export spill directories on this node (empty by now)

@@ -17,9 +17,9 @@ import ray
 
 from engine.core import gc_tuning
 from engine.core.formats import LOG_FORMAT
-from engine.log import FileSnapshotStore, SegmentedFileLog
+from engine.log import SegmentedFileLog
 from engine.log.dead_letters import DeadLetterScan
-from engine.log.follower import LogFollower
+from engine.log.places import open_reader, open_snapshots
 
 REPLAY_CHUNK = 20_000
 #: ``rewrite`` runs in its own thread ("maintenance" group), so appends and reads
@@ -47,16 +47,19 @@ class LogServer:
     recovery reads and dead letters, and keeps the snapshots; else it is the
     log's writer too (``append``, ``rewrite``, ``erase_log``, retention)."""
 
-    def __init__(self, data_dir: str, dead_letter_head: bytes, segment_bytes: int = 64 * 2**20, follow: bool = False):
+    def __init__(self, data_dir: str, dead_letter_head: bytes, segment_bytes: int = 64 * 2**20, follow: bool = False,
+                 log_url: str | None = None):
         gc_tuning.fix_mmap_threshold()  # freed frame buffers leave the process (engine/core/gc_tuning.py)
         root = Path(data_dir)
         root.mkdir(parents=True, exist_ok=True)
-        self.log = (LogFollower(root / "log", record_format=LOG_FORMAT) if follow else
+        # follow: the files the engine's process writes, or the database of --log (engine.log.places)
+        self.log = (open_reader(root, log_url) if follow else
                     SegmentedFileLog.open(root / "log", segment_bytes=segment_bytes, record_format=LOG_FORMAT))
-        self.store = FileSnapshotStore(root / "snapshots")
+        self.store = open_snapshots(root, log_url)
         self.dead_letter_head = dead_letter_head  # engine.core.records.DEAD_LETTER_HEAD, from the engine
         self.dead = DeadLetterScan(self.log, self.dead_letter_head)
-        self._dead_generation = self.log.generation if isinstance(self.log, LogFollower) else None
+        self._follows = follow
+        self._dead_generation = self.log.generation if follow else None
 
     @ray.method(concurrency_group="append")
     def append(self, payloads: list[bytes], at: int | None = None) -> int:
@@ -79,7 +82,7 @@ class LogServer:
         """The dead-letter records from ``offset`` on (engine.log.dead_letters.DeadLetterScan), scanned
         here, next to the log: once, then only what was appended since a shard last asked (from the
         start again after the writer rewrote the log: its records may have changed)."""
-        if isinstance(self.log, LogFollower):
+        if self._follows:
             self.log.refresh()
             if self.log.generation != self._dead_generation:
                 self.dead, self._dead_generation = DeadLetterScan(self.log, self.dead_letter_head), self.log.generation

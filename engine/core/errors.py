@@ -132,6 +132,25 @@ class StorageUnavailable(Overloaded):
     """The event log cannot make writes durable right now (disk full, read-only)."""
 
 
+class NotLeader(StorageUnavailable):
+    """This node is not the active one of its log (docs/api.md §19): it may not append; ``leader`` is the
+    active node's base URL when known (the ``X-FlowRank-Leader`` header)."""
+
+    code = "NOT_LEADER"
+
+    def __init__(self, message: str, field: str | None = None, retry_after: float | None = 1,
+                 leader: str | None = None):
+        super().__init__(message, field=field, retry_after=retry_after)
+        self.leader = leader
+
+    def __reduce__(self):
+        return (_rebuild_not_leader, (type(self), self.message, self.field, self.retry_after, self.leader))
+
+
+def _rebuild_not_leader(cls, message, field, retry_after, leader):
+    return cls(message, field=field, retry_after=retry_after, leader=leader)
+
+
 class AwardsPending(Overloaded):
     """A board with prizes became FINALIZED and its awards are not all logged
     yet: corrections (and ARCHIVED) wait for them, so that awards are the

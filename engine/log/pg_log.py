@@ -1,4 +1,4 @@
-"""The event log and the snapshot store in PostgreSQL (docs/api.md §19, docs/storage.md "PostgreSQL").
+"""The event log and the snapshot store in PostgreSQL (docs/api.md §19, docs/storage.md "The log in PostgreSQL").
 
 ``flowrank serve --log postgresql://…`` keeps the commit point in a database
 that a team already replicates: an event is acknowledged once the transaction
@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterator, Sequence
 import psycopg
 from psycopg import sql
 
-from engine.core.errors import StorageUnavailable
+from engine.core.errors import NotLeader, StorageUnavailable
 from engine.core.formats import LOG_FORMAT
 from engine.log.framing import FRAME_HEADER_SIZE, MAX_RECORD_BYTES, SEGMENT_HEADER_SIZE, pack_payload, unpack_payload
 from engine.log.memory import check_snapshot_name
@@ -77,16 +77,13 @@ RESOLVE_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5
 
 
-class Fenced(StorageUnavailable):
-    """Another node took the log over (its epoch is higher): this writer may never append again."""
+class Fenced(NotLeader):
+    """Another node took the log over (its epoch is higher), or this node lost its lease: this writer may
+    never append again."""
 
 
 class CommitUnknown(StorageUnavailable):
     """A COMMIT's outcome could not be learnt from the log in time: the log refuses appends until it is."""
-
-
-def is_postgres_url(url: str | None) -> bool:
-    return bool(url) and url.split(":", 1)[0] in ("postgresql", "postgres")
 
 
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection:
@@ -235,6 +232,7 @@ class PostgresLog:
         self._durable = self._start = 0
         self._generation = 0
         self._fenced = False
+        self._fenced_why = Fenced("event log: this node's epoch was taken over; it may not append")
         self._closed = False
         self._stats = {"groups": 0, "batches": 0, "records": 0, "commits": 0, "failed_groups": 0,
                        "last_commit_seconds": 0.0, "unknown_commits": 0}
@@ -289,11 +287,11 @@ class PostgresLog:
         with self._read_lock:
             try:
                 return self._reader_conn().execute(query, params).fetchall()
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # unreachable, or a table a rewrite or retention dropped meanwhile
                 if self._read_conn is not None:
                     self._read_conn.close()
                 self._read_conn = None
-                raise StorageUnavailable(f"event log database unreachable: {exc}".strip()) from exc
+                raise StorageUnavailable(f"event log read failed: {exc}".strip()) from exc
 
     def refresh(self) -> None:
         """Read the head row and the catalog again (a reader's view of what is committed)."""
@@ -354,6 +352,18 @@ class PostgresLog:
         with self._lock:
             return dict(self._stats) | {"epoch": self.epoch, "generation": self._generation}
 
+    def fence(self, reason: str, leader: str | None = None) -> None:
+        """Refuse every append from now on (this node lost its lease): queued ones fail with
+        :class:`Fenced`, naming ``leader`` when known."""
+        with self._cond:
+            self._fenced = True
+            self._fenced_why = Fenced(f"event log: {reason}", leader=leader)
+            self._cond.notify_all()
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced
+
     # ---------------------------------------------------------------- append
 
     def append_batch(self, records: Sequence[object]) -> list[int]:
@@ -376,7 +386,7 @@ class PostgresLog:
             if self._closing:
                 raise ValueError("append to a closed log")
             if self._fenced:
-                raise Fenced(f"event log: this node's epoch {self.epoch} was taken over; it may not append")
+                raise self._fenced_why
             self._pending.append(request)
             self._cond.notify_all()
         request.done.wait()
@@ -401,8 +411,8 @@ class PostgresLog:
                     group = []
                 self._pending = held
                 for r, why in failed:
-                    r.error = (Fenced if self._fenced else CommitUnknown if self._unknown else StorageUnavailable)(
-                        f"event log: {why}")
+                    r.error = (self._fenced_why if self._fenced else CommitUnknown(f"event log: {why}")
+                               if self._unknown else StorageUnavailable(f"event log: {why}"))
                     r.done.set()
                 if group:
                     return self._plan(group)
@@ -487,7 +497,7 @@ class PostgresLog:
         self._broken = self._resync = True
         self._stats["failed_groups"] += 1
         if isinstance(exc, Fenced):
-            self._fenced = True
+            self._fenced, self._fenced_why = True, exc
         if isinstance(exc, CommitUnknown):
             self._unknown = exc
 
@@ -701,8 +711,11 @@ class PostgresLog:
             for s in gone:
                 conn.execute(sql.SQL("DELETE FROM {} WHERE first_offset = %s").format(n.segments), (s.first,))
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(s.table)))
-            conn.execute(sql.SQL("UPDATE {} SET start_offset = %s, generation = generation + 1").format(n.head),
-                         (new_start,))
+            cur = conn.execute(sql.SQL("UPDATE {} SET start_offset = %s, generation = generation + 1 WHERE epoch = %s")
+                               .format(n.head), (new_start, self.epoch))
+            if cur.rowcount != 1:  # another node took the log over: its retention, not ours
+                conn.rollback()
+                raise Fenced(f"event log: this node's epoch {self.epoch} was taken over; retention is the new writer's")
             conn.commit()
         with self._lock:
             self._segments = segs[len(gone):]
@@ -764,7 +777,11 @@ class PostgresLog:
                                      .format(n.segments), (table, size, seg.first))
                         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(seg.table)))
                     if written:
-                        conn.execute(sql.SQL("UPDATE {} SET generation = generation + 1").format(n.head))
+                        cur = conn.execute(sql.SQL("UPDATE {} SET generation = generation + 1 WHERE epoch = %s")
+                                           .format(n.head), (self.epoch,))
+                        if cur.rowcount != 1:
+                            raise Fenced(f"event log: this node's epoch {self.epoch} was taken over; the rewrite "
+                                         "is the new writer's")
                     conn.commit()
                 except psycopg.Error as exc:
                     conn.rollback()
@@ -773,6 +790,7 @@ class PostgresLog:
                     conn.rollback()
                     raise
             if written:
+                checkpoint(self.url)  # the dropped tables' files go now, not at the next checkpoint
                 with self._lock:
                     tables = {seg.first: (table, size) for seg, table, _c, size in written}
                     for s in self._segments:

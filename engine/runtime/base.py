@@ -15,6 +15,7 @@ import tempfile
 import time
 from typing import Sequence
 
+from engine.runtime.leadership import Leadership
 from engine.core.columns import ScoreBatch
 from engine.core.histogram import Histogram
 from engine.router.api import forward
@@ -42,6 +43,8 @@ class RouterClient:
     # plus 5 s, at most half the deadline; 0: at once)
     erasure_snapshot_wait_s: float | None = None
     snapshot_offset: int = -1  # every record at or before it is in the newest snapshot
+    # this node's role on its log (docs/api.md §19); the file log's node is always active
+    leadership: Leadership = Leadership.single()
 
     def _init_snapshots(self) -> None:
         self._events_since_snapshot = 0
@@ -70,9 +73,16 @@ class RouterClient:
         return self.router.subscribe(listener)
 
     async def ready(self) -> bool:
-        """Writes can be accepted: not draining, and the log made the last
-        batch durable (or its failure is older than a short cool-down)."""
-        return self.router.accepting_writes()
+        """Writes can be accepted: this node is the active one of its log (docs/api.md §19), not
+        draining, and the log made the last batch durable (or its failure is older than a short
+        cool-down)."""
+        return self.leadership.active and self.router.accepting_writes()
+
+    def cluster_info(self) -> dict:
+        """``GET /v1/cluster`` (docs/api.md §19): role, node, epoch, leader, log end, applied, lag."""
+        applied = self.router.log_offset + 1
+        end = self.event_log.durable_offset() if getattr(self, "event_log", None) is not None else applied
+        return self.leadership.info(max(end, applied), applied)
 
     def router_stats(self) -> dict:
         m = self.router.metrics

@@ -22,8 +22,9 @@ from typing import Callable
 import msgpack
 
 from engine.core.errors import Overloaded
-from engine.core.formats import LOG_FORMAT
-from engine.log import FileSnapshotStore, InMemoryLog, InMemorySnapshotStore, SegmentedFileLog
+from engine.log import InMemoryLog, InMemorySnapshotStore
+from engine.log.places import is_database, open_snapshots, open_writer
+from engine.runtime.leadership import Leadership, NodeIdentity
 from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
 from engine.core.journal import TAIL_ROWS, JournalPlace
@@ -61,6 +62,8 @@ class ServiceConfig:
     erasure_delay_s: float | None = None  # test seam: the erasure job's wait after a request (None: the default)
     erasure_snapshot_wait_s: float | None = None  # test seam: its wait for a periodic snapshot (None: the default)
     rank_mirror_rows: int = RouterConfig.rank_mirror_rows  # --rank-mirror-rows (engine.core.rank_mirror; 0: none)
+    log_url: str | None = None  # --log: the log and snapshots in PostgreSQL (docs/api.md §19); None: under data_dir
+    identity: NodeIdentity | None = None  # --node, --advertise-url, --lease-s (with log_url)
 
 
 class InProcessShards:
@@ -143,15 +146,18 @@ class LocalService(RouterClient):
         )
         started = time.monotonic()
         lock_fd = None
+        leadership = Leadership.single()
         if data_dir is None:
             event_log, store = InMemoryLog(), InMemorySnapshotStore()
         else:
             root = Path(data_dir)
             root.mkdir(parents=True, exist_ok=True)
             lock_fd = _lock(root / "LOCK")
-            event_log = await asyncio.to_thread(SegmentedFileLog.open, root / "log", segment_bytes=cfg.segment_bytes,
-                                              fault_hook=cfg.fault_hook, record_format=LOG_FORMAT)
-            store = FileSnapshotStore(root / "snapshots", fault_hook=cfg.fault_hook)
+            if is_database(cfg.log_url):
+                leadership = await asyncio.to_thread(Leadership.acquire, cfg.log_url, cfg.identity or NodeIdentity())
+            event_log = await asyncio.to_thread(open_writer, root, cfg.log_url, epoch=leadership.epoch,
+                                                segment_bytes=cfg.segment_bytes, fault_hook=cfg.fault_hook)
+            store = open_snapshots(root, cfg.log_url, fault_hook=cfg.fault_hook)
         dead = DeadLetterIndex(event_log)  # one scan of the log for the dead letters every shard's replay skips
         cores = [(await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
                      None if data_dir is None else str(Path(data_dir) / "journal" / f"shard-{i}"), cfg.journal_tail_rows),
@@ -173,7 +179,9 @@ class LocalService(RouterClient):
         svc.erasure_deadline_s, svc.erasure_delay_s = cfg.erasure_deadline_s, cfg.erasure_delay_s
         svc.erasure_snapshot_wait_s = cfg.erasure_snapshot_wait_s
         svc.webhooks, svc.webhook_dir = cfg.webhooks, data_dir
+        svc.leadership = leadership
         await svc._start(event_log, store)
+        leadership.start(event_log)  # renew the lease from now on (a database log); a lost lease fences the log
         svc.recovery_seconds = time.monotonic() - started
         return svc
 
@@ -217,6 +225,7 @@ class LocalService(RouterClient):
         close = getattr(self.event_log, "close", None)
         if close:
             close()
+        self.leadership.release()  # another node may take over at once
         for core in self.cores:
             core.close()
         if self._lock_fd is not None:

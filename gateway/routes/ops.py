@@ -46,8 +46,45 @@ async def readyz(request: Request):
         ok = False
     if ok:
         return JSONResponse({"ready": True})
+    info = cluster_info(g.engine)
+    if info["role"] != "active":  # a standby of its log (docs/api.md §19)
+        headers = {"Retry-After": "1"} | ({"X-FlowRank-Leader": info["leader"]} if info["leader"] else {})
+        return JSONResponse(error_body("NOT_LEADER", "This node is a standby: writes go to the active node.", None),
+                            status_code=503, headers=headers)
     return JSONResponse(error_body("OVERLOADED", "Not ready to accept writes.", None), status_code=503,
                         headers={"Retry-After": "1"})
+
+
+def cluster_info(engine) -> dict:
+    """The engine's ``cluster_info()`` (docs/api.md §19); an engine without one (a gateway worker's remote
+    engine) answers as the active node of its own log."""
+    info = getattr(engine, "cluster_info", None)
+    if info is not None:
+        return info()
+    return {"role": "active", "node": None, "epoch": 0, "leader": None, "log_end": None, "applied": None,
+            "lag_records": 0, "lag_s": 0.0, "takeovers": 0}
+
+
+@public.get("/readyz/reads", response_model=Ready, summary="200 when this node's reads have caught up with its log "
+            "to within 1 s (no key)", responses={503: {"model": ErrorBody, "description": "`OVERLOADED`: behind."}})
+@access(None)
+async def readyz_reads(request: Request):
+    g = gw(request)
+    if g.warmup is not None and not g.warmup.done:
+        return JSONResponse(error_body("OVERLOADED", g.warmup.describe(), None), status_code=503,
+                            headers={"Retry-After": "1"})
+    info = cluster_info(g.engine)
+    if info["lag_records"] == 0 or (info["lag_s"] is not None and info["lag_s"] <= 1.0):
+        return JSONResponse({"ready": True})
+    return JSONResponse(error_body("OVERLOADED", f"Reads are {info['lag_records']} records behind the log.", None),
+                        status_code=503, headers={"Retry-After": "1"})
+
+
+@router.get("/v1/cluster", summary="This node's role on its log, epoch, leader and lag (admin)",
+            responses=error_responses())
+@access(Permission.ADMIN)
+async def cluster(request: Request):
+    return JSONResponse(cluster_info(gw(request).engine))
 
 
 @public.get("/metrics", summary="Prometheus text (no key)", response_class=Response,
@@ -67,6 +104,7 @@ async def metrics(request: Request):
     except Exception:  # FlowRankError, a timeout: not ready, as /readyz would answer
         ready = False
     g.metrics.ready.set(1.0 if ready else 0.0)
+    g.metrics.set_cluster(cluster_info(g.engine))
     return Response(generate_latest(g.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

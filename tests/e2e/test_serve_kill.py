@@ -49,9 +49,11 @@ def make_events(start: int, count: int, prefix: str = "e") -> list[dict]:
 class Served:
     """One data dir, served by successive ``flowrank serve`` processes."""
 
-    def __init__(self, tmp: Path, engine: str, workers: int = 1):
+    def __init__(self, tmp: Path, engine: str, workers: int = 1, extra: tuple[str, ...] = ()):
         self.engine = engine
         self.workers = workers
+        self.extra = extra  # more serve options (tests/e2e/test_serve_pg.py: --log, --lease-s)
+        tmp.mkdir(parents=True, exist_ok=True)
         self.data = tmp / "data"
         self.keys = tmp / "keys.json"
         self.keys.write_text(json.dumps({"keys": [{"name": r, "role": r, "key": k} for r, k in KEYS.items()]}))
@@ -71,7 +73,7 @@ class Served:
         cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(self.data), "--host", "127.0.0.1",
                "--port", str(port), "--keys", str(self.keys), "--engine", self.engine, "--shards", "2",
                "--shard-actors", "2", "--write-rate", "100000", "--graceful-timeout", "10",
-               "--workers", str(self.workers)]
+               "--workers", str(self.workers), *self.extra]
         log = open(self.log_path, "a")
         log.write(f"\n--- start {' '.join(cmd)}\n")
         log.flush()
@@ -124,20 +126,6 @@ class Served:
             self.owned.kill()
         self.kill_strays()
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
-
-
-@pytest.fixture
-def served_factory(tmp_path):
-    made: list[Served] = []
-
-    def make(engine: str, workers: int = 1) -> Served:
-        s = Served(tmp_path, engine, workers)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.cleanup()
 
 
 class Ingest:

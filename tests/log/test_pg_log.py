@@ -202,3 +202,18 @@ def test_two_appends_in_flight_commit_in_order_and_a_failed_first_fails_the_seco
     assert log.durable_offset() == log.end_offset() == 1
     assert log.append_payloads([b"\xa1d"], at=1) == [1]
     assert list(log.read_from(0)) == [(0, "a"), (1, "d")]
+
+
+def test_a_fenced_writer_can_neither_trim_nor_rewrite_the_log(open_pg):
+    old = open_pg(segment_bytes=100)
+    for i in range(12):
+        old.append_batch([["f", i, "x" * 20]])
+    new = open_pg(segment_bytes=100)
+    segs = new.segments()
+    with pytest.raises(Fenced):
+        old.delete_segments_before(segs[-1][0])
+    with pytest.raises(Fenced):
+        old.rewrite(12, lambda o, r: ["f", r[1], "changed"])
+    assert new.segments() == segs
+    assert [r for _o, r in new.read_from(0)] == [["f", i, "x" * 20] for i in range(12)]
+    assert new.delete_segments_before(segs[-1][0])  # the new writer's retention works

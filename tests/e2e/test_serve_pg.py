@@ -1,0 +1,90 @@
+"""``flowrank serve --log postgresql://…`` as real processes (docs/api.md §19), on the session's
+PostgreSQL primary with a synchronous standby (tests/conftest.py ``pg_cluster``).
+
+* The machine is lost (SIGKILL of the node mid-ingest, its data directory thrown away): a node
+  started on a fresh data directory against the same log takes the lease once the dead node's
+  expires and serves every acknowledged event, the board equal to the fold of what survived.
+* The active node is paused longer than its lease (SIGSTOP) and another node takes over: once
+  resumed, the old node can never append (fenced by epoch in the append's transaction); its
+  writes answer ``503 NOT_LEADER`` naming the new active node, its ``/readyz`` is 503 and
+  ``/v1/cluster`` says ``standby``; nothing it was sent after the takeover is in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+
+from tests.e2e.test_serve_kill import BOARD, H, Ingest, check_intact, create_board, ingest_then, make_events
+
+LEASE_S = "1.5"
+
+
+def test_a_lost_machine_loses_no_acknowledged_event_a_new_node_serves_them_all(served_factory, pg_url, tmp_path):
+    first = served_factory("local", extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "a")
+    first.start()
+    create_board(first.url)
+    ingest = Ingest(first.url, start=0, batches=400)
+    asyncio.run(ingest_then(first, ingest, first.kill, after_batches=12))
+    assert ingest.acked_batches >= 12 and len(ingest.sent) > len(ingest.acked)  # killed with batches in flight
+    second = served_factory("local", extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "b")
+    killed_at = time.monotonic()
+    second.start()  # another machine: an empty data directory, the same log
+    took = time.monotonic() - killed_at
+    try:
+        check_intact(second.url, ingest.acked, ingest.sent)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- server log:\n{second.tail()}") from None
+    info = httpx.get(f"{second.url}/v1/cluster", headers=H("admin"), timeout=10).json()
+    assert info["role"] == "active" and info["epoch"] >= 2 and info["leader"] == second.url, info
+    assert took < 60, took
+    assert second.terminate() == 0, second.tail()
+
+
+def test_a_paused_active_is_fenced_and_answers_not_leader_after_a_takeover(served_factory, pg_url, tmp_path):
+    a = served_factory("local", extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "a")
+    a.start()
+    create_board(a.url)
+    r = httpx.post(f"{a.url}/v1/events", json={"events": make_events(0, 50)}, headers=H("game_server"), timeout=30)
+    assert r.status_code == 200, r.text
+    epoch_a = httpx.get(f"{a.url}/v1/cluster", headers=H("admin"), timeout=10).json()["epoch"]
+    os.killpg(a.proc.pid, signal.SIGSTOP)  # paused past its lease
+    try:
+        b = served_factory("local", extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "b")
+        b.start()
+        r = httpx.post(f"{b.url}/v1/events", json={"events": make_events(50, 50)}, headers=H("game_server"),
+                       timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    info_b = httpx.get(f"{b.url}/v1/cluster", headers=H("admin"), timeout=10).json()
+    assert info_b["role"] == "active" and info_b["epoch"] > epoch_a, info_b
+    # the old active, resumed: every write is refused, at first by the fence in the append's transaction,
+    # then (its lease renewal has failed) naming the new active node
+    deadline = time.monotonic() + 10
+    while True:
+        r = httpx.post(f"{a.url}/v1/events", json={"events": make_events(1000, 5, prefix="late")},
+                       headers=H("game_server"), timeout=30)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "NOT_LEADER", r.text
+        assert r.headers["Retry-After"] == "1"
+        if r.headers.get("X-FlowRank-Leader") == b.url or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.headers.get("X-FlowRank-Leader") == b.url, (r.headers, a.tail())
+    ready = httpx.get(f"{a.url}/readyz", timeout=10)
+    assert ready.status_code == 503 and ready.json()["error"]["code"] == "NOT_LEADER"
+    assert ready.headers.get("X-FlowRank-Leader") == b.url
+    info_a = httpx.get(f"{a.url}/v1/cluster", headers=H("admin"), timeout=10).json()
+    assert info_a["role"] == "standby" and info_a["leader"] == b.url, info_a
+    assert httpx.get(f"{b.url}/readyz", timeout=10).status_code == 200
+    # nothing the old node was sent after the takeover reached the log: the new node has 100 events
+    board = httpx.get(f"{b.url}/v1/boards/{BOARD}", headers=H("admin"), timeout=10).json()
+    late = httpx.get(f"{b.url}/v1/boards/{BOARD}/players/p0/history", headers=H("moderator"), timeout=10).json()
+    assert not [e for e in late["events"] if e["event_id"].startswith("late")]
+    assert board["size"] == 40
+    assert b.terminate() == 0, b.tail()
