@@ -61,6 +61,7 @@ class Settings:
     node: str | None = None  # --node: this node's name among the nodes of one log (default: the host name)
     advertise_url: str | None = None  # --advertise-url: its base URL for X-FlowRank-Leader (default http://host:port)
     lease_s: float = 3.0  # --lease-s: a standby may take over this long after the active's last renewal
+    standby: bool = False  # --standby (with --log): follow the log, answer reads, take over when the lease frees
 
     # --- credentials ----------------------------------------------------
     # Inline key entries (same shape as the keys file entries). When set they

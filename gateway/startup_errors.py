@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.core.errors import LogCorruption, Overloaded
+from engine.core.errors import LogCorruption, NotLeader, Overloaded, StorageUnavailable
 
 from gateway.auth import KeyFileError
 from gateway.settings import Settings
@@ -39,6 +39,7 @@ EXIT_DATA_DIR = 6        # --data-dir cannot be created, opened or written
 EXIT_LOG_CORRUPT = 7     # the event log is damaged before its tail (file and byte offset named)
 EXIT_RAY = 8             # --ray-address: nothing answers there, or Ray refused the connection
 EXIT_LISTEN = 9          # --host/--port: cannot listen there (address in use, unknown host, ...)
+EXIT_LOG = 10            # --log: the database is unreachable, or another live node holds the log's lease
 
 EXIT_CODES = {
     EXIT_UNEXPECTED: "unexpected start failure (rerun with --debug for the traceback)",
@@ -50,6 +51,7 @@ EXIT_CODES = {
     EXIT_LOG_CORRUPT: "event log damaged before its tail",
     EXIT_RAY: "Ray cluster unreachable at --ray-address",
     EXIT_LISTEN: "cannot listen on --host/--port",
+    EXIT_LOG: "--log database unreachable, or another node holds its lease",
 }
 
 #: How long the ``--ray-address`` probe waits for a TCP connection (ray.init alone would retry for minutes).
@@ -87,6 +89,8 @@ def preflight(settings: Settings) -> None:
     """Checks that need no engine: friends provider and the Ray address (the keys
     file is read by :func:`gateway.auth.load_keystore`, mapped by :func:`classify`)."""
     check_friends(settings)
+    if settings.standby and not settings.log_url:
+        raise StartupError(EXIT_USAGE, "--standby follows a shared log: give it --log postgresql://… too")
     if settings.engine == "ray" and settings.ray_address:
         probe_ray_address(settings.ray_address)
 
@@ -192,6 +196,10 @@ def classify(exc: BaseException, settings: Settings | None) -> StartupError:
         hint = ("check the path and its permissions" if "cannot read it" in text else
                 "fix the file (its format and the four roles: docs/api.md §2)")
         return StartupError(EXIT_KEYS, f"{flag}{text}; {hint}")
+    if isinstance(exc, NotLeader):
+        return StartupError(EXIT_LOG, f"--log: {text}")
+    if isinstance(exc, StorageUnavailable) and "database" in text:
+        return StartupError(EXIT_LOG, f"--log: {text}; check the URL and that PostgreSQL runs there")
     if isinstance(exc, Overloaded) and "LOCK" in text:
         return StartupError(EXIT_DATA_DIR_IN_USE, f"--data-dir {data_dir} is in use: {text} Stop the other "
                                                   "`flowrank serve` on it, or pass another --data-dir")

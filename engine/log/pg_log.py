@@ -659,6 +659,13 @@ class PostgresLog:
             return self._chunk(cur, limit)
         return []
 
+    def read_payloads(self, offset: int, limit: int = 4096) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` committed records from ``offset`` as the log holds them (not decoded): what a
+        standby follows (engine.runtime.standby). Empty when it has caught up."""
+        if offset < 0 or limit < 1:
+            raise ValueError("offset must be >= 0 and limit >= 1")
+        return self._chunk(offset, limit)
+
     def read_where(self, offset: int, head: bytes) -> list[tuple[int, object]]:
         """The prefix test runs in Postgres (``substring(payload for n) = head``): only matching rows
         leave the database, and only they are decoded."""

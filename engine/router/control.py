@@ -17,7 +17,7 @@ import multiprocessing
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -134,11 +134,16 @@ class BoardControl:
                 ctl.awards = AwardTable.from_state(spec.board_id, spec.prizes, awards[0])
             self.registry.add(ctl)
 
-    async def sync_versions(self) -> None:
-        """Read every board's version from the shard actors (after recovery)
-        and restart each delta ring there: older versions answer with a snapshot."""
-        for ctl in self.boards.values():
+    async def sync_versions(self, board_ids: Iterable[str] | None = None) -> None:
+        """Read every board's version (or those of ``board_ids``: a standby's followed records) from the
+        shard actors (after recovery) and restart each delta ring there: older versions answer with a
+        snapshot."""
+        ctls = (self.boards.values() if board_ids is None else
+                [self.boards[b] for b in sorted(board_ids) if b in self.boards])
+        for ctl in ctls:
             board_id = ctl.spec.board_id
+            if board_ids is not None and ctl.admission.state is BoardState.ARCHIVED and ctl.archive is None:
+                continue  # its archive is the active node's file (docs/operations.md: standbys and archives)
             if ctl.admission.state is BoardState.ARCHIVED and ctl.archive is None:
                 ctl.archive = await asyncio.to_thread(self.archives.open, board_id)
             if ctl.archive is not None:  # its rows live in the archive: the shard actors drop theirs (again)

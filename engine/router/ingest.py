@@ -52,6 +52,7 @@ from engine.core.errors import (
     AwardsPending,
     EventNotFound,
     FlowRankError,
+    NotLeader,
     Overloaded,
     StorageUnavailable,
     TotalOutOfRange,
@@ -170,6 +171,8 @@ class Sequencer:
         self._wake: asyncio.Event | None = None
         self._inflight: asyncio.Queue | None = None
         self.closing = False
+        # set on a standby (engine.runtime.standby): every write is refused with it before anything is decided
+        self.standby: NotLeader | None = None
         # held by the committer to fold a durable cycle into the registry and dispatch it (snapshots take it to
         # see router and shard actors between two cycles)
         self._seq_lock = asyncio.Lock()
@@ -342,6 +345,8 @@ class Sequencer:
         """Queue a submission now (queue order is log order); its future answers it.
         A scheduled season move is never refused for a full queue: it is one
         small record, and being late would let more events in before the close."""
+        if self.standby is not None:  # a standby of its log (docs/api.md §19): the active node logs every write
+            raise self.standby
         if self.closing and kind != Submission.DEAD_LETTERS:  # dead letters found while draining are still logged
             raise Overloaded("The service is shutting down; retry against the new instance.", retry_after=1)
         if self._queued_events + n > self.cfg.max_queued_events and kind not in (

@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import defaultdict
 from typing import Callable
 
 from engine.core import records as R
+from engine.core import wire as W
+from engine.log.framing import unpack_payload
 from engine.router.control import BoardControl, epoch_ms
 from engine.router.erasures import Erasures
 from engine.router.api import FORWARDED
@@ -111,6 +114,34 @@ class Router:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.control.close()
+
+    async def follow(self, items: list[tuple[int, bytes]]) -> int:
+        """A standby's apply of records the active node logged (docs/api.md §19; ``items``: ``(offset,
+        payload)`` as the log holds them, in order, from ``log_offset + 1``): each folded into the registry
+        as recovery folds it, sent to its shard actors as the sequencer sends a durable cycle, then the
+        versions of the boards they touched read back from the shards. Reads see all of it or none (the
+        cut's write side). Returns the last offset applied."""
+        async with self.sequencing():
+            per_actor: dict[int, list] = defaultdict(list)
+            touched: set[str] = set()
+            for offset, payload in items:
+                rec = unpack_payload(payload)
+                R.check_kind(offset, rec)  # an unknown kind stops the standby instead of being skipped
+                parsed = R.parse(rec, offset)
+                self.registry.apply(offset, parsed)
+                for a in self.sequencer._targets(parsed):
+                    per_actor[a].append(W.ApplyItem(offset, payload, False))
+                touched.update(b for b in R.boards_of(parsed) if b in self.boards)
+            through = items[-1][0]
+            await self.cut.acquire_write()
+            try:
+                futures = [self.t.apply(a, through, per_actor.get(a, [])) for a in range(self.t.n)]
+            finally:
+                await self.cut.release_write()
+            for f in futures:
+                await f
+            await self.control.sync_versions(touched)
+        return through
 
     def fold(self, offset: int, rec) -> None:
         """Replay one log record into router state (recovery; no I/O): the

@@ -16,6 +16,7 @@ import time
 from typing import Sequence
 
 from engine.runtime.leadership import Leadership
+from engine.runtime.standby import Standby
 from engine.core.columns import ScoreBatch
 from engine.core.histogram import Histogram
 from engine.router.api import forward
@@ -45,6 +46,8 @@ class RouterClient:
     snapshot_offset: int = -1  # every record at or before it is in the newest snapshot
     # this node's role on its log (docs/api.md §19); the file log's node is always active
     leadership: Leadership = Leadership.single()
+    standby: Standby | None = None  # following the log as a standby (engine.runtime.standby)
+    _snapshot_task: asyncio.Task | None = None
 
     def _init_snapshots(self) -> None:
         self._events_since_snapshot = 0
@@ -81,6 +84,9 @@ class RouterClient:
     def cluster_info(self) -> dict:
         """``GET /v1/cluster`` (docs/api.md §19): role, node, epoch, leader, log end, applied, lag."""
         applied = self.router.log_offset + 1
+        if self.standby is not None and self.leadership.role == "standby":
+            behind, lag_s = self.standby.lag()
+            return self.leadership.info(applied + behind, applied, lag_s)
         end = self.event_log.durable_offset() if getattr(self, "event_log", None) is not None else applied
         return self.leadership.info(max(end, applied), applied)
 
@@ -111,17 +117,31 @@ class RouterClient:
         """The one start sequence of every router-backed engine, once its shards
         have recovered: the router's snapshot and log tail folded in
         (:func:`engine.runtime.recovery.recover_router`), its versions read from the
-        shards, its tasks started, archives a crash left unbuilt built, the
-        scheduled moves that fell due while it was down made (before any write),
-        then periodic snapshots."""
-        router = self.router
+        shards, then the active node's part (:meth:`_begin_active`)."""
         if self.webhooks is not None:  # before recovery: the log tail's state changes and awards feed the outbox
-            if self.webhook_dir is None:
-                self.webhook_dir = tempfile.mkdtemp(prefix="flowrank-outbox-")
-            self.feed = await asyncio.to_thread(open_feed, router.registry, self.webhook_dir, self.webhooks,
-                                                router.control.wall_clock)
-        await asyncio.to_thread(recover_router, router, event_log, store)
-        await router.sync_versions()
+            await self._open_feed()
+        await self._recover(event_log, store)
+        await self._begin_active(event_log, store)
+
+    async def _open_feed(self) -> None:
+        if self.webhook_dir is None:
+            self.webhook_dir = tempfile.mkdtemp(prefix="flowrank-outbox-")
+        self.feed = await asyncio.to_thread(open_feed, self.router.registry, self.webhook_dir, self.webhooks,
+                                            self.router.control.wall_clock)
+
+    async def _recover(self, event_log, store) -> None:
+        """The router's snapshot and the log tail folded in, its versions read from the shards: what a
+        standby does at start too (engine.runtime.standby)."""
+        await asyncio.to_thread(recover_router, self.router, event_log, store)
+        await self.router.sync_versions()
+
+    async def _begin_active(self, event_log, store) -> None:
+        """What only the active node of a log runs (at start, or when a standby takes over): the webhook
+        feed catching up, the router's tasks, the erasure job, archives a crash left unbuilt built, the
+        scheduled moves that fell due while it was down made (before any write), then periodic snapshots."""
+        router = self.router
+        if self.webhooks is not None and self.feed is None:  # a standby that took over
+            await self._open_feed()
         if self.feed is not None:
             registry = router.registry
             if registry.loaded_outbox_safe is not None:  # records the snapshot covered before their put
@@ -144,13 +164,16 @@ class RouterClient:
         """The one stop sequence: no more periodic snapshots, every queued write
         answered, then a last snapshot (a failure only costs replay time)."""
         self._stop_snapshots()
+        if self.standby is not None:
+            await self.standby.stop()
         if self.erasure_job is not None:
             await self.erasure_job.stop()
         await self.router.stop()
         if self.feed is not None:
             await self.feed.stop()
         try:
-            await self.snapshot()
+            if self.leadership.active:  # a standby's (or a fenced node's) snapshots are not its log's to write
+                await self.snapshot()
         except Exception:
             log.exception("final snapshot failed; recovery will replay the log instead")
         if self.feed is not None:

@@ -70,6 +70,33 @@ class Leadership:
                             "it has stopped, or with --standby", leader=holder.url or None)
         return cls(node, identity.advertise_url, lease)
 
+    @classmethod
+    def follower(cls, log_url: str, identity: NodeIdentity) -> "Leadership":
+        """A standby's (``--standby``): the lease is read, not taken, until :meth:`try_take_over`."""
+        from engine.log.pg_lease import Lease  # noqa: PLC0415
+
+        node = identity.node or socket.gethostname()
+        lease = Lease(log_url, node, identity.advertise_url or "", lease_s=identity.lease_s)
+        me = cls(node, identity.advertise_url, lease)
+        me.role, me.epoch = "standby", lease.holder().epoch
+        me._note_holder()
+        return me
+
+    def _note_holder(self) -> None:
+        holder = self.lease.holder()
+        self.epoch = max(self.epoch, holder.epoch)
+        self.leader = holder.url or None if holder.node is not None and holder.age_s is not None else None
+
+    def try_take_over(self) -> int | None:
+        """A standby's turn: the lease when the active has not renewed it for ``lease_s`` (the new epoch),
+        else None (and the active node's URL noted for X-FlowRank-Leader)."""
+        epoch = self.lease.try_acquire()
+        if epoch is None:
+            self._note_holder()
+            return None
+        self.role, self.epoch, self.leader = "active", epoch, self.advertise_url
+        return epoch
+
     def start(self, event_log) -> None:
         """Renew the lease from now on; fence ``event_log`` when it is lost."""
         self.event_log = event_log
@@ -89,13 +116,18 @@ class Leadership:
     def active(self) -> bool:
         return self.role == "active" and not getattr(self.event_log, "fenced", False)
 
-    def info(self, log_end: int, applied: int) -> dict:
+    def started_active(self, event_log) -> None:
+        """A standby that took over: its writer is ``event_log``; renew from now on."""
+        self.start(event_log)
+
+    def info(self, log_end: int, applied: int, lag_s: float | None = None) -> dict:
         """The body of ``GET /v1/cluster``."""
         if not self.active:
             self.role = "standby"
+        behind = max(0, log_end - applied)
         return {"role": self.role, "node": self.node, "epoch": self.epoch, "leader": self.leader,
-                "log_end": log_end, "applied": applied, "lag_records": max(0, log_end - applied),
-                "lag_s": 0.0 if log_end <= applied else None, "takeovers": self.lease.takeovers if self.lease else 0}
+                "log_end": log_end, "applied": applied, "lag_records": behind,
+                "lag_s": 0.0 if behind == 0 else lag_s, "takeovers": self.lease.takeovers if self.lease else 0}
 
     def release(self) -> None:
         if self.lease is not None:

@@ -64,7 +64,8 @@ class Served:
         self.owned: Owned | None = None  # benchmarks.processes: own session, marker, SIGTERM unwinds
         self.url = ""
 
-    def start(self, timeout: float = 90.0) -> None:
+    def start(self, timeout: float = 90.0, ready: str = "/readyz") -> None:
+        """Start a server and wait until ``ready`` answers 200 (a standby: ``/readyz/reads``)."""
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
@@ -90,7 +91,7 @@ class Served:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}{ready}", timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

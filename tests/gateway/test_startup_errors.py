@@ -58,7 +58,7 @@ def keys_file(tmp: Path, doc) -> Path:
 
 def test_exit_codes_are_distinct_and_documented():
     codes = [se.EXIT_UNEXPECTED, se.EXIT_USAGE, se.EXIT_KEYS, se.EXIT_FRIENDS, se.EXIT_DATA_DIR_IN_USE,
-             se.EXIT_DATA_DIR, se.EXIT_LOG_CORRUPT, se.EXIT_RAY, se.EXIT_LISTEN]
+             se.EXIT_DATA_DIR, se.EXIT_LOG_CORRUPT, se.EXIT_RAY, se.EXIT_LISTEN, se.EXIT_LOG]
     assert len(set(codes)) == len(codes) and set(codes) == set(se.EXIT_CODES)
     readme = (REPO / "README.md").read_text()
     for code in codes:
