@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lease-s", type=_positive_seconds, default=d.lease_s, metavar="SECONDS",
                    help=f"with --log: another node may take over this long after the active node's last lease "
                         f"renewal (it renews every second; default {d.lease_s:g})")
+    s.add_argument("--standby", action="store_true",
+                   help="with --log: start as a hot standby: follow the log, answer reads at the version applied, "
+                        "refuse writes (503 NOT_LEADER), take over once the active node's lease expires")
     s.add_argument("--debug", action="store_true", help="print the traceback of a refusal at start")
     w = sub.add_parser("warm", help="compile every kernel into the compile cache (an image build), then exit")
     w.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -233,6 +236,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         node=args.node,
         advertise_url=args.advertise_url,
         lease_s=args.lease_s,
+        standby=args.standby,
     )
 
 

@@ -53,6 +53,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 rank_mirror_rows=settings.rank_mirror_rows,
                 log_url=settings.log_url,
                 identity=node_identity(settings),
+                standby=settings.standby,
             )
         else:
             from engine.cluster import ClusterEngine  # noqa: PLC0415
@@ -75,6 +76,7 @@ async def build_engine(settings: Settings) -> EngineClient:
                 rank_mirror_rows=settings.rank_mirror_rows,
                 log_url=settings.log_url,
                 identity=node_identity(settings),
+                standby=settings.standby,
             )
     finally:
         for sig, handler in saved.items():

@@ -26,7 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from engine.log import SegmentedFileLog
-from engine.log.places import is_database, open_writer
+from engine.log.places import is_database, open_reader, open_writer
 from engine.log.secret import load_secret
 from engine.log.framing import pack_in_pieces
 from engine.cluster.actors import RemoteLogView, RemoteShard, spill_dir
@@ -103,6 +103,7 @@ class ClusterEngine(RouterClient):
         rank_mirror_rows: int = RouterConfig.rank_mirror_rows,
         log_url: str | None = None,
         identity: NodeIdentity | None = None,
+        standby: bool = False,
     ) -> "ClusterEngine":
         """``log_url``: the log and snapshots in that PostgreSQL database (docs/api.md §19), this node
         its active one under the lease (``identity``); None: files under ``data_dir``."""
@@ -110,8 +111,10 @@ class ClusterEngine(RouterClient):
         root = Path(data_dir).resolve()
         root.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(root / "LOCK")
-        leadership = (await asyncio.to_thread(Leadership.acquire, log_url, identity or NodeIdentity())
-                      if is_database(log_url) else Leadership.single())
+        standby = standby and is_database(log_url)
+        leadership = (Leadership.single() if not is_database(log_url) else
+                      await asyncio.to_thread(Leadership.follower if standby else Leadership.acquire, log_url,
+                                              identity or NodeIdentity()))
         started_ray = init_ray(ray_address, dashboard=ray_dashboard)  # or waits for serve's early start
         n = n_shards or max(1, int(ray.cluster_resources().get("CPU", 1)))
         here = ray.get_runtime_context().get_node_id()
@@ -119,7 +122,8 @@ class ClusterEngine(RouterClient):
         log_name = f"flowrank-log-{uuid.uuid4().hex[:12]}"
         # the log's writer lives here (opened, torn tail truncated, durable mark written, before the log
         # server follows it and any shard reads it)
-        event_log = await asyncio.to_thread(open_writer, root, log_url, epoch=leadership.epoch, mark=True)
+        event_log = await asyncio.to_thread(open_reader, root, log_url) if standby else (
+            await asyncio.to_thread(open_writer, root, log_url, epoch=leadership.epoch, mark=True))
         log_server = RemoteLogServer.options(
             name=log_name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(str(root), R.DEAD_LETTER_HEAD, follow=True, log_url=log_url)
@@ -148,11 +152,27 @@ class ClusterEngine(RouterClient):
         view = RemoteLogView(log_server)
         # the same start sequence as the local service (RouterClient._start): the router's recovery and the
         # erasure job read and rewrite the log here, snapshots go through the log server
-        await eng._start(event_log, view)
-        leadership.start(event_log)  # renew the lease from now on; a lost lease fences the log
+        eng._root, eng._log_url, eng._view = root, log_url, view
+        if standby:  # follow the log; take over when the lease frees (engine.runtime.standby)
+            await eng._recover(event_log, view)
+            eng._follow(event_log)
+        else:
+            await eng._start(event_log, view)
+            leadership.start(event_log, eng.step_down)  # renew from now on; a lost lease fences, steps down
         eng.recovery_seconds = time.monotonic() - started
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
+
+    def _open_log(self, epoch: int | None):
+        """The log of ``--log`` again: its writer under ``epoch`` (a standby that took over), or a reader
+        (None: an active node that stepped down)."""
+        if epoch is None:
+            return open_reader(self._root, self._log_url)
+        return open_writer(self._root, self._log_url, epoch=epoch, mark=True)
+
+    @property
+    def _snapshot_store(self):
+        return self._view
 
     async def warm(self, claims: str | None = None) -> list[dict]:
         """Every shard actor compiles or loads every kernel, in parallel (engine.runtime.warm);

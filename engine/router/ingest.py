@@ -211,7 +211,10 @@ class Sequencer:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> list[asyncio.Task]:
-        """Start the sequencer, the committer and the completer; their tasks."""
+        """Start the sequencer, the committer and the completer; their tasks (again, when a node that
+        stepped down takes its log over again: engine.runtime.base.RouterClient.step_down)."""
+        self.closing = False
+        self._log_next = None
         self._wake = asyncio.Event()
         self._settled = asyncio.Event()
         self._inflight = asyncio.Queue(maxsize=4)

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from engine.runtime.leadership import Leadership
 from engine.runtime.standby import Standby
+from engine.core.errors import NotLeader
 from engine.core.columns import ScoreBatch
 from engine.core.histogram import Histogram
 from engine.router.api import forward
@@ -179,6 +180,57 @@ class RouterClient:
         if self.feed is not None:
             await self.feed.delivery.stop()
             self.feed.outbox.close()
+
+    # ------------------------------------------------------------ roles on a shared log (docs/api.md §19)
+
+    def _open_log(self, epoch: int | None):
+        """The engine's log again: the writer under ``epoch``, or a reader (None). Engines on ``--log``."""
+        raise NotImplementedError
+
+    @property
+    def _snapshot_store(self):
+        raise NotImplementedError
+
+    def _follow(self, reader) -> None:
+        """Follow the log as a standby from what this node applied (engine.runtime.standby)."""
+        self.standby = Standby(self, reader, self.leadership, self._take_over)
+        self.standby.start()
+
+    async def _take_over(self, epoch: int) -> None:
+        """This standby holds the lease under ``epoch`` and has applied the whole log: the writer, then
+        the active node's part, then the lease's renewals."""
+        reader = self.event_log
+        writer = await asyncio.to_thread(self._open_log, epoch)
+        self.router.sequencer.log.event_log = self.event_log = writer
+        await asyncio.to_thread(reader.close)
+        await self._begin_active(writer, self._snapshot_store)
+        self.leadership.start(writer, self.step_down)
+
+    async def step_down(self) -> None:
+        """This node lost its log's lease (a takeover while it was paused or cut off): its log is fenced
+        already, so nothing more of it can commit. Writes are refused from now on, the active node's
+        part stops (queued writes fail), and it follows the log as a standby from what it applied: its
+        state is a prefix of the log (a fold only follows a commit)."""
+        if self.standby is not None and self.standby.running:
+            return
+        self.router.sequencer.standby = NotLeader("This node lost its log's lease: writes go to the active node.",
+                                                  leader=self.leadership.leader)
+        self._stop_snapshots()
+        if self.erasure_job is not None:
+            await self.erasure_job.stop()
+            self.erasure_job = None
+        await self.router.stop()
+        if self.feed is not None:
+            await self.feed.stop()
+            await self.feed.delivery.stop()
+            self.feed.outbox.close()
+            self.feed = None
+        writer = self.event_log
+        reader = await asyncio.to_thread(self._open_log, None)
+        self.router.sequencer.log.event_log = self.event_log = reader
+        await asyncio.to_thread(writer.close)
+        log.warning("stepped down: following the log as a standby from offset %d", self.router.log_offset + 1)
+        self._follow(reader)
 
     # ------------------------------------------------------------ snapshots
 

@@ -10,9 +10,11 @@ file log is always the active one of its own log (``Leadership.single``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from engine.core.errors import NotLeader
@@ -44,6 +46,8 @@ class Leadership:
         self.epoch = lease.epoch if lease is not None else 0
         self.leader = advertise_url
         self.lost_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._step_down: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     def single(cls, advertise_url: str | None = None) -> "Leadership":
@@ -97,9 +101,13 @@ class Leadership:
         self.role, self.epoch, self.leader = "active", epoch, self.advertise_url
         return epoch
 
-    def start(self, event_log) -> None:
-        """Renew the lease from now on; fence ``event_log`` when it is lost."""
+    def start(self, event_log, step_down: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Renew the lease from now on (called on the event loop); when it is lost, fence ``event_log`` at
+        once (on the renewal thread) and run ``step_down()`` on the loop."""
         self.event_log = event_log
+        self.role = "active"
+        self._step_down = step_down
+        self._loop = asyncio.get_running_loop() if step_down is not None else None
         if self.lease is not None:
             self.lease.start_renewing(self._lost)
 
@@ -111,14 +119,14 @@ class Leadership:
         if self.event_log is not None:
             self.event_log.fence(f"node {holder.node!r} took the log over (epoch {holder.epoch}); this node is a "
                                  "standby now", leader=self.leader)
+        if self._loop is not None and self._step_down is not None:
+            step_down = self._step_down
+            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(step_down()))
 
     @property
     def active(self) -> bool:
         return self.role == "active" and not getattr(self.event_log, "fenced", False)
 
-    def started_active(self, event_log) -> None:
-        """A standby that took over: its writer is ``event_log``; renew from now on."""
-        self.start(event_log)
 
     def info(self, log_end: int, applied: int, lag_s: float | None = None) -> dict:
         """The body of ``GET /v1/cluster``."""

@@ -23,7 +23,7 @@ import msgpack
 
 from engine.core.errors import Overloaded
 from engine.log import InMemoryLog, InMemorySnapshotStore
-from engine.log.places import is_database, open_snapshots, open_writer
+from engine.log.places import is_database, open_reader, open_snapshots, open_writer
 from engine.runtime.leadership import Leadership, NodeIdentity
 from engine.log.archives import FileArchiveStore, MemoryArchiveStore
 from engine.core.model import DEFAULT_DEDUP_RETENTION, DEFAULT_DELTA_RETENTION
@@ -64,6 +64,7 @@ class ServiceConfig:
     rank_mirror_rows: int = RouterConfig.rank_mirror_rows  # --rank-mirror-rows (engine.core.rank_mirror; 0: none)
     log_url: str | None = None  # --log: the log and snapshots in PostgreSQL (docs/api.md §19); None: under data_dir
     identity: NodeIdentity | None = None  # --node, --advertise-url, --lease-s (with log_url)
+    standby: bool = False  # --standby (with log_url): follow the log, take over when the lease frees
 
 
 class InProcessShards:
@@ -153,10 +154,15 @@ class LocalService(RouterClient):
             root = Path(data_dir)
             root.mkdir(parents=True, exist_ok=True)
             lock_fd = _lock(root / "LOCK")
-            if is_database(cfg.log_url):
-                leadership = await asyncio.to_thread(Leadership.acquire, cfg.log_url, cfg.identity or NodeIdentity())
-            event_log = await asyncio.to_thread(open_writer, root, cfg.log_url, epoch=leadership.epoch,
-                                                segment_bytes=cfg.segment_bytes, fault_hook=cfg.fault_hook)
+            if is_database(cfg.log_url) and cfg.standby:
+                leadership = await asyncio.to_thread(Leadership.follower, cfg.log_url, cfg.identity or NodeIdentity())
+                event_log = await asyncio.to_thread(open_reader, root, cfg.log_url)
+            else:
+                if is_database(cfg.log_url):
+                    leadership = await asyncio.to_thread(Leadership.acquire, cfg.log_url,
+                                                        cfg.identity or NodeIdentity())
+                event_log = await asyncio.to_thread(open_writer, root, cfg.log_url, epoch=leadership.epoch,
+                                                    segment_bytes=cfg.segment_bytes, fault_hook=cfg.fault_hook)
             store = open_snapshots(root, cfg.log_url, fault_hook=cfg.fault_hook)
         dead = DeadLetterIndex(event_log)  # one scan of the log for the dead letters every shard's replay skips
         cores = [(await asyncio.to_thread(recover_shard, i, cfg.n_shards, event_log, store, JournalPlace(
@@ -180,10 +186,26 @@ class LocalService(RouterClient):
         svc.erasure_snapshot_wait_s = cfg.erasure_snapshot_wait_s
         svc.webhooks, svc.webhook_dir = cfg.webhooks, data_dir
         svc.leadership = leadership
-        await svc._start(event_log, store)
-        leadership.start(event_log)  # renew the lease from now on (a database log); a lost lease fences the log
+        if leadership.role == "standby":
+            await svc._recover(event_log, store)
+            svc._follow(event_log)
+        else:
+            await svc._start(event_log, store)
+            leadership.start(event_log, svc.step_down)  # renew from now on; a lost lease fences, steps down
         svc.recovery_seconds = time.monotonic() - started
         return svc
+
+    def _open_log(self, epoch: int | None):
+        """The log of ``--log`` again: its writer under ``epoch`` (a standby that took over), or a reader
+        (None: an active node that stepped down)."""
+        root, cfg = Path(self.cfg.data_dir or "."), self.cfg
+        if epoch is None:
+            return open_reader(root, cfg.log_url)
+        return open_writer(root, cfg.log_url, epoch=epoch, segment_bytes=cfg.segment_bytes, fault_hook=cfg.fault_hook)
+
+    @property
+    def _snapshot_store(self):
+        return self.store
 
     def stats(self) -> dict:
         return self.router_stats() | {

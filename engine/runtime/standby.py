@@ -51,6 +51,10 @@ class Standby:
         self.refuse_writes()
         self._task = asyncio.ensure_future(self._run())
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     def refuse_writes(self) -> None:
         leader = self.leadership.leader
         self.engine.router.sequencer.standby = NotLeader(

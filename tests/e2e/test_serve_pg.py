@@ -18,10 +18,17 @@ import signal
 import time
 
 import httpx
+import pytest
 
 from tests.e2e.test_serve_kill import BOARD, H, Ingest, check_intact, create_board, ingest_then, make_events
 
 LEASE_S = "1.5"
+
+
+def _get(url: str, path: str, role: str = "admin") -> dict:
+    r = httpx.get(f"{url}{path}", headers=H(role), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 def test_a_lost_machine_loses_no_acknowledged_event_a_new_node_serves_them_all(served_factory, pg_url, tmp_path):
@@ -87,4 +94,70 @@ def test_a_paused_active_is_fenced_and_answers_not_leader_after_a_takeover(serve
     late = httpx.get(f"{b.url}/v1/boards/{BOARD}/players/p0/history", headers=H("moderator"), timeout=10).json()
     assert not [e for e in late["events"] if e["event_id"].startswith("late")]
     assert board["size"] == 40
+    # and it became a standby without a restart: it follows the new active's writes
+    r = httpx.post(f"{b.url}/v1/events", json={"events": make_events(100, 50)}, headers=H("game_server"), timeout=30)
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 15
+    while _get(a.url, f"/v1/boards/{BOARD}")["version"] != _get(b.url, f"/v1/boards/{BOARD}")["version"]:
+        assert time.monotonic() < deadline, a.tail()
+        time.sleep(0.05)
+    assert _get(a.url, f"/v1/boards/{BOARD}/checksum") == _get(b.url, f"/v1/boards/{BOARD}/checksum")
+    assert httpx.get(f"{a.url}/readyz/reads", timeout=10).status_code == 200
+    assert b.terminate() == 0, b.tail()
+    # and takes the log over again once b is gone
+    deadline = time.monotonic() + 15
+    while httpx.get(f"{a.url}/readyz", timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, a.tail()
+        time.sleep(0.1)
+    r = httpx.post(f"{a.url}/v1/events", json={"events": make_events(150, 10)}, headers=H("game_server"), timeout=30)
+    assert r.status_code == 200, r.text
+    assert a.terminate() == 0, a.tail()
+
+
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_hot_standby_follows_refuses_writes_and_takes_over_when_the_active_dies(served_factory, pg_url, tmp_path,
+                                                                                   engine):
+    """--standby: reads at the version it applied (equal to the active's once caught up, same checksum),
+    writes 503 NOT_LEADER naming the active; the active SIGKILLed mid-ingest, the standby takes over
+    within the lease and serves every acknowledged event, continuing the same versions. With the Ray
+    engine, each node is its own embedded Ray instance (two on this machine)."""
+    a = served_factory(engine, extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "a")
+    a.start()
+    create_board(a.url)
+    b = served_factory(engine, extra=("--log", pg_url, "--lease-s", LEASE_S, "--standby"), tmp=tmp_path / "b")
+    b.start(ready="/readyz/reads")
+    r = httpx.post(f"{a.url}/v1/events", json={"events": make_events(0, 300)}, headers=H("game_server"), timeout=30)
+    assert r.status_code == 200, r.text
+    want = _get(a.url, f"/v1/boards/{BOARD}/checksum")
+    deadline = time.monotonic() + 20
+    while _get(b.url, f"/v1/boards/{BOARD}")["version"] != _get(a.url, f"/v1/boards/{BOARD}")["version"]:
+        assert time.monotonic() < deadline, b.tail()
+        time.sleep(0.05)
+    assert _get(b.url, f"/v1/boards/{BOARD}/checksum") == want
+    top_a, top_b = _get(a.url, f"/v1/boards/{BOARD}/top?limit=100"), _get(b.url, f"/v1/boards/{BOARD}/top?limit=100")
+    assert top_a == top_b
+    info_b = _get(b.url, "/v1/cluster")
+    assert info_b["role"] == "standby" and info_b["leader"] == a.url and info_b["lag_records"] == 0, info_b
+    refused = httpx.post(f"{b.url}/v1/events", json={"events": make_events(300, 5)}, headers=H("game_server"),
+                         timeout=30)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "NOT_LEADER", refused.text
+    assert refused.headers["X-FlowRank-Leader"] == a.url and refused.headers["Retry-After"] == "1"
+    assert httpx.get(f"{b.url}/readyz", timeout=10).status_code == 503
+    # the active dies mid-ingest
+    ingest = Ingest(a.url, start=10_000, batches=400)
+    asyncio.run(ingest_then(a, ingest, a.kill, after_batches=12))
+    killed = time.monotonic()
+    while httpx.get(f"{b.url}/readyz", timeout=10).status_code != 200:
+        assert time.monotonic() - killed < 30, b.tail()
+        time.sleep(0.05)
+    took = time.monotonic() - killed
+    info = _get(b.url, "/v1/cluster")
+    assert info["role"] == "active" and info["epoch"] == info_b["epoch"] + 1, info
+    acked = {e["event_id"]: e for e in make_events(0, 300)} | ingest.acked
+    sent = {e["event_id"]: e for e in make_events(0, 300)} | ingest.sent
+    try:
+        check_intact(b.url, acked, sent)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- standby log:\n{b.tail()}") from None
+    assert took < float(LEASE_S) + 5, took
     assert b.terminate() == 0, b.tail()
