@@ -448,6 +448,19 @@ class PgCluster:
         if self._standby is not None:
             self.wait_sync(timeout)
 
+    def rebuild_standby(self) -> None:
+        """After :meth:`promote_standby` of a killed primary: the old primary comes back as the new
+        primary's synchronous standby, on its old port, from a fresh base backup (as an operator or
+        Patroni re-clones a lost member), so a multi-host URL given before names both servers again
+        and the pair can fail over once more."""
+        if self._standby is not None:
+            raise RuntimeError("the cluster has a standby already")
+        old = next((n for n in reversed(self._nodes) if n is not self._primary and not n.running()), None)
+        if old is None:
+            raise RuntimeError("no stopped old primary to rebuild as the standby")
+        shutil.rmtree(old.data, ignore_errors=True)
+        self._add_standby(old)
+
     # ------------------------------------------------------------------ internals
 
     def _bin(self, name: str) -> str:
@@ -590,11 +603,12 @@ class PgCluster:
     def _connect(self, node: _Node, dbname: str = "postgres") -> psycopg.Connection:
         return psycopg.connect(node.conninfo(dbname), autocommit=True)
 
-    def _add_standby(self) -> None:
+    def _add_standby(self, node: _Node | None = None) -> None:
         primary = self.primary
-        node = self._new_node()
+        node = node or self._new_node()
         with self._connect(primary) as conn:
-            conn.execute("SELECT pg_create_physical_replication_slot(%s)", (node.slot,))
+            if not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (node.slot,)).fetchone():
+                conn.execute("SELECT pg_create_physical_replication_slot(%s)", (node.slot,))
         self._run([self._bin("pg_basebackup"), "-D", str(node.data), "-h", "127.0.0.1", "-p", str(primary.port),
                    "-U", SUPERUSER, "-R", "-X", "stream", "-S", node.slot, "-c", "fast"], timeout=120, node=node)
         # -R wrote primary_conninfo and primary_slot_name into postgresql.auto.conf; ours names the

@@ -173,3 +173,25 @@ def test_missing_binaries_is_a_clear_error(monkeypatch):
     with pytest.raises(RuntimeError, match="binaries not found"):
         PgCluster("/nonexistent/never-made").start()
     assert not Path("/nonexistent/never-made").exists()
+
+
+def test_a_killed_primary_is_rebuilt_as_the_standby_and_the_pair_fails_over_again(pg_root):
+    """kill_primary, promote_standby, rebuild_standby (the old primary re-cloned on its old port), twice:
+    the URL taken at the start writes through both failovers and every committed row survives."""
+    with PgCluster(pg_root) as cluster:
+        url = cluster.url
+        ports = sorted([cluster.primary.port, cluster.standby.port])
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (i int)")
+        for i in range(2):
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("INSERT INTO t VALUES (%s)", (i,))
+            cluster.kill_primary()
+            cluster.promote_standby()
+            cluster.rebuild_standby()
+            assert sorted([cluster.primary.port, cluster.standby.port]) == ports
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert [r[0] for r in conn.execute("SELECT i FROM t ORDER BY i")] == [0, 1]
+        with psycopg.connect(cluster.standby_url, autocommit=True) as conn:
+            cluster.wait_replay()
+            assert [r[0] for r in conn.execute("SELECT i FROM t ORDER BY i")] == [0, 1]
