@@ -61,6 +61,18 @@ def encode_snapshot(offset: int, payload: object) -> bytes:
 def decode_snapshot(data: bytes) -> tuple[int, object]:
     """Verify and decode an envelope; raises :class:`SnapshotInvalid` (damage)
     or, for an intact envelope of a newer version, :class:`UnsupportedFormat`."""
+    offset, body = decode_snapshot_body(data)
+    try:
+        with gc_paused():
+            payload = unpack_payload(body)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise SnapshotInvalid(f"undecodable payload: {exc}") from exc
+    return offset, payload
+
+
+def decode_snapshot_body(data: bytes) -> tuple[int, memoryview]:
+    """Verify an envelope: its offset and its payload's msgpack bytes, not decoded (a copy of the
+    snapshot elsewhere, engine.log.pg_import). Raises as :func:`decode_snapshot`."""
     if len(data) < SNAP_HEADER_SIZE + DIGEST_SIZE:
         raise SnapshotInvalid(f"truncated header ({len(data)} bytes)")
     magic, version, _res, offset, length = SNAP_HEADER.unpack_from(data, 0)
@@ -78,12 +90,7 @@ def decode_snapshot(data: bytes) -> tuple[int, object]:
         raise UnsupportedFormat(f"snapshot envelope version {version}, newer than version {SNAP_VERSION} that "
                                 "this FlowRank version reads; it was written by a newer FlowRank: run that "
                                 "version (or newer) on this data directory")
-    try:
-        with gc_paused():
-            payload = unpack_payload(view[start:])
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise SnapshotInvalid(f"undecodable payload: {exc}") from exc
-    return offset, payload
+    return offset, view[start:]
 
 
 class FileSnapshotStore:

@@ -1,12 +1,18 @@
 """Child process for tests/log/test_crash.py (run as a script, then SIGKILLed).
 
 Usage: crash_child.py log DIR BLOCK_AT_FSYNC|0 THREADS
+       crash_child.py pglog URL PREFIX BLOCK_AT_COMMIT|0 THREADS
        crash_child.py snap DIR POINT
 
 ``log``: THREADS threads append batches of unique records forever; after
 each ``append_batch`` returns, the thread prints ``ACK <first> <id>...``.
 If BLOCK_AT_FSYNC > 0, the writer blocks before that fsync (data already
 written, not yet fsync'd) after printing ``BLOCKED``.
+
+``pglog``: the same appends into ``engine.log.pg_log.PostgresLog`` at URL
+(tables PREFIX_*), two transactions in flight; BLOCK_AT_COMMIT > 0 blocks
+that group before its COMMIT (its rows sent, the head row updated and
+locked) after printing ``BLOCKED``.
 
 ``snap``: saves snapshot offset 10 ("old"), prints ``SAVED 10``, then saves
 offset 20 ("new") blocking at hook POINT after printing ``BLOCKED``.
@@ -30,18 +36,36 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-def run_log(directory: str, block_at: int, threads: int) -> None:
+def blocking_hook(block_at: int):
+    """A fault hook that blocks forever at the ``block_at``-th "fsync" (the file log's fsync, the
+    PostgreSQL log's COMMIT), after printing BLOCKED."""
     fsyncs = [0]
+    lock = threading.Lock()
 
     def hook(op, path):
         if op == "fsync":
-            fsyncs[0] += 1
-            if fsyncs[0] == block_at:
+            with lock:
+                fsyncs[0] += 1
+                n = fsyncs[0]
+            if n == block_at:
                 say("BLOCKED")
                 time.sleep(3600)
 
-    log = SegmentedFileLog.open(directory, segment_bytes=4096, fault_hook=hook)
+    return hook
 
+
+def run_log(directory: str, block_at: int, threads: int) -> None:
+    append_forever(SegmentedFileLog.open(directory, segment_bytes=4096, fault_hook=blocking_hook(block_at)), threads)
+
+
+def run_pglog(url: str, prefix: str, block_at: int, threads: int) -> None:
+    from engine.log.pg_log import PostgresLog
+
+    append_forever(PostgresLog.open(url, prefix=prefix, segment_bytes=4096, fault_hook=blocking_hook(block_at)),
+                   threads)
+
+
+def append_forever(log, threads: int) -> None:
     def appender(t):
         b = 0
         while True:
@@ -74,5 +98,7 @@ def run_snap(directory: str, point: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "log":
         run_log(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "pglog":
+        run_pglog(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         run_snap(sys.argv[2], sys.argv[3])

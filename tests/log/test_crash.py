@@ -47,6 +47,68 @@ def check_log_after_crash(directory, acked):
         return len(records)
 
 
+# ------------------------------------------------------ the log in PostgreSQL
+
+
+def check_pg_log_after_crash(url, acked):
+    """The PostgreSQL log after its writer was SIGKILLed: opened again (a takeover, epoch one higher), every
+    acknowledged offset holds its record byte for byte, offsets are dense from 0, batches whole, no record
+    twice, and appends continue at the end (across segment tables: 4 KiB segments)."""
+    from engine.log.framing import pack_payload
+    from engine.log.pg_log import PostgresLog
+
+    with PostgresLog.open(url, prefix="crash", segment_bytes=4096) as log:
+        records = list(log.read_from(0))
+        assert [o for o, _ in records] == list(range(len(records)))
+        assert log.durable_offset() == log.end_offset() == len(records)
+        ids = [r[2] for _o, r in records]
+        assert len(ids) == len(set(ids)), "a record appears twice"
+        by_offset = dict(records)
+        for offset, ident in acked.items():
+            b = int(ident.split("-b")[1].split("-")[0])
+            assert pack_payload(by_offset.get(offset)) == pack_payload(["s", "board", ident, "p", b, 0, 0, 0]), offset
+        for o, rec in by_offset.items():
+            ident = rec[2]
+            r = int(ident.rsplit("-r", 1)[1])
+            if r > 0:
+                assert by_offset[o - 1][2] == ident.rsplit("-r", 1)[0] + f"-r{r - 1}"
+        if len(records) > 200:  # about 100 records a 4 KiB segment
+            assert len(log.segments()) > 1
+        assert log.append_batch([["s", "board", "after-crash", "p", 0, 0, 0, 0]]) == [len(records)]
+        assert log.append_batch([["s", "board", "after-crash-2", "p", 0, 0, 0, 0]] * 3) == [
+            len(records) + 1, len(records) + 2, len(records) + 3]
+    with PostgresLog.open(url, prefix="crash", writer=False) as reader:
+        assert reader.durable_offset() == len(records) + 4
+        return len(records)
+
+
+@pytest.mark.parametrize("block_at", [1, 7, 40])
+def test_pg_kill_with_a_transaction_open_before_its_commit(pg_url, block_at):
+    """SIGKILL while a group's rows are sent and the head row is updated (locked), COMMIT not sent; the
+    second group in flight waits on the head row. Postgres aborts both when the connections drop."""
+    with Child(CHILD, "pglog", pg_url, "crash", block_at, 3, timeout=30) as child:
+        child.read_until(lambda line: line == "BLOCKED")
+        time.sleep(0.1)
+        child.kill()
+    acked = acked_records(child.lines)
+    if block_at > 1:
+        assert acked
+    total = check_pg_log_after_crash(pg_url, acked)
+    assert total >= len(acked)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_pg_kill_at_a_random_moment_while_appending(pg_url, seed):
+    rng = random.Random(seed)
+    with Child(CHILD, "pglog", pg_url, "crash", 0, 4, timeout=30) as child:
+        child.read_until(lambda line: line.startswith("ACK"))
+        time.sleep(rng.uniform(0.2, 0.8))
+        child.kill()
+    acked = acked_records(child.lines)
+    assert len(acked) > 10, "the child acknowledged almost nothing"
+    check_pg_log_after_crash(pg_url, acked)
+
+
 @pytest.mark.parametrize("block_at", [1, 7, 40])
 def test_kill_after_write_before_fsync(tmp_path, block_at):
     with Child(CHILD, "log", tmp_path, block_at, 3) as child:

@@ -15,6 +15,7 @@ refuses to open (``UnsupportedFormat``) instead of being misread.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -75,27 +76,101 @@ def test_golden_fixture_replays_to_its_pinned_results(fixture, mode, tmp_path):
     async def go():
         svc = await open_data(data, n_shards)
         try:
-            assert await observe(svc, expected["players"], _with_meta(expected),
-                                 _with_subscores(expected)) == expected["boards"]
-            if "schedules" in expected:  # golden_v3 on: season schedules (K records, router format 2)
-                got = {b.board_id: [b.closes_at, b.finalize_after_s] for b in await svc.list_boards()}
-                # (golden_v6 on: a series' instances of the days it was written and replayed are not pinned)
-                pinned = {b: v for b, v in got.items() if b in expected["schedules"]}
-                assert pinned == expected["schedules"]
-                assert all(R.parse(R.board_record(svc.router.boards[b].spec)).kind == R.INSTANCE
-                           for b in set(got) - set(pinned)), sorted(set(got) - set(pinned))
-            if "competitions" in expected:  # golden_v7 on: league cohorts and awards (docs/api.md §16)
-                assert await observe_competitions(svc) == expected["competitions"]
-            if "erasures" in expected:  # golden_v8 on: erasures and their status (docs/api.md §17)
-                got = await observe_erasures(svc, {e: v[0] for e, v in expected["erasures"].items()})
-                assert got == expected["erasures"]
-            if "dead_letters" in expected:  # golden_v5 on: dead-letter records, honoured with the bug fixed
-                assert dead_letters(svc) == expected["dead_letters"]
-            probes = [probe_event(p["event"]) for p in expected["probes"]]
-            results = [(await svc.submit([ev]))[0].outcome.value for ev in probes]  # one at a time: as pinned
-            assert results == [p["outcome"] for p in expected["probes"]]
+            await _check_pinned(svc, expected)
         finally:
             await stop_without_snapshot(svc)
+
+    run(go())
+
+
+async def _check_pinned(svc, expected: dict) -> None:
+    """What the fixture pins, read from ``svc``; then the probes, submitted one at a time."""
+    assert await observe(svc, expected["players"], _with_meta(expected),
+                         _with_subscores(expected)) == expected["boards"]
+    if "schedules" in expected:  # golden_v3 on: season schedules (K records, router format 2)
+        got = {b.board_id: [b.closes_at, b.finalize_after_s] for b in await svc.list_boards()}
+        # (golden_v6 on: a series' instances of the days it was written and replayed are not pinned)
+        pinned = {b: v for b, v in got.items() if b in expected["schedules"]}
+        assert pinned == expected["schedules"]
+        assert all(R.parse(R.board_record(svc.router.boards[b].spec)).kind == R.INSTANCE
+                   for b in set(got) - set(pinned)), sorted(set(got) - set(pinned))
+    if "competitions" in expected:  # golden_v7 on: league cohorts and awards (docs/api.md §16)
+        assert await observe_competitions(svc) == expected["competitions"]
+    if "erasures" in expected:  # golden_v8 on: erasures and their status (docs/api.md §17)
+        got = await observe_erasures(svc, {e: v[0] for e, v in expected["erasures"].items()})
+        assert got == expected["erasures"]
+    if "dead_letters" in expected:  # golden_v5 on: dead-letter records, honoured with the bug fixed
+        assert dead_letters(svc) == expected["dead_letters"]
+    probes = [probe_event(p["event"]) for p in expected["probes"]]
+    results = [(await svc.submit([ev]))[0].outcome.value for ev in probes]  # one at a time: as pinned
+    assert results == [p["outcome"] for p in expected["probes"]]
+
+
+# ------------------------------------------------- imported into PostgreSQL
+
+
+@pytest.fixture(scope="module")
+def golden_database(pg_cluster):
+    """``url_for(fixture)``: one database per fixture on the session's pg_cluster (made on first use,
+    dropped at the end of the module), its log's tables dropped before each use: every import is into
+    an empty log."""
+    import psycopg
+
+    made: dict[str, str] = {}
+
+    def url_for(fixture: Path) -> str:
+        if fixture.name not in made:
+            made[fixture.name] = pg_cluster.create_database(f"golden_{fixture.name}_{os.getpid()}")
+        with psycopg.connect(made[fixture.name], autocommit=True, connect_timeout=5) as conn:
+            conn.execute("DROP SCHEMA public CASCADE")
+            conn.execute("CREATE SCHEMA public")
+        return made[fixture.name]
+
+    yield url_for
+    with psycopg.connect(pg_cluster.url_for("postgres", "primary"), autocommit=True, connect_timeout=5) as conn:
+        for name in made:
+            conn.execute(f"DROP DATABASE IF EXISTS golden_{name}_{os.getpid()} WITH (FORCE)")
+
+
+@pytest.mark.parametrize("mode", ["snapshot+tail", "log only", "other shard count"])
+@pytest.mark.parametrize("fixture", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_fixture_imported_into_postgresql_replays_to_its_pinned_results(fixture, mode, tmp_path,
+                                                                              golden_database):
+    """``flowrank log import`` of the fixture's data directory into an empty PostgreSQL log, then the
+    service opened on that log (its log/ and snapshots/ gone from the directory: only the database is read;
+    keys, journals, archives and erasure.key stay) reads and admits exactly as pinned."""
+    from engine.log.pg_import import import_data_dir
+    from engine.log.pg_log import PostgresLog
+
+    expected = json.loads((fixture / "expected.json").read_text())
+    data = _copy(fixture, tmp_path)
+    n_shards = expected["n_shards"]
+    if mode == "log only":
+        shutil.rmtree(data / "snapshots")
+    elif mode == "other shard count":
+        n_shards += 1
+    url = golden_database(fixture)
+    with SegmentedFileLog.open(data / "log", record_format=expected["formats"]["log_format"]) as log:
+        source = [(o, r) for o, r in log.read_from(0)]
+        formats = log.record_formats()
+    report = import_data_dir(data, url, chunk_records=64)  # several COPYs per segment
+    snaps = len(list((data / "snapshots").glob("*.snap"))) if mode != "log only" else 0
+    assert (report.records, report.snapshots, report.skipped_snapshots) == (len(source), snaps, [])
+    with PostgresLog.open(url, writer=False) as log:
+        assert list(log.read_from(0)) == source
+        assert log.record_formats()[:len(formats)] == formats
+    shutil.rmtree(data / "log")
+    if (data / "snapshots").exists():
+        shutil.rmtree(data / "snapshots")
+
+    async def go():
+        svc = await open_data(data, n_shards, log_url=url)
+        try:
+            await _check_pinned(svc, expected)
+            assert svc.event_log.end_offset() > len(source)  # what this run appended went to the database
+        finally:
+            await stop_without_snapshot(svc)
+        assert not (data / "log").exists()
 
     run(go())
 
