@@ -3,7 +3,7 @@
 ``flowrank boards create|list|show|state|next-season``, ``flowrank submit FILE.jsonl``,
 ``flowrank top``, ``flowrank player``, ``flowrank cohort``, ``flowrank cohorts``, ``flowrank tier``,
 ``flowrank join``, ``flowrank awards``,
-``flowrank players data`` and ``flowrank export`` call a running
+``flowrank players data``, ``flowrank cluster`` and ``flowrank export`` call a running
 server at ``--url`` (or ``FLOWRANK_URL``) with ``--key`` (or ``FLOWRANK_KEY``).
 They only use the public routes of docs/api.md, so any key that may call a
 route may run its command.
@@ -422,6 +422,27 @@ def _print_erasure(status: dict, as_json: bool, out: IO[str]) -> None:
     else:
         print(f"{status['erasure_id']}  {status['status']}  requested {status['requested_at']}  "
               f"completed {status['completed_at'] or '-'}", file=out)
+
+
+# ----------------------------------------------------------------- cluster
+
+CLUSTER_FIELDS = ("role", "node", "epoch", "leader", "log_end", "applied", "lag_records", "lag_s", "takeovers")
+
+
+def cmd_cluster(api: Api, args, out: IO[str]) -> int:
+    """This node's role on its log, epoch, leader and lag (docs/api.md §19, ``GET /v1/cluster``, admin):
+    one ``field  value`` line each, or the answer as JSON."""
+    info = api.json("GET", "/v1/cluster", what="cluster")
+    if args.json:
+        _dump(info, out)
+        return EXIT_OK
+    fields = list(CLUSTER_FIELDS) + sorted(k for k in info if k not in CLUSTER_FIELDS)
+    width = max(len(f) for f in fields)
+    for f in fields:
+        v = info.get(f)
+        text = "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+        print(f"{f:<{width}}  {text}", file=out)
+    return EXIT_OK
 
 
 # ----------------------------------------------------------------- submit
@@ -979,6 +1000,11 @@ def register(sub) -> None:
     c.add_argument("erasure_id")
     c.add_argument("--json", action="store_true", help="print the answer as JSON")
     c.set_defaults(admin=cmd_erasure)
+
+    c = sub.add_parser("cluster", parents=[conn], help="this node's role on its log (active or standby), epoch, "
+                                                      "leader and lag (admin; docs/api.md §19)")
+    c.add_argument("--json", action="store_true", help="print the answer as JSON")
+    c.set_defaults(admin=cmd_cluster)
 
     c = sub.add_parser("export", parents=[conn], help="every ranked row at one version (admin, moderator)")
     c.add_argument("board")

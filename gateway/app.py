@@ -142,7 +142,7 @@ def create_app(
         settings=settings,
         engine=engine_client,
         keys=keys,
-        credentials=Credentials(keys, TokenSigner(token_secret or load_secret(settings.data_dir)),
+        credentials=Credentials(keys, TokenSigner(token_secret or load_secret(settings.data_dir, settings.log_url)),
                                 wall_clock or time.time),
         limiter=RateLimiter(
             read=(settings.read_rate_per_s, settings.read_burst),

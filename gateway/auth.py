@@ -288,25 +288,39 @@ def ensure_keys_file(data_dir: str | os.PathLike) -> tuple[Path, bool]:
     path = directory / "keys.json"
     if path.exists():
         return path, False
-    doc = {"keys": [{"name": r.value, "role": r.value, "key": secrets.token_urlsafe(32)} for r in Role]}
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path, False
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    with os.fdopen(fd, "wb") as f:
+        f.write(new_keys_document())
     os.chmod(path, 0o600)
     return path, True
 
 
-def load_keystore(keys: tuple[dict, ...] | None, keys_file: str | None, data_dir: str | None) -> tuple[KeyStore, Path | None]:
-    """Resolve credentials: inline entries, else ``--keys``, else the data dir's keys.json."""
+def new_keys_document() -> bytes:
+    """A keys.json with one random key per role, named after the role (docs/api.md §2)."""
+    doc = {"keys": [{"name": r.value, "role": r.value, "key": secrets.token_urlsafe(32)} for r in Role]}
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+def load_keystore(keys: tuple[dict, ...] | None, keys_file: str | None, data_dir: str | None,
+                  log_url: str | None = None) -> tuple[KeyStore, Path | None]:
+    """Resolve credentials: inline entries, else ``--keys``, else the data dir's keys.json. With a
+    database log (``log_url``), that keys.json is the log's, shared by every node and written into the
+    data dir too (docs/api.md §19, :func:`engine.log.shared_settings.keys_file`)."""
     if keys is not None:
         return KeyStore(keys), None
     if keys_file:
         return KeyStore.from_file(keys_file), Path(keys_file)
     if data_dir is None:
         raise KeyFileError("no keys: pass --keys, inline keys or a data dir for keys.json")
+    if log_url is not None:
+        from engine.log import shared_settings  # noqa: PLC0415 - the log layer only for a database log
+        from engine.log.places import is_database  # noqa: PLC0415
+
+        if is_database(log_url):
+            path = shared_settings.keys_file(log_url, data_dir, new_keys_document, KeyStore.from_file)
+            return KeyStore.from_file(path), path
     path, _ = ensure_keys_file(data_dir)
     return KeyStore.from_file(path), path

@@ -250,8 +250,8 @@ async def serve(settings: Settings, graceful_timeout: float = 10.0, log_format: 
         logformat.adopt()  # whatever handlers it finds: route its records to the JSON handler first
     with startup_errors.starting(settings):  # every refusal: one line, its exit code
         startup_errors.preflight(settings)
-        keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)
-        token_secret = load_secret(settings.data_dir)  # docs/api.md §12: <data-dir>/token_secret
+        keys, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir, settings.log_url)
+        token_secret = load_secret(settings.data_dir, settings.log_url)  # §12 <data-dir>/token_secret; §19 --log's
         # before the engine: fail fast; a gateway of an engine host shares its port with its sibling workers
         sock = startup_errors.bind(settings.host, settings.port, reuse_port=settings.engine_host is not None)
         if settings.engine == "ray" and settings.engine_host is None:

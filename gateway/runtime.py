@@ -91,7 +91,8 @@ def webhook_config(settings: Settings):
         return None
     from engine.runtime.outbox_feed import WebhookConfig  # noqa: PLC0415
 
-    return WebhookConfig(settings.webhook_url, settings.webhook_secret_file, settings.webhook_give_up_s)
+    return WebhookConfig(settings.webhook_url, settings.webhook_secret_file, settings.webhook_give_up_s,
+                         settings.log_url)
 
 
 def node_identity(settings: Settings):

@@ -6,7 +6,8 @@ and the mac is HMAC-SHA256 of the payload under a 32-byte secret. Nothing is
 stored per token: the secret alone verifies every token, so tokens cost no
 memory and survive a restart as long as the secret does. The secret lives in
 ``<data dir>/token_secret`` (mode 0600, created on first start); deleting that
-file invalidates every token ever minted. Without a data directory a random
+file invalidates every token ever minted. With ``--log postgresql://…`` it lives
+in the log's database instead, shared by every node (docs/api.md §19). Without a data directory a random
 secret is drawn per process.
 
 Pure apart from :func:`load_secret`: the clock comes in as ``now_ms``.
@@ -102,9 +103,17 @@ class TokenSigner:
         return TokenClaims(name, None if boards is None else tuple(boards), expires)
 
 
-def load_secret(data_dir: str | os.PathLike | None) -> bytes:
+def load_secret(data_dir: str | os.PathLike | None, log_url: str | None = None) -> bytes:
     """The signing secret of ``<data_dir>/token_secret``, created (mode 0600) on
-    first use; a fresh random one per process when there is no data directory."""
+    first use; a fresh random one per process when there is no data directory.
+    With a database log (``--log postgresql://…``): the log's, shared by every node
+    (docs/api.md §19, :func:`engine.log.shared_settings.token_secret`)."""
+    if log_url is not None:
+        from engine.log import shared_settings  # noqa: PLC0415 - the log layer only for a database log
+        from engine.log.places import is_database  # noqa: PLC0415
+
+        if is_database(log_url):
+            return shared_settings.token_secret(log_url, data_dir)
     if data_dir is None:
         return secrets.token_bytes(32)
     directory = Path(data_dir)

@@ -87,8 +87,8 @@ async def supervise(settings: Settings, workers: int, argv: Sequence[str], grace
 
     with startup_errors.starting(settings):
         startup_errors.preflight(settings)
-        _, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir)  # generated once, here
-        load_secret(settings.data_dir)  # created once, here: every worker signs with the same secret
+        _, keys_path = load_keystore(settings.keys, settings.keys_file, settings.data_dir, settings.log_url)  # once, here
+        load_secret(settings.data_dir, settings.log_url)  # created once, here: every worker signs with the same secret
         sock = startup_errors.bind(settings.host, settings.port, reuse_port=True)
         port = sock.getsockname()[1]
         saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -134,7 +134,7 @@ class ClusterEngine(RouterClient):
         shards = [RemoteShard.options(scheduling_strategy="SPREAD").remote(i, n, log_name, namespace, cache_dir)
                   for i in range(n)]
         await asyncio.gather(log_server.end_offset.remote(), *(s.pid.remote() for s in shards))  # all recovered
-        secret = await asyncio.to_thread(load_secret, root)
+        secret = await asyncio.to_thread(load_secret, root, log_url)
         router = Router(RayShards(shards), DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention, max_queued_events=max_queued_events,
             appends_in_flight=appends_in_flight, erasure_secret=secret, rank_mirror_rows=rank_mirror_rows),

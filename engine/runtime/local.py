@@ -175,7 +175,7 @@ class LocalService(RouterClient):
         transport = InProcessShards(cores, packed=cfg.packed_wire)
         archives = MemoryArchiveStore() if data_dir is None else FileArchiveStore(
             Path(data_dir) / "archives", fault_hook=cfg.fault_hook)
-        secret = os.urandom(32) if data_dir is None else await asyncio.to_thread(load_secret, Path(data_dir))
+        secret = os.urandom(32) if data_dir is None else await asyncio.to_thread(load_secret, Path(data_dir), cfg.log_url)
         router = Router(transport, DirectLog(event_log), RouterConfig(
             dedup_retention=dedup_retention, delta_retention=delta_retention,
             max_queued_events=cfg.max_queued_events, appends_in_flight=cfg.appends_in_flight,

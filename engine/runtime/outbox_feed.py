@@ -47,11 +47,13 @@ FEED_KINDS = (R.STATE, R.AWARDS)
 
 
 class WebhookConfig(NamedTuple):
-    """``--webhook-url``, ``--webhook-secret-file`` (None: ``<data-dir>/webhook_secret``), ``--webhook-give-up-s``."""
+    """``--webhook-url``, ``--webhook-secret-file`` (None: ``<data-dir>/webhook_secret``, or with a database
+    ``log_url`` the log's shared secret: docs/api.md §19), ``--webhook-give-up-s``."""
 
     url: str
     secret_file: str | None = None
     give_up_s: float = float(wh.DEFAULT_GIVE_UP_S)
+    log_url: str | None = None
 
 
 class OutboxFeed:
@@ -248,7 +250,7 @@ def open_feed(registry: BoardRegistry, data_dir: str, config: WebhookConfig,
     """The outbox under ``<data_dir>/outbox``, its delivery worker (not started) and the feed, hooked to the registry."""
     outbox = Outbox.open(str(Path(data_dir) / "outbox"))
     feed = OutboxFeed(registry, outbox, wall_clock)
-    secret = load_or_create_secret(data_dir, config.secret_file)
+    secret = load_or_create_secret(data_dir, config.secret_file, config.log_url)
     feed.delivery = DeliveryThread(WebhookDelivery(outbox, config.url, secret, give_up_s=config.give_up_s,
                                                    wall_clock=wall_clock))
     registry.on_record = feed.note

@@ -56,7 +56,9 @@ import numpy as np
 
 from engine.core import webhooks as wh
 from engine.core.errors import StorageUnavailable
+from engine.log import shared_settings
 from engine.log.outbox import Outbox
+from engine.log.places import is_database
 
 logger = logging.getLogger("flowrank.webhooks")
 
@@ -72,13 +74,17 @@ def epoch_ms() -> int:
 # ---------------------------------------------------------------- the secret
 
 
-def load_or_create_secret(data_dir: str | os.PathLike | None, secret_file: str | os.PathLike | None = None) -> bytes:
+def load_or_create_secret(data_dir: str | os.PathLike | None, secret_file: str | os.PathLike | None = None,
+                          log_url: str | None = None) -> bytes:
     """The HMAC key of ``X-FlowRank-Signature``: the bytes of ``secret_file``
-    (``--webhook-secret-file``) if given, else of ``<data_dir>/webhook_secret``,
+    (``--webhook-secret-file``) if given, else (with a database log, ``log_url``) the
+    log's, shared by every node (docs/api.md §19), else of ``<data_dir>/webhook_secret``,
     created on first use (32 random bytes, hex-encoded, mode 0600); one trailing
     ``"\\n"`` or ``"\\r\\n"`` is not part of it. ``ValueError`` if it is empty."""
     if secret_file is not None:
         path = Path(secret_file)
+    elif is_database(log_url):
+        return shared_settings.webhook_secret(str(log_url), data_dir)
     elif data_dir is None:
         raise ValueError("webhooks need a data directory for their secret, or a secret file")
     else:

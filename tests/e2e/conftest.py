@@ -13,8 +13,9 @@ from tests.e2e.test_serve_kill import Served
 def served_factory(tmp_path):
     made: list[Served] = []
 
-    def make(engine: str, workers: int = 1, extra: tuple[str, ...] = (), tmp: Path | None = None) -> Served:
-        s = Served(tmp or tmp_path, engine, workers, extra)
+    def make(engine: str, workers: int = 1, extra: tuple[str, ...] = (), tmp: Path | None = None,
+             keys: bool = True) -> Served:
+        s = Served(tmp or tmp_path, engine, workers, extra, keys)
         made.append(s)
         return s
 

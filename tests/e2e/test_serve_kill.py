@@ -49,10 +49,11 @@ def make_events(start: int, count: int, prefix: str = "e") -> list[dict]:
 class Served:
     """One data dir, served by successive ``flowrank serve`` processes."""
 
-    def __init__(self, tmp: Path, engine: str, workers: int = 1, extra: tuple[str, ...] = ()):
+    def __init__(self, tmp: Path, engine: str, workers: int = 1, extra: tuple[str, ...] = (), keys: bool = True):
         self.engine = engine
         self.workers = workers
         self.extra = extra  # more serve options (tests/e2e/test_serve_pg.py: --log, --lease-s)
+        self.use_keys = keys  # False: no --keys, the server generates (or, with --log, shares) keys.json
         tmp.mkdir(parents=True, exist_ok=True)
         self.data = tmp / "data"
         self.keys = tmp / "keys.json"
@@ -71,8 +72,9 @@ class Served:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
         env.update(RAY_AUTH_MODE="disabled", RAY_TMPDIR=self.ray_tmp, RAY_USAGE_STATS_ENABLED="0",
                    PYTHONUNBUFFERED="1")
+        keys = ("--keys", str(self.keys)) if self.use_keys else ()
         cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(self.data), "--host", "127.0.0.1",
-               "--port", str(port), "--keys", str(self.keys), "--engine", self.engine, "--shards", "2",
+               "--port", str(port), *keys, "--engine", self.engine, "--shards", "2",
                "--shard-actors", "2", "--write-rate", "100000", "--graceful-timeout", "10",
                "--workers", str(self.workers), *self.extra]
         log = open(self.log_path, "a")

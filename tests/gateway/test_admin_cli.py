@@ -658,3 +658,49 @@ def test_join_refuses_a_bad_file_before_sending_anything(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["join", "g:m:s:x", "--file", "x", "--chunk", "1001"])
     capsys.readouterr()
+
+
+def test_cluster_prints_the_node_as_a_table_or_json(env, capsys):
+    code, out, err = _run(capsys, "cluster")
+    assert code == 0, err
+    got = dict(line.split(None, 1) for line in out.splitlines())  # "field  value"; None shows as "-"
+    assert list(got)[:len(admin_cli.CLUSTER_FIELDS)] == list(admin_cli.CLUSTER_FIELDS)
+    assert got["role"] == "active"  # the file log: the node is the active one of its own log
+    code, out, err = _run(capsys, "cluster", "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["role"] == "active" and {"node", "epoch", "leader", "log_end", "applied", "lag_records",
+                                         "lag_s"} <= set(info)
+    assert str(info["epoch"]) == got["epoch"] and str(info["lag_records"]) == got["lag_records"]
+    code, _, err = _run(capsys, "cluster", "--key", ROLE_KEYS["reader"])  # admin only
+    assert code == admin_cli.EXIT_REFUSED and "HTTP 403 FORBIDDEN" in err and err.count("\n") == 1
+
+
+def test_cluster_of_a_standby_names_its_leader_and_lag(capsys):
+    answer = {"role": "standby", "node": "b:8000", "epoch": 7, "leader": "http://a:8000", "log_end": 1200,
+              "applied": 1180, "lag_records": 20, "lag_s": 0.0421, "takeovers": 2}
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path} {request.headers['authorization']}")
+        return httpx.Response(200, json=answer)
+
+    args = build_parser().parse_args(["cluster", "--url", "http://b:8000", "--key", "k"])
+    out = io.StringIO()
+    assert admin_cli.run(args, env={}, out=out, transport=httpx.MockTransport(handler)) == 0
+    assert seen == ["GET /v1/cluster Bearer k"]
+    assert out.getvalue().splitlines() == [
+        "role         standby",
+        "node         b:8000",
+        "epoch        7",
+        "leader       http://a:8000",
+        "log_end      1200",
+        "applied      1180",
+        "lag_records  20",
+        "lag_s        0.042",
+        "takeovers    2",
+    ]
+    args = build_parser().parse_args(["cluster", "--json", "--url", "http://b:8000", "--key", "k"])
+    out = io.StringIO()
+    assert admin_cli.run(args, env={}, out=out, transport=httpx.MockTransport(handler)) == 0
+    assert json.loads(out.getvalue()) == answer
