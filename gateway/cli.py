@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import NoReturn, Sequence
 
-from gateway import admin_cli, logformat, startup_errors
+from gateway import admin_cli, log_cli, logformat, startup_errors
 from gateway.admin_cli import non_negative_int, positive_int
 from gateway.cors import parse_origin
 from gateway.settings import Settings
@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="processes compiling at once on a cold cache (default: the CPU count)")
     sub.add_parser("demo", help="run the engine demo (engine.runtime.demo)")
+    log_cli.register(sub, _log_url)
     admin_cli.register(sub)
     return p
 
@@ -389,6 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(demo.main() or 0)
     if args.command == "warm":
         return warm_command(args.cache_dir, args.data_dir, args.jobs)
+    if args.command == "log":
+        return log_cli.run(args)
     settings = settings_from_args(args)
     logformat.configure(args.log_format)
     use_compile_cache(settings.cache_dir, settings.data_dir)  # before any kernel module is imported
