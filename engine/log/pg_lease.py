@@ -98,17 +98,31 @@ class Lease:
             with conn.transaction():
                 row = _one(conn.execute(sql.SQL("SELECT holder, url, epoch, extract(epoch FROM now() - renewed_at)"
                                                 "::float8 FROM {} FOR UPDATE").format(n.lease)).fetchone())
-                if not may_take_over(Holder(*row), self.node, self.lease_s):
+                holder = Holder(*row)
+                if not may_take_over(holder, self.node, self.lease_s):
                     return None
-                # the head row's lock waits for the appends of the old epoch in flight: once this commits,
-                # none of them can
+                # The head row's lock waits for the appends of the old epoch in flight: once this commits,
+                # none of them can. An old writer that is paused (or cut off) mid-append would hold that
+                # lock for as long as it stays so: its sessions are ended first (their open transactions
+                # roll back; what they had committed stays), and the wait is bounded.
+                conn.execute("SET LOCAL lock_timeout = '2s'")
+                if holder.node != self.node:
+                    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                                 "datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()",
+                                 (n.writer_application,))
                 (epoch,) = _one(conn.execute(sql.SQL("UPDATE {} SET epoch = epoch + 1 RETURNING epoch")
                                              .format(n.head)).fetchone())
                 conn.execute(sql.SQL("UPDATE {} SET holder = %s, url = %s, epoch = %s, renewed_at = now()")
                              .format(n.lease), (self.node, self.advertise_url, epoch))
                 return epoch
 
-        epoch = self._run(acquire)
+        try:
+            epoch = self._run(acquire)
+        except StorageUnavailable as exc:
+            if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                logger.warning("lease: the old writer still holds the log's head row; trying again")
+                return None
+            raise
         if epoch is not None:
             self.epoch = epoch
             self.takeovers += 1

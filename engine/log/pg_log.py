@@ -86,11 +86,11 @@ class CommitUnknown(StorageUnavailable):
     """A COMMIT's outcome could not be learnt from the log in time: the log refuses appends until it is."""
 
 
-def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection:
+def connect(url: str, *, autocommit: bool = False, application_name: str = "flowrank") -> psycopg.Connection:
     """A connection to ``url`` (libpq's: several hosts, ``target_session_attrs``) for the log."""
     try:
         return psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S,
-                               application_name="flowrank")
+                               application_name=application_name)
     except psycopg.Error as exc:
         raise StorageUnavailable(f"event log database unreachable: {exc}".strip()) from exc
 
@@ -107,6 +107,12 @@ class Names:
         self.snapshots = sql.Identifier(f"{prefix}_snapshots")
         self.lease = sql.Identifier(f"{prefix}_lease")
         self.settings = sql.Identifier(f"{prefix}_settings")
+
+    @property
+    def writer_application(self) -> str:
+        """The ``application_name`` of a writer's append connections: a takeover ends the old writer's
+        sessions by it (engine.log.pg_lease), so a paused writer holding the head row cannot stall it."""
+        return f"flowrank-writer:{self.prefix}"
 
     def segment_table(self, first: int, generation: int = 0) -> str:
         return f"{self.prefix}_seg_{first:020d}" + (f"_g{generation}" if generation else "")
@@ -457,7 +463,7 @@ class PostgresLog:
             error: BaseException | None = None
             try:
                 if conn is None or conn.closed:
-                    conn = connect(self.url)
+                    conn = connect(self.url, application_name=self.names.writer_application)
                 self._commit(conn, group, before)
             except (CommitUnknown, Fenced) as exc:
                 error = exc
@@ -469,6 +475,8 @@ class PostgresLog:
                         conn.close()
                 error = exc if isinstance(exc, StorageUnavailable) else StorageUnavailable(
                     f"event log append failed: {exc}".strip())
+                if isinstance(exc, psycopg.OperationalError):  # a session a takeover ended, or a lost server
+                    error = self._fenced_or(error)
             except BaseException as exc:  # never leave a caller waiting
                 error = StorageUnavailable(f"event log writer failed: {exc!r}")
                 raise
@@ -490,6 +498,17 @@ class PostgresLog:
                             r.done.set()
         if conn is not None:
             conn.close()
+
+    def _fenced_or(self, error: StorageUnavailable) -> StorageUnavailable:
+        """After a broken connection: :class:`Fenced` when another epoch holds the log now, else ``error``."""
+        try:
+            with connect(self.url, autocommit=True) as conn:
+                (epoch,) = _one(conn.execute(sql.SQL("SELECT epoch FROM {}").format(self.names.head)).fetchone())
+        except (psycopg.Error, StorageUnavailable):
+            return error
+        if epoch != self.epoch:
+            return Fenced(f"event log: epoch {epoch} took the log over from this node's epoch {self.epoch}")
+        return error
 
     def _note_failure(self, exc: BaseException) -> None:
         """Under ``_cond``: a group failed; the groups after it fail too, then the log goes on from what

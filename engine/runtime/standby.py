@@ -44,6 +44,7 @@ class Standby:
         self.applied_at = time.monotonic()  # when it last found itself caught up
         self.caught_up = False
         self.records = 0
+        self.log_end = 0  # the log's committed end, as last read (by the follow loop's thread)
         self._task: asyncio.Task | None = None
         self._stopping = False
 
@@ -86,8 +87,9 @@ class Standby:
         start = self.engine.router.log_offset + 1
         items = await asyncio.to_thread(self.reader.read_payloads, start, CHUNK)
         if not items:
-            self.caught_up, self.applied_at = True, time.monotonic()
+            self.caught_up, self.applied_at, self.log_end = True, time.monotonic(), start
             return 0
+        self.log_end = max(self.log_end, items[-1][0] + (2 if len(items) == CHUNK else 1))  # full: more behind it
         if items[0][0] != start:
             raise RuntimeError(f"standby: the log answered offset {items[0][0]} for {start}")
         await self.engine.router.follow(items)
@@ -102,9 +104,9 @@ class Standby:
         await self.begin_active(epoch)
 
     def lag(self) -> tuple[int, float | None]:
-        """``(records, seconds)`` behind the log's committed end."""
-        end = self.reader.durable_offset()
-        behind = max(0, end - (self.engine.router.log_offset + 1))
+        """``(records, seconds)`` behind the log's committed end as the follow loop last read it (no I/O:
+        ``GET /v1/cluster`` and the metrics answer from it while the database is away)."""
+        behind = max(0, self.log_end - (self.engine.router.log_offset + 1))
         return behind, (0.0 if behind == 0 else time.monotonic() - self.applied_at)
 
     async def stop(self) -> None:

@@ -100,3 +100,51 @@ def test_the_renewal_loop_reports_a_takeover(pg_log_url):
     assert lost[0].node == "node-b" and a.epoch is None
     a.release()
     b.release()
+
+
+def test_a_takeover_ends_a_paused_writer_that_holds_the_head_row(pg_log_url):
+    """The old active stopped mid-append (its head update done, COMMIT not sent): the takeover ends its
+    session rather than waiting for it, the append fails without being acknowledged (it is not in the
+    log), and the old writer is fenced from then on."""
+    prefix = pg_prefix()
+    a = Lease(pg_log_url, "node-a", "http://a", lease_s=0.5, prefix=prefix)
+    b = Lease(pg_log_url, "node-b", "http://b", lease_s=0.5, prefix=prefix)
+    stalled, release = threading.Event(), threading.Event()
+
+    def hook(op, path):
+        if op == "fsync" and not release.is_set():
+            stalled.set()
+            release.wait(20)
+
+    log_a = PostgresLog.open(pg_log_url, epoch=a.try_acquire(), prefix=prefix, fault_hook=hook)
+    got: dict = {}
+
+    def append():
+        try:
+            got["ok"] = log_a.append_batch(["stalled"])
+        except Exception as exc:  # surfaced below
+            got["error"] = exc
+
+    t = threading.Thread(target=append)
+    t.start()
+    try:
+        assert stalled.wait(10)
+        time.sleep(0.6)  # the lease expires while a holds the head row
+        began = time.monotonic()
+        epoch_b = b.try_acquire()
+        assert epoch_b is not None and time.monotonic() - began < 3
+    finally:
+        release.set()
+        t.join(30)
+    assert "error" in got, got  # never acknowledged
+    with pytest.raises(Fenced):
+        log_a.append_batch(["late"])
+    log_b = PostgresLog.open(pg_log_url, epoch=epoch_b, prefix=prefix)
+    try:
+        assert list(log_b.read_from(0)) == []
+        assert log_b.append_batch(["b"]) == [0]
+    finally:
+        log_b.close()
+        log_a.close()
+        a.release()
+        b.release()
