@@ -18,6 +18,16 @@ RSS drift (the last samples against the first after warm-up: 3 samples, and
 windows of a tenth of the steady phase) and the least-squares
 slope per minute of read p99 and ingest lag. Writes ``soak.json`` and
 ``soak.png`` into ``--out``.
+
+``--webhooks``: the server also gets ``--webhook-url`` of a receiver in this
+process (:mod:`benchmarks.webhook_receiver`, ``--webhook-fail-ratio`` of first
+attempts answered 503), and every ``--prize-board-s`` seconds a prize board of
+``--awards`` players is created, scored, FROZEN and FINALIZED (its awards and
+state changes are webhooks). Each sample adds the outbox's bytes on disk
+(``flowrank_webhook_outbox_bytes``), the messages pending and delivered; the
+report gives the largest outbox, the largest backlog, and the outbox's bytes
+per pending message at the end (docs/storage.md "The webhook outbox": bounded
+by the undelivered backlog, not by what was ever sent).
 """
 
 from __future__ import annotations
@@ -120,6 +130,30 @@ def fsync_p99(before: dict | None, after: dict) -> float | None:
     return None
 
 
+def webhook_reading(metrics_text: str) -> dict:
+    """``outbox_bytes``, ``webhook_pending``, ``webhook_delivered`` from a /metrics page (None when absent)."""
+    names = {"flowrank_webhook_outbox_bytes": "outbox_bytes", "flowrank_webhook_pending": "webhook_pending",
+             "flowrank_webhook_delivered_total": "webhook_delivered"}
+    out: dict = dict.fromkeys(names.values())
+    for line in metrics_text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            out[names[name]] = float(value)
+    return out
+
+
+def webhook_analysis(samples: list[dict]) -> dict | None:
+    """The outbox over the run: largest bytes and backlog, the end's bytes per pending message, the slope."""
+    got = [s for s in samples if s.get("outbox_bytes") is not None]
+    if not got:
+        return None
+    last = got[-1]
+    return {"outbox_bytes_max": max(s["outbox_bytes"] for s in got), "outbox_bytes_last": last["outbox_bytes"],
+            "pending_max": max(s["webhook_pending"] or 0 for s in got), "pending_last": last["webhook_pending"],
+            "delivered_last": last["webhook_delivered"],
+            "outbox_bytes_slope_per_min": slope_per_minute([s["t"] for s in got], [s["outbox_bytes"] for s in got])}
+
+
 def analyse(samples: list[dict], warmup_s: float) -> dict:
     steady = [s for s in samples if s["t"] >= warmup_s]
     ts = [s["t"] for s in steady]
@@ -181,6 +215,7 @@ class Window:
     read_errors: int = 0
     write_errors: int = 0
     live_messages: int = 0
+    prize_boards: int = 0
 
 
 class Load:
@@ -225,6 +260,29 @@ class Load:
                         self.win.write_errors += 1
                 except httpx.HTTPError:
                     self.win.write_errors += 1
+
+    async def prize_boards(self, every_s: float, awards: int) -> None:
+        """A prize board of ``awards`` players every ``every_s``: created, scored, FROZEN, FINALIZED."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=30.0, headers=self.h("admin")) as c:
+            n = 0
+            while not self.stop.is_set():
+                t0 = time.monotonic()
+                n += 1
+                board = f"soak:hooks:P{n}:global"
+                try:
+                    r = await c.post("/v1/boards", json={"board_id": board, "policy": "best_score", "shards": 2,
+                                                         "prizes": [{"ranks": [1, awards], "reward": {"gems": 5}}]})
+                    if r.status_code == 201:
+                        events = [{"event_id": f"h{n}-{i}", "board_id": board, "player_id": f"p{i}", "value": i,
+                                   "achieved_at": "2026-11-01T00:00:00Z"} for i in range(awards)]
+                        for k in range(0, awards, 500):
+                            await c.post("/v1/events", json={"events": events[k:k + 500]})
+                        for state in ("FROZEN", "FINALIZED"):
+                            await c.post(f"/v1/boards/{board}/state", json={"state": state})
+                        self.win.prize_boards += 1
+                except httpx.HTTPError:
+                    self.win.write_errors += 1
+                await asyncio.sleep(max(0.0, every_s - (time.monotonic() - t0)))
 
     async def reader(self, rate: float) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=30.0, headers=self.h("moderator")) as c:
@@ -287,9 +345,16 @@ class Load:
 async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batch: int, writers: int,
                readers: int, read_rate: float, subscribers: int, sample_s: float, calibrate_s: float,
                fraction: float, warmup_fraction: float, seed: int, server_args: tuple[str, ...] = (),
-               log=print) -> dict:
+               webhooks: bool = False, prize_board_s: float = 10.0, awards: int = 2000,
+               webhook_fail_ratio: float = 0.1, log=print) -> dict:
     from tests.chaos.harness import Server  # noqa: PLC0415 - the owned server of the chaos runs
 
+    receiver = None
+    if webhooks:
+        from .webhook_receiver import Receiver  # noqa: PLC0415
+
+        receiver = Receiver(fail_ratio=webhook_fail_ratio)
+        server_args = (*server_args, "--webhook-url", await receiver.start())
     server = Server(workdir, engine=engine, shards=2, extra_args=server_args)
     tasks: list[asyncio.Task] = []  # every load task of the run: cancelled on every exit path
     with signals_cancel() as received:
@@ -297,7 +362,8 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
             return await _soak(server, tasks, minutes=minutes, players=players, batch=batch,
                                writers=writers, readers=readers, read_rate=read_rate, subscribers=subscribers,
                                sample_s=sample_s, calibrate_s=calibrate_s, fraction=fraction,
-                               warmup_fraction=warmup_fraction, seed=seed, log=log)
+                               warmup_fraction=warmup_fraction, seed=seed, log=log,
+                               hooks=None if receiver is None else (prize_board_s, awards))
         except asyncio.CancelledError:
             if received:  # Ctrl-C or SIGTERM: the finally below stops the server and the load
                 raise Interrupted(received[0]) from None
@@ -307,11 +373,14 @@ async def soak(workdir: Path, *, minutes: float, engine: str, players: int, batc
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if receiver is not None:
+                await receiver.stop()
 
 
 async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int, writers: int,
                 readers: int, read_rate: float, subscribers: int, sample_s: float, calibrate_s: float,
-                fraction: float, warmup_fraction: float, seed: int, log) -> dict:
+                fraction: float, warmup_fraction: float, seed: int, log,
+                hooks: tuple[float, int] | None = None) -> dict:
     from tests.chaos.harness import KEYS  # noqa: PLC0415 - the owned server of the chaos runs
 
     failure = None
@@ -345,6 +414,8 @@ async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int
     tasks += [asyncio.create_task(load.writer(i, batch, target / writers)) for i in range(writers)]
     tasks += [asyncio.create_task(load.reader(read_rate)) for _ in range(readers)]
     tasks += [asyncio.create_task(load.subscriber()) for _ in range(subscribers)]
+    if hooks is not None:
+        tasks.append(asyncio.create_task(load.prize_boards(*hooks)))
     start = last = time.monotonic()
     prev_fsync = None
     k = 0
@@ -368,9 +439,11 @@ async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int
             try:
                 m = await c.get("/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"})
                 fs = fsync_reading(m.text) if m.status_code == 200 else {"buckets": {}, "quantiles": {}}
+                hook_reading = webhook_reading(m.text) if m.status_code == 200 and hooks else {}
             except httpx.HTTPError as e:
                 log(f"soak: /metrics failed ({type(e).__name__}); sample without fsync")
                 fs = {"buckets": {}, "quantiles": {}}
+                hook_reading = {}
             f99 = fsync_p99(prev_fsync, fs)
             prev_fsync = fs
             s = {"t": round(now - start, 2), "events_per_s": w.acked / (now - last),
@@ -378,13 +451,16 @@ async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int
                  "read_errors": w.read_errors, "write_errors": w.write_errors, "live_messages": w.live_messages,
                  "lag_ms": lag, "fsync_p99_ms": None if f99 is None else f99 * 1000,
                  "rss_total": sum(x["rss"] for x in mem), "rss_anon_total": sum(x["rss_anon"] for x in mem),
-                 "rss_file_total": sum(x["rss_file"] for x in mem), "processes": mem}
+                 "rss_file_total": sum(x["rss_file"] for x in mem), "processes": mem,
+                 **({"prize_boards": w.prize_boards, **hook_reading} if hooks else {})}
             samples.append(s)
             last = now
             log(f"soak: t={s['t']:7.1f}s ingest {s['events_per_s']:8,.0f}/s read p99 "
                 f"{(s['read_p99_ms'] or 0):6.1f} ms lag {(lag or -1):6.1f} ms fsync p99 "
                 f"{(s['fsync_p99_ms'] or -1):6.2f} ms RSS {s['rss_total'] / 2**20:7.1f} MiB "
-                f"(anon {s['rss_anon_total'] / 2**20:7.1f}) live msgs {w.live_messages}")
+                f"(anon {s['rss_anon_total'] / 2**20:7.1f}) live msgs {w.live_messages}"
+                + (f" outbox {(s.get('outbox_bytes') or 0) / 2**10:8.1f} KiB pending {s.get('webhook_pending')} "
+                   f"delivered {s.get('webhook_delivered')}" if hooks else ""))
     load.stop.set()
     for t in tasks:
         t.cancel()
@@ -392,8 +468,11 @@ async def _soak(server, tasks: list, *, minutes: float, players: int, batch: int
     tasks.clear()
     server.stop()
     warmup = minutes * 60 * warmup_fraction
+    analysis = analyse(samples, warmup)
+    if hooks is not None:
+        analysis["webhooks"] = webhook_analysis(samples)
     return {"capacity_events_per_s": capacity, "target_events_per_s": target, "warmup_s": warmup,
-            "failure": failure, "analysis": analyse(samples, warmup), "samples": samples}
+            "failure": failure, "analysis": analysis, "samples": samples}
 
 
 def plot(result: dict, path: Path) -> None:
@@ -447,6 +526,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dedup-retention", type=int, default=None,
                     help="the server's --dedup-retention (default: the server's own); a window that fills "
                          "within the warm-up lets RSS drift show what is not bounded")
+    ap.add_argument("--webhooks", action="store_true",
+                    help="also deliver webhooks to a receiver here: prize boards finalized, outbox bytes sampled")
+    ap.add_argument("--prize-board-s", type=float, default=10.0, help="with --webhooks: a prize board this often")
+    ap.add_argument("--awards", type=int, default=2000, help="with --webhooks: awards per prize board")
+    ap.add_argument("--webhook-fail-ratio", type=float, default=0.1,
+                    help="with --webhooks: first attempts the receiver answers 503")
     ap.add_argument("--out", default=None, help="output directory (default results/soak-<UTC time>)")
     a = ap.parse_args(argv)
     params = {k: v for k, v in vars(a).items() if k != "out"}
@@ -462,7 +547,9 @@ def main(argv=None) -> int:
                                subscribers=a.subscribers, sample_s=a.sample_s, calibrate_s=a.calibrate_s,
                                fraction=a.fraction, warmup_fraction=a.warmup_fraction, seed=a.seed,
                                server_args=() if a.dedup_retention is None
-                               else ("--dedup-retention", str(a.dedup_retention))))
+                               else ("--dedup-retention", str(a.dedup_retention)),
+                               webhooks=a.webhooks, prize_board_s=a.prize_board_s, awards=a.awards,
+                               webhook_fail_ratio=a.webhook_fail_ratio))
     except Interrupted as e:  # Ctrl-C or SIGTERM: soak() has stopped the server and the load
         print(f"soak: stopped by {e}; the server and every process it started are stopped", flush=True)
         return 128 + e.signum

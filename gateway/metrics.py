@@ -25,7 +25,8 @@ seconds``                                               {quantile}``
 ``dead_letters``        list of dead-lettered records   gauge ``flowrank_dead_letters``
 ``webhooks``            ``WebhookDelivery.stats()``     :func:`webhook_families`: gauges
                         (engine.runtime.webhooks), only ``flowrank_webhook_pending``,
-                        with ``--webhook-url``          ``flowrank_webhook_oldest_pending_age_seconds``;
+                        with ``--webhook-url``          ``flowrank_webhook_oldest_pending_age_seconds``,
+                                                        ``flowrank_webhook_outbox_bytes``;
                                                         counters ``flowrank_webhook_delivered_total``,
                                                         ``flowrank_webhook_failed_total``,
                                                         ``flowrank_webhook_attempts_total``
@@ -89,6 +90,9 @@ _WEBHOOK = {
     "attempts": (True, "flowrank_webhook_attempts", "Webhook delivery attempts (POSTs), durable."),
     "oldest_pending_age_s": (False, "flowrank_webhook_oldest_pending_age_seconds",
                              "Age of the oldest webhook message not yet delivered or failed (0: none)."),
+    "outbox_bytes": (False, "flowrank_webhook_outbox_bytes",
+                     "Bytes of the webhook outbox's files: the undelivered messages' segments and the compact "
+                     "record of finished ones."),
 }
 
 

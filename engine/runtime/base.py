@@ -25,7 +25,7 @@ from engine.runtime.recovery import recover_router
 from engine.core.model import ScoreEvent
 from engine.router.router import Router
 from engine.runtime.erasure import ErasureJob
-from engine.runtime.outbox_feed import OutboxFeed, WebhookConfig, open_feed
+from engine.runtime.outbox_feed import OutboxFeed, WebhookConfig, open_feed, webhook_stats
 
 log = logging.getLogger("flowrank.service")
 
@@ -105,7 +105,7 @@ class RouterClient:
             # counted since start, for Prometheus histograms (engine.core.histogram)
             "histograms": {**{k: h.snapshot() for k, h in self.router.histograms.items()},
                            "snapshot_pause_seconds": self.snapshot_pause_histogram.snapshot()},
-        } | ({} if self.feed is None or self.feed.delivery is None else {"webhooks": self.feed.delivery.stats()}) | (
+        } | webhook_stats(self.feed, self.router.registry) | (
             {} if self.erasure_job is None else {"erasures": self.erasure_job.stats()})
 
     async def refresh_stats(self) -> None:

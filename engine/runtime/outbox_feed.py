@@ -14,6 +14,14 @@ What survives a crash: the router snapshot keeps :meth:`OutboxFeed.safe_offset`
 tail after the snapshot through the same ``note``, and
 :meth:`OutboxFeed.catch_up` reads the records between the two (usually none).
 
+Awards logged while no ``--webhook-url`` was set (docs/api.md §18, last
+bullet): :meth:`OutboxFeed.start` finds, in the boards' award tables, every
+``A`` part after the outbox's covered offset that no put holds and queues it
+(its messages built from the table, created then: the give-up counts from
+when a URL was set), so they are delivered once one is set. State changes of
+that time are not sent (they are long past). The queue is kept in log order,
+so that each put's log offset is above the last one's.
+
 A message's ``version``: for an award, the board version of the cut the
 awards were computed from (the ``A`` record's); for a state change, the
 board's version when the feed puts it (the cycle that logged it has been
@@ -97,6 +105,7 @@ class OutboxFeed:
 
     def start(self) -> None:
         if self._task is None:
+            self._backfill()
             self._task = asyncio.ensure_future(self._run())
             if any(ctl.awards is not None for ctl in self.registry.boards.values()):
                 self.prepare()
@@ -141,7 +150,27 @@ class OutboxFeed:
             if self.delivery is not None:
                 self.delivery.wake()
 
+    def _backfill(self) -> None:
+        """Queue the award parts no put holds (see the module doc), then order the queue by log offset
+        (catch_up's records come after the tail's). ``O(boards + award parts)``, no I/O."""
+        covered = self.outbox.covered_offset
+        queued = {o for o, _ in self._queue}
+        for board_id, ctl in self.registry.boards.items():
+            table = ctl.awards
+            if table is None:
+                continue
+            for k, offset in enumerate(table.offsets):
+                if offset > covered and offset not in queued:
+                    self._queue.append((offset, _TablePart(board_id, k)))
+        if self._queue:
+            self._queue = deque(sorted(dict(self._queue).items(), key=lambda item: item[0]))
+            self._idle.clear()
+            self._wake.set()
+
     def _put(self, offset: int, rec) -> None:
+        if isinstance(rec, _TablePart):
+            self._put_table_part(offset, rec)
+            return
         rec = R.parse(rec)
         if rec.kind != R.AWARDS or offset <= self.outbox.covered_offset:
             self.outbox.put(offset, self.messages(rec))
@@ -158,6 +187,33 @@ class OutboxFeed:
                 pool.submit(abs, 0).result()  # started and answering
                 self._pool = pool
             return self._pool
+
+    def _put_table_part(self, offset: int, part: "_TablePart") -> None:
+        """Put the messages of award part ``part.k`` of a board as its table holds it. An erased player's
+        award (docs/api.md §17) keeps its place as a blank message, failed at once (never sent)."""
+        if offset <= self.outbox.covered_offset:
+            self.outbox.put(offset, [])
+            return
+        table = self.registry.boards[part.board_id].awards
+        assert table is not None
+        lo = table.firsts[part.k]
+        hi = table.firsts[part.k + 1] if part.k + 1 < len(table.firsts) else len(table)
+        rewards = [json.loads(p.reward) for p in table.prizes]
+        now = self.wall_clock()
+        messages, erased = [], []
+        for i in range(lo, hi):
+            prize = int(table.prize[i])
+            if prize < 0:
+                erased.append(i - lo)
+                messages.append(wh.Message(f"award/{part.board_id}/x", b" ", now))
+                continue
+            tier = int(table.tiers[i])
+            messages.append(wh.award_message(part.board_id, table.players.id_of(i), int(table.ranks[i]),
+                                             cohort_id(tier, int(table.numbers[i])) if tier else None,
+                                             rewards[prize], table.version, now))
+        first = self.outbox.put(offset, messages)
+        if erased:
+            self.outbox.set_status(np.asarray(erased, np.int64) + first, wh.FAILED, 0)
 
     async def catch_up(self, event_log, after: int, until: int) -> None:
         """Put the ``T`` / ``A`` records in ``(after, until]`` (records a snapshot covered before their put)."""
@@ -212,6 +268,13 @@ class OutboxFeed:
         return out
 
 
+class _TablePart(NamedTuple):
+    """An award part to put from the board's award table (:meth:`OutboxFeed._backfill`)."""
+
+    board_id: str
+    k: int
+
+
 class DeliveryThread:
     """The delivery worker on an event loop of its own, in a thread: its
     sending (thousands of requests a second) never queues ahead of the
@@ -243,6 +306,17 @@ class DeliveryThread:
 
     def stats(self) -> dict:
         return self.delivery.stats()
+
+
+def webhook_stats(feed: OutboxFeed | None, registry: BoardRegistry) -> dict:
+    """What the engine's stats say of webhooks: ``{"webhooks": the worker's stats}`` with
+    ``--webhook-url``; without one, ``{"webhooks": {"pending": n}}`` for the ``n`` awards logged that
+    will be delivered once a URL is set (docs/api.md §18), and nothing when there are none. ``O(awards)``."""
+    if feed is not None and feed.delivery is not None:
+        return {"webhooks": feed.delivery.stats()}
+    waiting = sum(int(np.count_nonzero(ctl.awards.prize[:len(ctl.awards)] >= 0))
+                  for ctl in registry.boards.values() if ctl.awards is not None)
+    return {"webhooks": {"pending": waiting}} if waiting else {}
 
 
 def open_feed(registry: BoardRegistry, data_dir: str, config: WebhookConfig,

@@ -22,8 +22,13 @@ How a message travels::
 * **At least once**: after a restart the loader starts at the oldest pending
   message; one whose answer came but whose result was not yet durable is sent
   again, with the same body and ``Idempotency-Key`` (both come from the outbox).
-  A restart does not remember when the next retry was due: pending messages are
-  tried again at once, their attempt counts (durable) keep the backoff growing.
+* **Backoff survives restarts**: a failed attempt's result carries its next
+  attempt time (written with the attempt count, in the same batch: no extra
+  write), so after a restart a message waits out what was left of its backoff
+  instead of being tried at once.
+* **The outbox stays small**: a result batch that leaves a segment all final
+  retires it (:meth:`engine.log.outbox.Outbox.set_status`): the bodies go, the
+  states stay for ``GET …/awards``.
 * **Give-up**: before every attempt, a message created ``give_up_s`` or more
   ago is failed instead (:func:`engine.core.webhooks.give_up`).
 
@@ -288,10 +293,11 @@ async def _skip(reader: asyncio.StreamReader, n: int) -> None:
 
 
 class _Item:
-    __slots__ = ("seq", "created_ms", "request", "attempts")
+    __slots__ = ("seq", "created_ms", "request", "attempts", "due_ms")
 
     def __init__(self, seq: int, created_ms: int, request: object, attempts: int):
         self.seq, self.created_ms, self.request, self.attempts = seq, created_ms, request, attempts
+        self.due_ms = 0  # the next attempt after a failed one (epoch ms)
 
 
 class WebhookDelivery:
@@ -331,7 +337,7 @@ class WebhookDelivery:
         self._cursor = 0  # the next seq the loader looks at
         self._ready: asyncio.Queue[_Item] | None = None
         self._retry: list[tuple[int, int, _Item]] = []  # (due ms, seq, item)
-        self._results: dict[int, tuple[int, int]] = {}  # seq -> (status, attempts), not yet written
+        self._results: dict[int, tuple[int, int, int]] = {}  # seq -> (status, attempts, due ms), not yet written
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_loader = asyncio.Event()
@@ -390,7 +396,8 @@ class WebhookDelivery:
     def stats(self) -> dict:
         """``pending``, ``delivered``, ``failed`` (messages, by durable status),
         ``attempts`` (durable total), ``oldest_pending_age_s`` (0 when none is
-        pending), and ``window`` (messages held in memory now)."""
+        pending), ``window`` (messages held in memory now) and ``outbox_bytes``
+        (every byte of the outbox's files)."""
         out: dict = self.outbox.counts()
         seq = self.outbox.oldest_pending_seq()
         age = 0.0
@@ -400,6 +407,7 @@ class WebhookDelivery:
             age = max(0.0, (self._clock() - self._oldest[1]) / 1000)
         out["oldest_pending_age_s"] = age
         out["window"] = len(self._held)
+        out["outbox_bytes"] = self.outbox.outbox_bytes()
         return out
 
     # ------------------------------------------------------------ the tasks
@@ -424,13 +432,20 @@ class WebhookDelivery:
                 continue
             seqs = np.fromiter((s for s, _ in chunk), dtype=np.int64, count=len(chunk))
             statuses, attempts = self.outbox.status(seqs)
-            for (seq, m), status, tries in zip(chunk, statuses.tolist(), attempts.tolist()):
+            dues = self.outbox.due(seqs).tolist()
+            now = self._clock()
+            for (seq, m), status, tries, due in zip(chunk, statuses.tolist(), attempts.tolist(), dues):
                 if status != wh.PENDING:
                     continue
                 headers = {"Content-Type": wh.CONTENT_TYPE, wh.KEY_HEADER: wh.idempotency_key(m.message_id),
                            wh.SIGNATURE_HEADER: wh.signature(self._secret, m.body)}
                 self._held.add(seq)
-                self._ready.put_nowait(_Item(seq, m.created_ms, self._transport.prepare(m.body, headers), tries))
+                item = _Item(seq, m.created_ms, self._transport.prepare(m.body, headers), tries)
+                if due > now:  # its backoff, as it stood before a restart
+                    item.due_ms = due
+                    self._schedule(item)
+                else:
+                    self._ready.put_nowait(item)
             self._cursor = chunk[-1][0] + 1
 
     async def _send_loop(self) -> None:
@@ -453,12 +468,16 @@ class WebhookDelivery:
             if ok:
                 self._result(item, wh.DELIVERED)
                 continue
-            self._result(item, wh.PENDING)
             now = self._clock()
-            due = min(now + self._backoff(item.attempts), wh.give_up_ms(item.created_ms, self._give_up_s))
-            if not self._retry or due < self._retry[0][0]:
-                self._wake_timer.set()
-            heapq.heappush(self._retry, (due, item.seq, item))
+            item.due_ms = min(now + self._backoff(item.attempts), wh.give_up_ms(item.created_ms, self._give_up_s))
+            self._result(item, wh.PENDING)
+            self._schedule(item)
+
+    def _schedule(self, item: _Item) -> None:
+        """Put ``item`` in the retry heap for ``item.due_ms``."""
+        if not self._retry or item.due_ms < self._retry[0][0]:
+            self._wake_timer.set()
+        heapq.heappush(self._retry, (item.due_ms, item.seq, item))
 
     async def _timer(self) -> None:
         """Move retries to the ready queue when due (sleeping at most 0.25 s at
@@ -474,11 +493,11 @@ class WebhookDelivery:
                     await self._wake_timer.wait()
 
     def _result(self, item: _Item, status: int) -> None:
-        self._results[item.seq] = (status, item.attempts)
+        self._results[item.seq] = (status, item.attempts, item.due_ms if status == wh.PENDING else 0)
         if len(self._results) >= self._flush_every or len(self._results) == 1:
             self._wake_flush.set()
 
-    def _take_results(self) -> dict[int, tuple[int, int]]:
+    def _take_results(self) -> dict[int, tuple[int, int, int]]:
         results, self._results = self._results, {}
         return results
 
@@ -503,16 +522,16 @@ class WebhookDelivery:
                     self._results.setdefault(seq, value)  # a newer result of the same message wins
                 await asyncio.sleep(0.5)
                 continue
-            done = [seq for seq, (status, _) in batch.items() if status != wh.PENDING]
+            done = [seq for seq, (status, _, _) in batch.items() if status != wh.PENDING]
             if done:
                 self._held.difference_update(done)
                 self._wake_loader.set()
 
-    async def _write(self, batch: dict[int, tuple[int, int]]) -> None:
+    async def _write(self, batch: dict[int, tuple[int, int, int]]) -> None:
         n = len(batch)
         seqs = np.fromiter(batch.keys(), dtype=np.int64, count=n)
-        values = np.fromiter((v for pair in batch.values() for v in pair), dtype=np.int64, count=2 * n)
-        await asyncio.to_thread(self.outbox.set_status, seqs, values[0::2], values[1::2])
+        values = np.fromiter((v for triple in batch.values() for v in triple), dtype=np.int64, count=3 * n)
+        await asyncio.to_thread(self.outbox.set_status, seqs, values[0::3], values[1::3], values[2::3])
 
 
 __all__ = ["SECRET_FILE", "StreamsTransport", "Target", "Transport", "WebhookDelivery", "epoch_ms",

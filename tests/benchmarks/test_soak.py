@@ -72,6 +72,24 @@ def test_a_short_soak_against_a_local_server(tmp_path):
     assert all(x["write_errors"] == 0 and x["read_errors"] == 0 for x in res["samples"])
 
 
+def test_a_short_webhook_soak_reports_outbox_bytes_bounded_by_the_backlog(tmp_path):
+    """``soak --webhooks``: prize boards finalized while the load runs; every sample has the outbox's
+    bytes, and at the end (the backlog delivered) they are a small part of what was sent."""
+    res = asyncio.run(soak(tmp_path, minutes=0.25, engine="local", players=300, batch=50, writers=1, readers=1,
+                           read_rate=10, subscribers=0, sample_s=2.0, calibrate_s=1.0, fraction=0.3,
+                           warmup_fraction=0.2, seed=3, webhooks=True, prize_board_s=1.0, awards=300,
+                           webhook_fail_ratio=0.2, log=print))
+    assert res["failure"] is None
+    hooks = res["analysis"]["webhooks"]
+    assert all(s["outbox_bytes"] is not None for s in res["samples"])
+    assert hooks["delivered_last"] >= 600  # two boards' awards at least, each body about 150 bytes
+    sent_bytes = hooks["delivered_last"] * 150
+    pending = hooks["pending_last"] or 0
+    # bounded by the backlog (a message is under 400 bytes here) plus the done file and one segment's head
+    assert hooks["outbox_bytes_last"] <= pending * 400 + 16 * 2**10 or pending > 0, hooks
+    assert pending > 0 or hooks["outbox_bytes_last"] < sent_bytes / 10, hooks
+
+
 def test_a_server_that_dies_ends_the_soak_with_that_finding(tmp_path, monkeypatch):
     from tests.chaos import harness
 

@@ -73,6 +73,7 @@ def test_every_message_is_delivered_once_by_key_through_30_percent_failures(outb
     failed_first = sum(r.fails_first(k) for k in r.accepted)
     assert 100 < failed_first < 200 and r.attempts == 501 + failed_first
     assert statuses(outbox) == [wh.DELIVERED] * 501
+    assert stats.pop("outbox_bytes") < 1_000  # every segment retired: the done file is what is left
     assert stats == {"pending": 0, "delivered": 501, "failed": 0, "attempts": 501 + failed_first,
                      "oldest_pending_age_s": 0.0, "window": 0}
     attempts = outbox.status(np.arange(501))[1]
@@ -150,6 +151,48 @@ def test_retries_follow_the_schedule_until_give_up_then_fail(outbox):
     assert outbox.status(np.arange(5))[1].tolist() == [5, 5, 5, 0, 0]
     assert statuses(outbox) == [wh.FAILED] * 5
     assert stats["failed"] == 5 and stats["pending"] == 0 and stats["attempts"] == 15
+
+
+def test_a_restart_resumes_each_messages_backoff_where_it_stood(tmp_path):
+    """Failed attempts leave their next attempt time on disk: after a restart the messages wait out what
+    was left of their backoff (before, they were all tried again at once)."""
+    path = str(tmp_path / "outbox")
+    now = [5_000_000]
+
+    async def run():
+        r = Receiver()
+        r.answer = lambda key, sig, body: (setattr(r, "attempts", r.attempts + 1), b"HTTP/1.1 503 X\r\n"
+                                           b"Content-Length: 0\r\n\r\n")[1]
+        url = await r.start()
+        ob = Outbox.open(path)
+        ob.put(0, record_messages(0, 3, created_ms=now[0]))
+        w = WebhookDelivery(ob, url, SECRET, wall_clock=lambda: now[0], flush_ms=2)
+        await w.start()
+        await until(lambda: ob.counts()["attempts"] == 3, what="first attempts recorded")
+        now[0] += 1_000  # the second attempts (1 s backoff), then their results
+        await until(lambda: ob.counts()["attempts"] == 6, what="second attempts recorded")
+        await w.stop()
+        ob.close()
+        assert r.attempts == 6
+        ob = Outbox.open(path)  # the restart: 2 s of backoff were due from the second attempts
+        assert ob.due(np.arange(3)).tolist() == [now[0] + 2_000] * 3
+        now[0] += 1_500
+        w = WebhookDelivery(ob, url, SECRET, wall_clock=lambda: now[0], flush_ms=2)
+        await w.start()
+        await until(lambda: len(w._retry) == 3, what="scheduled")
+        assert [d for d, _, _ in w._retry] == [now[0] + 500] * 3
+        await asyncio.sleep(0.4)
+        assert r.attempts == 6  # still waiting: 0.5 s of its backoff left
+        now[0] += 500
+        await until(lambda: r.attempts == 9, what="the third attempts, on time")
+        await until(lambda: ob.counts()["attempts"] == 9)
+        await w.stop()
+        assert ob.status(np.arange(3))[1].tolist() == [3, 3, 3]
+        assert ob.due(np.arange(3)).tolist() == [now[0] + 4_000] * 3
+        ob.close()
+        await r.stop()
+
+    asyncio.run(run())
 
 
 def test_no_answer_within_the_timeout_is_a_failed_attempt(outbox):

@@ -39,4 +39,4 @@ def test_a_real_worker_stats_render_every_family(tmp_path):
         stats = WebhookDelivery(ob, "http://127.0.0.1:9/", b"k").stats()
     assert [f.name for f in webhook_families(stats)] == [
         "flowrank_webhook_pending", "flowrank_webhook_delivered", "flowrank_webhook_failed",
-        "flowrank_webhook_attempts", "flowrank_webhook_oldest_pending_age_seconds"]
+        "flowrank_webhook_attempts", "flowrank_webhook_oldest_pending_age_seconds", "flowrank_webhook_outbox_bytes"]

@@ -120,7 +120,10 @@ def test_property_reopen_keeps_every_put_and_every_result(tmp_path_factory, size
                 state.update({s: (c, 7) for s, c in zip(seqs, codes)})
     with Outbox.open(path) as ob:
         ob.check()
-        assert everything(ob) == expected
+        got = ob.read(0, ob.count)  # the messages of retired segments (all final) are gone, the rest kept
+        assert got == [(s, expected[s]) for s, _ in got]
+        st_, _ = ob.status(np.arange(len(expected)))
+        assert {s for s, _ in got} >= {s for s in range(len(expected)) if st_[s] == PENDING}
         assert ob.covered_offset == max([2 * off for off, n in enumerate(sizes) if n], default=-1)
         st_, at = ob.status(np.arange(len(expected)))
         assert {s: (int(st_[s]), int(at[s])) for s in range(len(expected)) if st_[s] or at[s]} == \
@@ -210,6 +213,15 @@ def test_state_records_past_the_messages_or_unknown_read_safely(tmp_path):
         ob.check()
 
 
+def abandon(ob: Outbox) -> None:
+    """Close an outbox's files the way a killed process does: nothing written, nothing cleaned up."""
+    for seg in ob._segments:
+        os.close(seg.fd)
+        os.close(seg.state_fd)
+    os.close(ob._done_fd)
+    ob._closed = True
+
+
 class Killed(BaseException):
     """The process dies here (not an OSError: nothing is cleaned up)."""
 
@@ -228,8 +240,7 @@ def test_death_at_each_step_of_a_put_leaves_it_whole_or_absent(tmp_path, step):
     armed[0] = True
     with pytest.raises(Killed):
         ob.put(1, msgs("b", 70))
-    os.close(ob._fd)  # the process is gone: no close(), no truncate
-    os.close(ob._state_fd)
+    abandon(ob)  # the process is gone: no close(), no truncate
     with Outbox.open(path) as again:
         again.check()
         assert again.count in (2, 72)
@@ -278,7 +289,9 @@ def test_one_fsync_per_put_and_per_batch_of_results(tmp_path):
         ob.put(0, msgs("a", 500))
         ob.set_status(np.arange(0, 500, 2), DELIVERED, 1)
         ob.set_status(np.arange(1, 500, 2), FAILED, 1)
-    assert hook.counts == {"create": 1, "write": 1, "fsync": 1, "state.write": 2, "state.fsync": 2}
+    # the segment is then all final: retired (one done frame, one fsync, the files unlinked)
+    assert hook.counts == {"create": 1, "write": 1, "fsync": 1, "dirsync": 1, "state.write": 2, "state.fsync": 2,
+                           "done.write": 1, "done.fsync": 1, "unlink": 1}
 
 
 def test_state_is_seq_indexed_and_needs_no_write_for_new_messages(tmp_path):
@@ -319,3 +332,180 @@ def test_scrub_blanks_an_erased_players_award_messages_in_place(tmp_path):
         assert again == kept and box.count == 5
     assert again[0][1].message_id == f"award/{board}/xxx" and again[0][1].body.strip() == b""
     assert again[3][1] == msgs[2]
+
+
+# ---------------------------------------------------------------- retiring (an outbox that stays small)
+
+
+def segment_files(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.startswith("messages."))
+
+
+def test_finished_segments_leave_the_files_and_their_states_stay(tmp_path):
+    path = str(tmp_path / "ob")
+    with Outbox.open(path, segment_bytes=600) as ob:
+        for off in range(12):  # 30 bytes a message: a new segment every 20 or so
+            assert ob.put(off, msgs(f"r{off}", 5)) == 5 * off
+        assert len(segment_files(path)) > 2
+        ob.set_status(np.arange(0, 40), DELIVERED, 1)
+        ob.set_status([40, 41], [FAILED, PENDING], [7, 3], due_ms=[0, 123_456])
+        ob.check()
+        assert ob.retired >= 1
+        live_first = min(int(n.split(".")[1]) for n in segment_files(path))
+        assert live_first > 0 and ob.read(0, 3)[0][0] == live_first  # reads skip what was retired
+        with pytest.raises(IndexError):
+            ob.message(0)
+        assert ob.status([0, 39, 40, 41])[0].tolist() == [DELIVERED, DELIVERED, FAILED, PENDING]
+        assert ob.first_seq(0) == 0 and ob.first_seq(7) == 35 and ob.covered_offset == 11
+        ob.set_status([0], FAILED, 9)  # final already, its segment retired: left as it is
+        assert ob.status([0])[0].tolist() == [DELIVERED]
+    with Outbox.open(path, segment_bytes=600) as ob:
+        ob.check()
+        st_, at = ob.status(np.arange(60))
+        assert st_[:40].tolist() == [DELIVERED] * 40 and at[:40].tolist() == [1] * 40
+        assert (st_[40], at[40], st_[41], at[41]) == (FAILED, 7, PENDING, 3)
+        assert ob.due([41, 42]).tolist() == [123_456, 0]  # the next attempt survives a restart
+        assert ob.counts() == {"pending": 19, "delivered": 40, "failed": 1, "attempts": 40 + 7 + 3}
+        assert ob.first_seq(3) == 15 and ob.covered_offset == 11 and ob.count == 60
+        ob.set_status(np.arange(41, 60), DELIVERED, 1)
+        assert segment_files(path) == [] and ob.sizes()["messages"] == 0
+        assert ob.put(12, msgs("r12", 2)) == 60  # the next put starts a new segment at the next seq
+        assert segment_files(path) == ["messages.00000000000000000060"]
+    with Outbox.open(path) as ob:
+        ob.check()
+        assert ob.count == 62 and ob.covered_offset == 12 and ob.counts()["pending"] == 2
+        assert [m for _, m in ob.read(0, 100)] == msgs("r12", 2)
+        assert ob.status([5])[0].tolist() == [DELIVERED]
+
+
+def test_outbox_bytes_stay_bounded_by_the_backlog_after_many_deliveries(tmp_path):
+    """10,000 messages put and delivered with a lag of about 300: the message bytes never exceed the
+    backlog's plus one segment, and the whole outbox ends at a small fraction of what was put."""
+    path = str(tmp_path / "ob")
+    seg_bytes = 8_000
+    put_bytes = 0
+    with Outbox.open(path, segment_bytes=seg_bytes) as ob:
+        delivered = 0
+        for off in range(500):
+            batch = [Message(f"award/g:m:s:x/p{off}-{i}", b'{"type":"award","n":%d}' % (off * 20 + i) + b" " * 200,
+                             off) for i in range(20)]
+            ob.put(off, batch)
+            put_bytes += sum(len(m.body) + len(m.message_id) for m in batch)
+            upto = max(0, ob.count - 300)
+            if upto > delivered:
+                ob.set_status(np.arange(delivered, upto), DELIVERED, 1)
+                delivered = upto
+            backlog = ob.count - delivered
+            sizes = ob.sizes()
+            assert sizes["messages"] <= backlog * 300 + seg_bytes + 300, (off, sizes, backlog)
+        ob.set_status(np.arange(delivered, ob.count), DELIVERED, 1)
+        total = ob.outbox_bytes()
+        ob.check()
+    # what is left: the done file, one frame (about 80 bytes) per retired segment, none per message
+    assert put_bytes > 2_000_000 and total < put_bytes / 100, total
+    with Outbox.open(path) as ob:
+        assert ob.counts() == {"pending": 0, "delivered": 10_000, "failed": 0, "attempts": 10_000}
+
+
+class KilledAt(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("step", ["done.write", "done.fsync", "unlink"])
+def test_death_at_each_step_of_retiring_keeps_every_state_and_message(tmp_path, step):
+    path = str(tmp_path / "ob")
+    armed = [False]
+
+    def hook(op, _path):
+        if armed[0] and op == step:
+            raise KilledAt()
+
+    ob = Outbox.open(path, fault_hook=hook, segment_bytes=100)
+    ob.put(0, msgs("a", 4))
+    ob.put(1, msgs("b", 3))
+    armed[0] = True
+    with pytest.raises(KilledAt):
+        ob.set_status(np.arange(4), [DELIVERED, FAILED, DELIVERED, DELIVERED], [1, 5, 2, 1])
+    abandon(ob)
+    with Outbox.open(path) as again:
+        again.check()
+        assert again.status(np.arange(7))[0].tolist() == [DELIVERED, FAILED, DELIVERED, DELIVERED] + [PENDING] * 3
+        assert again.status(np.arange(4))[1].tolist() == [1, 5, 2, 1]
+        assert [m for _, m in again.read(4, 10)] == msgs("b", 3)
+        assert segment_files(path) == ["messages.00000000000000000004"]  # retired now, or at the crash
+        assert again.first_seq(0) == 0 and again.first_seq(1) == 4
+
+
+def test_a_torn_done_frame_is_cut_and_its_segment_stays(tmp_path, caplog):
+    path = str(tmp_path / "ob")
+    with Outbox.open(path, segment_bytes=100) as ob:
+        ob.put(0, msgs("a", 4))
+        ob.put(1, msgs("b", 3))
+        done_before = ob.sizes()["done"]
+        armed = [True]
+
+        def hook(op, _path):
+            if armed[0] and op == "unlink":
+                raise KilledAt()
+
+        ob._hook = hook
+        with pytest.raises(KilledAt):
+            ob.set_status(np.arange(4), DELIVERED, 1)
+        abandon(ob)
+    done = os.path.join(path, "done")
+    with open(done, "r+b") as f:
+        f.truncate(os.path.getsize(done) - 3)
+    with Outbox.open(path) as again:  # the frame cut; the segment's own state file says all final: retired again
+        assert "unfinished frame" in caplog.text and os.path.getsize(done) > done_before
+        assert again.status(np.arange(7))[0].tolist() == [DELIVERED] * 4 + [PENDING] * 3
+        assert [m for _, m in again.read(0, 10)] == msgs("b", 3)
+        again.check()
+        assert segment_files(path) == ["messages.00000000000000000004"]
+    with Outbox.open(path) as again:
+        assert again.status(np.arange(7))[0].tolist() == [DELIVERED] * 4 + [PENDING] * 3
+
+
+def test_an_outbox_of_the_first_layout_is_moved_to_segments(tmp_path):
+    from engine.log.outbox import LEGACY_STATE_DTYPE, MAGIC, encode_put
+
+    path = tmp_path / "ob"
+    path.mkdir()
+    blob_a = encode_put(3, msgs("a", 3)).blob
+    blob_b = encode_put(9, msgs("b", 2)).blob
+    (path / "messages").write_bytes(MAGIC + blob_a + blob_b)
+    old = np.zeros(4, LEGACY_STATE_DTYPE)
+    old["status"] = [DELIVERED, FAILED, DELIVERED, PENDING]
+    old["attempts"] = [1, 6, 2, 3]
+    (path / "state").write_bytes(old.tobytes())
+    with Outbox.open(str(path)) as ob:
+        ob.check()
+        assert not (path / "messages").exists() and not (path / "state").exists()
+        assert ob.status(np.arange(5))[0].tolist() == [DELIVERED, FAILED, DELIVERED, PENDING, PENDING]
+        assert ob.status(np.arange(5))[1].tolist() == [1, 6, 2, 3, 0]
+        assert ob.first_seq(9) == 3 and ob.covered_offset == 9
+        assert [m for _, m in ob.read(0, 10)] == msgs("a", 3) + msgs("b", 2)
+        ob.set_status([3, 4], DELIVERED, 1)
+        assert segment_files(str(path)) == []  # all final: retired
+    with Outbox.open(str(path)) as ob:
+        assert ob.counts() == {"pending": 0, "delivered": 4, "failed": 1, "attempts": 1 + 6 + 2 + 1 + 1}
+
+
+def test_death_while_starting_a_segment_leaves_the_put_absent(tmp_path):
+    path = str(tmp_path / "ob")
+    armed = [False]
+
+    def hook(op, _path):
+        if armed[0] and op == "fsync":
+            raise KilledAt()
+
+    ob = Outbox.open(path, fault_hook=hook, segment_bytes=50)
+    ob.put(0, msgs("a", 2))
+    armed[0] = True
+    with pytest.raises(KilledAt):
+        ob.put(1, msgs("b", 2))  # a new segment: its file is there, the put never returned
+    abandon(ob)
+    with Outbox.open(path, segment_bytes=50) as again:
+        again.check()
+        assert again.count in (2, 4) and again.covered_offset in (0, 1)
+        assert again.put(1, msgs("b", 2)) == 2
+        assert [m for _, m in again.read(0, 10)] == msgs("a", 2) + msgs("b", 2)

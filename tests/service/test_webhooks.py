@@ -119,3 +119,51 @@ def test_a_server_killed_while_delivering_delivers_every_award_once_per_key_afte
             await receiver.stop()
 
     asyncio.run(main())
+
+
+def test_awards_finalized_while_no_webhook_was_set_are_delivered_once_one_is_set(tmp_path):
+    """docs/api.md §18, last bullet: a board FINALIZED without --webhook-url (its awards then in the
+    router snapshot, not in a log tail) has its awards delivered after a restart with one; until
+    then they show pending with no attempt, and the pending metric counts them."""
+    board = "g:hooks:late:x"
+    data = str(tmp_path / "data")
+
+    async def main():
+        svc = await LocalService.open(data_dir=data, n_shards=2)
+        try:
+            await svc.create_board(BoardSpec(board, Policy.BEST_SCORE, shards=2,
+                                             prizes=(Prize(1, 1, '{"gems":10}'), Prize(2, 5, '{"gems":1}'))))
+            await svc.submit([ScoreEvent(board, f"e{i}", f"p{i}", i, i, i) for i in range(8)])
+            for state in (BoardState.FROZEN, BoardState.FINALIZED):
+                await svc.set_state(board, state)
+            await _until(lambda: len(svc.router.registry.boards[board].awards or ()) == 5)
+            before = (await svc.awards(board, 0, 100)).awards
+            assert [(a.delivery, a.attempts) for a in before] == [("pending", 0)] * 5
+            assert svc.stats()["webhooks"] == {"pending": 5}  # awaiting a URL: counted
+        finally:
+            await svc.close()
+        receiver = Receiver(fail_ratio=0.3)
+        url = await receiver.start()
+        svc = await LocalService.open(data_dir=data, n_shards=2, webhooks=WebhookConfig(url))
+        try:
+            keys = {hashlib.sha256(f"award/{a.award_id}".encode()).hexdigest() for a in before}
+            await _until(lambda: svc.stats()["webhooks"]["pending"] + svc.stats()["webhooks"]["delivered"] >= 5)
+            await _until(lambda: keys <= set(receiver.accepted))
+            await _until(lambda: svc.stats()["webhooks"]["pending"] == 0)
+            shown = (await svc.awards(board, 0, 100)).awards
+            assert {a.delivery for a in shown} == {"delivered"} and all(a.attempts >= 1 for a in shown)
+            bodies = {json.loads(receiver.accepted[k])["player_id"]: json.loads(receiver.accepted[k]) for k in keys}
+            assert {p: (b["rank"], b["reward"]) for p, b in bodies.items()} == {
+                a.player_id: (a.rank, json.loads(a.reward)) for a in shown}
+            assert receiver.mismatched == 0
+        finally:
+            await svc.close()
+            await receiver.stop()
+        svc = await LocalService.open(data_dir=data, n_shards=2, webhooks=WebhookConfig(url))
+        try:  # the next start puts nothing again
+            assert svc.feed.outbox.count == svc.stats()["webhooks"]["delivered"]
+            assert [a.delivery for a in (await svc.awards(board, 0, 100)).awards] == ["delivered"] * 5
+        finally:
+            await svc.close()
+
+    asyncio.run(main())
