@@ -11,6 +11,8 @@
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
     python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
+    python -m benchmarks failover [--quick] [--engine ray|local] [--partitions 4] [--takeovers 20] [--lease-s 3]
+                                  [--promotions 3] [--json DIR]
     python -m benchmarks competitions [--players N] [--cohort S] [--tiers T] [--json OUT]
     python -m benchmarks erasure [--players N] [--events N] [--batch K] [--json OUT]
 
@@ -408,6 +410,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("erasure", add_help=False,
                    help="erase one player, then 1,000, from 10M events over 1M players on 3 boards (one archived): "
                         "exclusion, completion on disk, ingest and reads meanwhile (benchmarks/erasure_bench.py)")
+    sub.add_parser("failover", add_help=False,
+                   help="the log in PostgreSQL (primary + sync standby): writes vs the file log and the peer, "
+                        "takeovers of a hot standby, a Postgres promotion, standby lag (benchmarks/failover.py)")
     sub.add_parser("competitions", add_help=False,
                    help="a 1M-player league through HTTP: joins, cohort reads beside friends views, finalize with "
                         "1M awards, webhook delivery (benchmarks/competitions.py)")
@@ -552,6 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         from .erasure_bench import main as erasure_main
 
         return erasure_main(argv[1:])
+    if argv[0] == "failover":
+        from .failover import main as failover_main
+
+        return failover_main(argv[1:])
     if argv[0] == "competitions":
         from .competitions import main as competitions_main
 
