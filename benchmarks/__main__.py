@@ -11,6 +11,7 @@
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
     python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
+    python -m benchmarks nemesis [--faults 100] [--seconds S] [--lease-s S] [--kinds kill_active,pause_active,kill_pg] [--json DIR]
     python -m benchmarks failover [--quick] [--engine ray|local] [--partitions 4] [--takeovers 20] [--lease-s 3]
                                   [--promotions 3] [--json DIR]
     python -m benchmarks competitions [--players N] [--cohort S] [--tiers T] [--json OUT]
@@ -413,6 +414,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("failover", add_help=False,
                    help="the log in PostgreSQL (primary + sync standby): writes vs the file log and the peer, "
                         "takeovers of a hot standby, a Postgres promotion, standby lag (benchmarks/failover.py)")
+    sub.add_parser("nemesis", add_help=False,
+                   help="faults (kill -9 and pause of the active node, kill -9 of the Postgres primary) against two "
+                        "nodes on one PostgreSQL log, then a check of the whole history (benchmarks/nemesis.py)")
     sub.add_parser("competitions", add_help=False,
                    help="a 1M-player league through HTTP: joins, cohort reads beside friends views, finalize with "
                         "1M awards, webhook delivery (benchmarks/competitions.py)")
@@ -561,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         from .failover import main as failover_main
 
         return failover_main(argv[1:])
+    if argv[0] == "nemesis":
+        from .nemesis import main as nemesis_main
+
+        return nemesis_main(argv[1:])
     if argv[0] == "competitions":
         from .competitions import main as competitions_main
 

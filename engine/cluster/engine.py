@@ -155,13 +155,16 @@ class ClusterEngine(RouterClient):
         eng._root, eng._log_url, eng._view = root, log_url, view
         if standby:  # follow the log; take over when the lease frees (engine.runtime.standby)
             await eng._recover(event_log, view)
-            eng._follow(event_log)
+            await eng._follow(event_log)
         else:
             await eng._start(event_log, view)
             leadership.start(event_log, eng.step_down)  # renew from now on; a lost lease fences, steps down
         eng.recovery_seconds = time.monotonic() - started
         eng._stats_task = asyncio.ensure_future(eng._refresh_stats())
         return eng
+
+    async def _shard_offsets(self) -> list[int]:
+        return [st["applied_offset"] for st in await asyncio.gather(*(s.stats.remote() for s in self.shards))]
 
     def _open_log(self, epoch: int | None):
         """The log of ``--log`` again: its writer under ``epoch`` (a standby that took over), or a reader

@@ -117,7 +117,8 @@ class Router:
 
     async def follow(self, items: list[tuple[int, bytes]]) -> int:
         """A standby's apply of records the active node logged (docs/api.md §19; ``items``: ``(offset,
-        payload)`` as the log holds them, in order, from ``log_offset + 1``): each folded into the registry
+        payload)`` as the log holds them, in order, from the lowest offset any part still lacks): each
+        folded into the registry (unless it has it already)
         as recovery folds it, sent to its shard actors as the sequencer sends a durable cycle, then the
         versions of the boards they touched read back from the shards. Reads see all of it or none (the
         cut's write side). Returns the last offset applied."""
@@ -128,7 +129,8 @@ class Router:
                 rec = unpack_payload(payload)
                 R.check_kind(offset, rec)  # an unknown kind stops the standby instead of being skipped
                 parsed = R.parse(rec, offset)
-                self.registry.apply(offset, parsed)
+                if offset > self.registry.log_offset:  # (a shard behind the router gets it too; each skips
+                    self.registry.apply(offset, parsed)  # what it applied: ShardCore.apply)
                 for a in self.sequencer._targets(parsed):
                     per_actor[a].append(W.ApplyItem(offset, payload, False))
                 touched.update(b for b in R.boards_of(parsed) if b in self.boards)

@@ -150,6 +150,7 @@ class RouterClient:
             self.feed.start()
             await self.feed.delivery.start()
         router.start()
+        router.sequencer.standby = None  # a standby that took over: writes are decided from now on
         delay = min(1.0, self.erasure_deadline_s / 10) if self.erasure_delay_s is None else self.erasure_delay_s
         self.erasure_job = ErasureJob(self, event_log, store, delay_s=delay, deadline_s=self.erasure_deadline_s)
         wait = self.erasure_snapshot_wait_s
@@ -191,9 +192,17 @@ class RouterClient:
     def _snapshot_store(self):
         raise NotImplementedError
 
-    def _follow(self, reader) -> None:
-        """Follow the log as a standby from what this node applied (engine.runtime.standby)."""
-        self.standby = Standby(self, reader, self.leadership, self._take_over)
+    async def _shard_offsets(self) -> list[int]:
+        """The last log offset each shard actor has applied."""
+        raise NotImplementedError
+
+    async def _follow(self, reader) -> None:
+        """Follow the log as a standby from the lowest offset any part of this node lacks
+        (engine.runtime.standby). At a standby's start the shards recovered each to the log's end at
+        its own moment while the active went on appending, and the router after them: each part
+        skips what it has."""
+        start = min([self.router.log_offset, *await self._shard_offsets()]) + 1
+        self.standby = Standby(self, reader, self.leadership, self._take_over, start)
         self.standby.start()
 
     async def _take_over(self, epoch: int) -> None:
@@ -230,7 +239,7 @@ class RouterClient:
         self.router.sequencer.log.event_log = self.event_log = reader
         await asyncio.to_thread(writer.close)
         log.warning("stepped down: following the log as a standby from offset %d", self.router.log_offset + 1)
-        self._follow(reader)
+        await self._follow(reader)
 
     # ------------------------------------------------------------ snapshots
 

@@ -34,6 +34,13 @@ class NodeIdentity:
     lease_s: float = 3.0
 
 
+async def _logged(coro) -> None:
+    try:
+        await coro
+    except Exception:
+        log.exception("stepping down failed: restart this node")
+
+
 class Leadership:
     """Role, epoch and leader of one node; ``lease`` None: a file log (always active)."""
 
@@ -121,7 +128,7 @@ class Leadership:
                                  "standby now", leader=self.leader)
         if self._loop is not None and self._step_down is not None:
             step_down = self._step_down
-            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(step_down()))
+            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(_logged(step_down())))
 
     @property
     def active(self) -> bool:

@@ -188,12 +188,15 @@ class LocalService(RouterClient):
         svc.leadership = leadership
         if leadership.role == "standby":
             await svc._recover(event_log, store)
-            svc._follow(event_log)
+            await svc._follow(event_log)
         else:
             await svc._start(event_log, store)
             leadership.start(event_log, svc.step_down)  # renew from now on; a lost lease fences, steps down
         svc.recovery_seconds = time.monotonic() - started
         return svc
+
+    async def _shard_offsets(self) -> list[int]:
+        return [c.applied_offset for c in self.cores]
 
     def _open_log(self, epoch: int | None):
         """The log of ``--log`` again: its writer under ``epoch`` (a standby that took over), or a reader

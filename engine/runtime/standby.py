@@ -36,8 +36,9 @@ class Standby:
     feeds; ``reader``: the log read-only (``read_payloads``, ``durable_offset``); ``begin_active``:
     ``await begin_active(epoch)`` opens the writer and starts the active node's part."""
 
-    def __init__(self, engine, reader, leadership, begin_active: Callable[[int], Awaitable[None]]):
+    def __init__(self, engine, reader, leadership, begin_active: Callable[[int], Awaitable[None]], start: int):
         self.engine = engine
+        self.next = start  # the next offset to apply: the lowest any part (router, shard) lacks
         self.reader = reader
         self.leadership = leadership
         self.begin_active = begin_active
@@ -84,7 +85,7 @@ class Standby:
 
     async def step(self) -> int:
         """Apply the next chunk of committed records; how many (0: caught up)."""
-        start = self.engine.router.log_offset + 1
+        start = self.next
         items = await asyncio.to_thread(self.reader.read_payloads, start, CHUNK)
         if not items:
             self.caught_up, self.applied_at, self.log_end = True, time.monotonic(), start
@@ -92,7 +93,7 @@ class Standby:
         self.log_end = max(self.log_end, items[-1][0] + (2 if len(items) == CHUNK else 1))  # full: more behind it
         if items[0][0] != start:
             raise RuntimeError(f"standby: the log answered offset {items[0][0]} for {start}")
-        await self.engine.router.follow(items)
+        self.next = await self.engine.router.follow(items) + 1
         self.records += len(items)
         return len(items)
 
@@ -100,13 +101,12 @@ class Standby:
         while await self.step():  # every record of the old epoch: none can be appended any more
             pass
         log.warning("standby: took the log over at epoch %d, offset %d", epoch, self.engine.router.log_offset)
-        self.engine.router.sequencer.standby = None
-        await self.begin_active(epoch)
+        await self.begin_active(epoch)  # writes are taken once the router runs (RouterClient._begin_active)
 
     def lag(self) -> tuple[int, float | None]:
         """``(records, seconds)`` behind the log's committed end as the follow loop last read it (no I/O:
         ``GET /v1/cluster`` and the metrics answer from it while the database is away)."""
-        behind = max(0, self.log_end - (self.engine.router.log_offset + 1))
+        behind = max(0, self.log_end - self.next)
         return behind, (0.0 if behind == 0 else time.monotonic() - self.applied_at)
 
     async def stop(self) -> None:
