@@ -75,6 +75,7 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 #: how long a writer keeps trying to learn whether a COMMIT whose connection broke took effect
 RESOLVE_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5
+TCP_USER_TIMEOUT_MS = 5000
 
 
 class Fenced(NotLeader):
@@ -89,8 +90,11 @@ class CommitUnknown(StorageUnavailable):
 def connect(url: str, *, autocommit: bool = False, application_name: str = "flowrank") -> psycopg.Connection:
     """A connection to ``url`` (libpq's: several hosts, ``target_session_attrs``) for the log."""
     try:
+        # a server or link that goes silent (a partition, a machine lost) fails a call within seconds instead of
+        # the kernel's TCP retransmission timeout: keepalives for idle connections, tcp_user_timeout for sends
         return psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S,
-                               application_name=application_name)
+                               application_name=application_name, keepalives=1, keepalives_idle=2,
+                               keepalives_interval=1, keepalives_count=3, tcp_user_timeout=TCP_USER_TIMEOUT_MS)
     except psycopg.Error as exc:
         raise StorageUnavailable(f"event log database unreachable: {exc}".strip()) from exc
 
