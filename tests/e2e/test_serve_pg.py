@@ -143,6 +143,9 @@ def test_a_hot_standby_follows_refuses_writes_and_takes_over_when_the_active_die
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "NOT_LEADER", refused.text
     assert refused.headers["X-FlowRank-Leader"] == a.url and refused.headers["Retry-After"] == "1"
     assert httpx.get(f"{b.url}/readyz", timeout=10).status_code == 503
+    minted = httpx.post(f"{b.url}/v1/tokens", json={"board_ids": [BOARD], "ttl_s": 60}, headers=H("admin"), timeout=30)
+    assert minted.status_code == 503 and minted.json()["error"]["code"] == "NOT_LEADER", minted.text
+    assert minted.headers["X-FlowRank-Leader"] == a.url
     # the active dies mid-ingest
     ingest = Ingest(a.url, start=10_000, batches=400)
     asyncio.run(ingest_then(a, ingest, a.kill, after_batches=12))
