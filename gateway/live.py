@@ -100,6 +100,7 @@ class _Group:
     entries: tuple = ()
     version: int = -1
     pending: dict = field(default_factory=dict)  # player_id -> latest RowChange since last flush
+    resync: bool = False  # a version moved without row changes (a standby following its log): send a snapshot
     timer: asyncio.TimerHandle | None = None
     flushing: bool = False
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -294,6 +295,8 @@ class LiveHub:
             return
         for g in groups:
             for d in deltas:
+                if not d.changes:  # the board moved on without its row changes (engine.router.router.Router.follow)
+                    g.resync = True
                 for c in d.changes:
                     g.pending[c.player_id] = c
             if g.subs and g.timer is None and not g.flushing:
@@ -315,6 +318,7 @@ class LiveHub:
     async def _flush(self, g: _Group) -> None:
         try:
             changed, g.pending = g.pending, {}
+            resync, g.resync = g.resync, False
             try:
                 page = await self._engine.top(g.board_id, 0, g.n)
             except FlowRankError as e:
@@ -323,15 +327,17 @@ class LiveHub:
             self.flushes += 1
             if page.version <= g.version:
                 return
-            out = window_diff(g.window, page.entries, changed)
+            out = [] if resync else window_diff(g.window, page.entries, changed)
             g.entries = tuple(page.entries)
             g.window = {e.player_id: e for e in page.entries}
             g.version = page.version
-            if out:
+            if resync:
+                self._broadcast_snapshot(g)
+            elif out:
                 self._broadcast(g, _dumps(out))
         finally:
             g.flushing = False
-            if g.pending and g.subs and g.timer is None and not self._closing:
+            if (g.pending or g.resync) and g.subs and g.timer is None and not self._closing:
                 self._schedule(g)
 
     def _broadcast(self, g: _Group, changes_json: str) -> None:
@@ -344,6 +350,16 @@ class LiveHub:
                 sub.queue.put_nowait(snap)
             else:
                 sub.queue.put_nowait(delta_message(sub.version, g.version, changes_json))
+            sub.version = g.version
+
+    def _broadcast_snapshot(self, g: _Group) -> None:
+        """Every subscriber gets the window at the group's version as a snapshot (a standby: the rows that
+        changed are not known, only that the board moved on)."""
+        snap = snapshot_message(g.version, g.entries)
+        for sub in list(g.subs):
+            if sub.queue.full():
+                _drain(sub.queue)
+            sub.queue.put_nowait(snap)
             sub.version = g.version
 
     def _push_close(self, sub: Subscriber) -> None:

@@ -33,12 +33,14 @@ transport), a process that hosts partitions of many boards.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from typing import Callable
 
 from engine.core import records as R
 from engine.core import wire as W
+from engine.core.model import Delta
 from engine.log.framing import unpack_payload
 from engine.router.control import BoardControl, epoch_ms
 from engine.router.erasures import Erasures
@@ -48,6 +50,8 @@ from engine.router.registry import BoardCtl, BoardRegistry, CutLock, RouterConfi
 from engine.log.archives import ArchiveStore
 from engine.router.ingest import LogPort, Sequencer, results_of
 from engine.core.wire import ShardTransport
+
+log = logging.getLogger("flowrank.router")
 
 __all__ = ["BoardCtl", "CutLock", "LogPort", "Router", "RouterConfig", "ShardTransport", "TurnBatcher", "epoch_ms",
            "results_of"]
@@ -143,6 +147,15 @@ class Router:
             for f in futures:
                 await f
             await self.control.sync_versions(touched)
+            for board_id in sorted(touched):  # live streams: the board moved on (its row changes are not known here)
+                ctl = self.boards.get(board_id)
+                if ctl is None:
+                    continue
+                for listener in list(self.listeners):
+                    try:
+                        listener(board_id, [Delta(ctl.version, ())])
+                    except Exception:
+                        log.exception("delta listener failed")
         return through
 
     def fold(self, offset: int, rec) -> None:

@@ -25,6 +25,21 @@ from tests.e2e.test_serve_kill import BOARD, H, Ingest, check_intact, create_boa
 LEASE_S = "1.5"
 
 
+def _sse_message(lines) -> dict:
+    """The next SSE message (event, id, data) of a stream's lines, heartbeat comments skipped."""
+    msg: dict = {}
+    for line in lines:
+        if not line:
+            if "event" in msg:
+                return msg
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        msg[key] = value.strip()
+    raise AssertionError("the stream ended")
+
+
 def _get(url: str, path: str, role: str = "admin") -> dict:
     r = httpx.get(f"{url}{path}", headers=H(role), timeout=30)
     assert r.status_code == 200, r.text
@@ -143,6 +158,17 @@ def test_a_hot_standby_follows_refuses_writes_and_takes_over_when_the_active_die
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "NOT_LEADER", refused.text
     assert refused.headers["X-FlowRank-Leader"] == a.url and refused.headers["Retry-After"] == "1"
     assert httpx.get(f"{b.url}/readyz", timeout=10).status_code == 503
+    # a live stream on the standby goes on as the active writes: a snapshot per change window
+    with httpx.stream("GET", f"{b.url}/v1/boards/{BOARD}/live", params={"n": 10}, headers=H("admin"),
+                      timeout=30) as live:
+        lines = live.iter_lines()
+        first = _sse_message(lines)
+        assert first["event"] == "snapshot"
+        r = httpx.post(f"{a.url}/v1/events", json={"events": make_events(400, 40)}, headers=H("game_server"),
+                       timeout=30)
+        assert r.status_code == 200, r.text
+        nxt = _sse_message(lines)
+        assert nxt["event"] == "snapshot" and int(nxt["id"]) > int(first["id"]), (first, nxt)
     minted = httpx.post(f"{b.url}/v1/tokens", json={"board_ids": [BOARD], "ttl_s": 60}, headers=H("admin"), timeout=30)
     assert minted.status_code == 503 and minted.json()["error"]["code"] == "NOT_LEADER", minted.text
     assert minted.headers["X-FlowRank-Leader"] == a.url
@@ -156,8 +182,8 @@ def test_a_hot_standby_follows_refuses_writes_and_takes_over_when_the_active_die
     took = time.monotonic() - killed
     info = _get(b.url, "/v1/cluster")
     assert info["role"] == "active" and info["epoch"] == info_b["epoch"] + 1, info
-    acked = {e["event_id"]: e for e in make_events(0, 300)} | ingest.acked
-    sent = {e["event_id"]: e for e in make_events(0, 300)} | ingest.sent
+    acked = {e["event_id"]: e for e in make_events(0, 300) + make_events(400, 40)} | ingest.acked
+    sent = {e["event_id"]: e for e in make_events(0, 300) + make_events(400, 40)} | ingest.sent
     try:
         check_intact(b.url, acked, sent)
     except AssertionError as exc:
