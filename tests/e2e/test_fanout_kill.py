@@ -19,7 +19,7 @@ import time
 
 import httpx
 
-from tests.e2e.test_serve_kill import H, Served, served_factory  # noqa: F401, F811  (the fixture)
+from tests.e2e.test_serve_kill import H, Served  # served_factory: tests/e2e/conftest.py
 
 BOARDS = {"e2e:fan:S1:a": 1, "e2e:fan:S1:b": 2, "e2e:fan:S1:c": 3}
 SERIES = "e2e:fan:daily:s"
