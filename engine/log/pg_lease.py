@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from engine.core.errors import StorageUnavailable
-from engine.log.pg_log import Names, _one, connect, create_schema
+from engine.log.pg_log import Names, Session, _one, connect, create_schema
 
 logger = logging.getLogger("flowrank.log")
 
@@ -62,25 +62,13 @@ class Lease:
         self.names = Names(prefix)
         self.epoch: int | None = None  # the epoch this node holds (None: it holds none)
         self.takeovers = 0
-        self._conn: psycopg.Connection | None = None
-        self._lock = threading.Lock()
+        self._session = Session(url, "lease: the log's database is unreachable", autocommit=True)
+        self._run = self._session.run
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_lost: Callable[[Holder], None] | None = None
         with connect(url, autocommit=True) as conn:
             create_schema(conn, self.names)
-
-    def _run(self, fn):
-        with self._lock:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = connect(self.url, autocommit=True)
-                return fn(self._conn)
-            except psycopg.Error as exc:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
-                raise StorageUnavailable(f"lease: the log's database is unreachable: {exc}".strip()) from exc
 
     def holder(self) -> Holder:
         n = self.names
@@ -184,7 +172,4 @@ class Lease:
             except StorageUnavailable:
                 pass
             self.epoch = None
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._session.close()

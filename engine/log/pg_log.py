@@ -99,6 +99,39 @@ def connect(url: str, *, autocommit: bool = False, application_name: str = "flow
         raise StorageUnavailable(f"event log database unreachable: {exc}".strip()) from exc
 
 
+class Session:
+    """One connection to the log's database for a component's own calls (snapshots, the lease), made
+    on first use and again after an error, its calls one at a time; an error is
+    :class:`~engine.core.errors.StorageUnavailable` (``what`` names the component)."""
+
+    def __init__(self, url: str, what: str, *, autocommit: bool = False):
+        self.url, self.what, self.autocommit = url, what, autocommit
+        self._conn: psycopg.Connection | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn):
+        """``fn(connection)``, then COMMIT (unless autocommit); its result."""
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect(self.url, autocommit=self.autocommit)
+                out = fn(self._conn)
+                if not self.autocommit:
+                    self._conn.commit()
+                return out
+            except psycopg.Error as exc:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                raise StorageUnavailable(f"{self.what}: {exc}".strip()) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
 class Names:
     """The SQL names of one log's tables."""
 
@@ -933,24 +966,10 @@ class PostgresSnapshotStore:
         self.names = Names(prefix)
         self._keep = keep
         self._hook = fault_hook
-        self._conn: psycopg.Connection | None = None
-        self._lock = threading.Lock()
+        self._session = Session(url, "snapshot store")
+        self._run = self._session.run
         with connect(url, autocommit=True) as conn:
             create_schema(conn, self.names)
-
-    def _run(self, fn):
-        with self._lock:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = connect(self.url)
-                out = fn(self._conn)
-                self._conn.commit()
-                return out
-            except psycopg.Error as exc:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
-                raise StorageUnavailable(f"snapshot store: {exc}".strip()) from exc
 
     def save(self, name: str, offset: int, payload: object) -> str:
         check_snapshot_name(name)
@@ -1003,7 +1022,4 @@ class PostgresSnapshotStore:
         return [(o, f"postgresql:{self.names.prefix}_snapshots/{name}.{o:020d}") for (o,) in rows]
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._session.close()
