@@ -91,6 +91,10 @@ def preflight(settings: Settings) -> None:
     check_friends(settings)
     if settings.standby and not settings.log_url:
         raise StartupError(EXIT_USAGE, "--standby follows a shared log: give it --log postgresql://… too")
+    if settings.prune_log and settings.log_url:
+        raise StartupError(EXIT_USAGE, "--prune-log with --log is not supported yet: a node that starts on an empty "
+                                       "data directory replays its shards from the log's first record (their "
+                                       "snapshots name journal files of the node that took them)")
     if settings.engine == "ray" and settings.ray_address:
         probe_ray_address(settings.ray_address)
 

@@ -225,3 +225,15 @@ def test_bound_socket_gives_accepted_connections_tcp_nodelay():
         return value
 
     assert asyncio.run(main()) != 0
+
+
+@pytest.mark.parametrize("args, code, names", [
+    (["--standby"], se.EXIT_USAGE, ["--standby", "--log"]),
+    (["--log", "http://db/x"], se.EXIT_USAGE, ["--log", "PostgreSQL URL"]),
+    (["--log", "postgresql://postgres@127.0.0.1:1/nothing", "--prune-log"], se.EXIT_USAGE, ["--prune-log", "--log"]),
+    (["--log", "postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=2"], se.EXIT_LOG, ["--log", "PostgreSQL"]),
+])
+def test_log_flags_and_an_unreachable_database(tmp_path, args, code, names):
+    """docs/api.md §19: --standby needs --log; --log takes a PostgreSQL URL; --prune-log is refused with it; a
+    database that does not answer is exit code 10, one line."""
+    refusal(serve(tmp_path, *args), code, *names)
