@@ -853,7 +853,7 @@ class PostgresLog:
                     conn.rollback()
                     raise
             if written:
-                checkpoint(self.url)  # the dropped tables' files go now, not at the next checkpoint
+                scrub_files(self.url)  # the dropped tables' files and the WAL that held the old bytes go now
                 with self._lock:
                     tables = {seg.first: (table, size) for seg, table, _c, size in written}
                     for s in self._segments:
@@ -955,6 +955,59 @@ def checkpoint(url: str) -> bool:
         return False
 
 
+def server_urls(url: str) -> list[str]:
+    """One URL per server of a (multi-host) libpq URL, any role (``target_session_attrs=any``)."""
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    hosts = str(params.get("host", "")).split(",")
+    ports = str(params.get("port", "")).split(",")
+    out = []
+    for i, host in enumerate(hosts):
+        one = dict(params, host=host, target_session_attrs="any")
+        if ports != [""]:
+            one["port"] = ports[i] if i < len(ports) else ports[-1]
+        out.append(psycopg.conninfo.make_conninfo(**one))
+    return out
+
+
+def scrub_files(url: str, timeout_s: float = 30.0) -> bool:
+    """After an erasure's rewrite (docs/api.md §17): have every server of ``url`` drop the files that held
+    the old bytes. On the primary: a WAL switch and a CHECKPOINT, twice (the dropped tables' files go, and
+    with ``wal_recycle=off`` the WAL segments written before it are removed, once no replication slot
+    needs them); on each standby, once it has replayed that far, a CHECKPOINT (a restartpoint: the same
+    there). False when a step was refused or a server did not answer (the files then go at the servers'
+    own next checkpoints). WAL archives and base backups are backups: they keep what they hold."""
+    ok = True
+    lsn = None
+    standbys = []
+    for one in server_urls(url):
+        try:
+            with psycopg.connect(one, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                if conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:  # type: ignore[index]
+                    standbys.append(one)
+                    continue
+                for _ in range(2):
+                    conn.execute("SELECT pg_switch_wal()")
+                    conn.execute("CHECKPOINT")
+                lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+        except psycopg.Error as exc:
+            logger.warning("erasure: scrubbing the files of %s failed (%s)", one.split("password")[0], exc)
+            ok = False
+    for one in standbys:
+        try:
+            with psycopg.connect(one, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                deadline = time.monotonic() + timeout_s
+                while lsn is not None and not conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                                            (lsn,)).fetchone()[0]:  # type: ignore[index]
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the standby had not replayed {lsn} after {timeout_s:g} s")
+                    time.sleep(0.05)
+                conn.execute("CHECKPOINT")
+        except (psycopg.Error, TimeoutError) as exc:
+            logger.warning("erasure: scrubbing the files of a standby failed (%s)", exc)
+            ok = False
+    return ok
+
+
 class PostgresSnapshotStore:
     """:class:`engine.log.SnapshotStore` in the log's database (``<prefix>_snapshots``): every node reads
     the snapshots the active saved, so a standby or a replacement node starts from the newest one."""
@@ -1010,8 +1063,26 @@ class PostgresSnapshotStore:
 
     def delete_through(self, offset: int) -> list[str]:
         t = self.names.snapshots
-        rows = self._run(lambda conn: conn.execute(sql.SQL("DELETE FROM {} WHERE off <= %s RETURNING name, off")
-                                                   .format(t), (offset,)).fetchall())
+        fresh = sql.Identifier(f"{self.names.prefix}_snapshots_new")
+
+        def delete(conn):
+            # Not a DELETE: its rows' bytes would stay in the table's file until a vacuum the database's
+            # horizons allow (a standby's feedback holds them back). The kept rows go into a new table that
+            # replaces the old one, whose file goes at the next checkpoint (an erasure runs one).
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(t))
+            gone = conn.execute(sql.SQL("SELECT name, off FROM {} WHERE off <= %s").format(t), (offset,)).fetchall()
+            if gone:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(fresh))
+                conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(fresh, t))
+                conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE off > %s").format(fresh, t), (offset,))
+                conn.execute(sql.SQL("DROP TABLE {}").format(t))
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, t))
+                conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(  # its name free for the next time
+                    sql.Identifier(f"{self.names.prefix}_snapshots_new_pkey"),
+                    sql.Identifier(f"{self.names.prefix}_snapshots_pkey")))
+            return gone
+
+        rows = self._run(delete)
         return [f"postgresql:{self.names.prefix}_snapshots/{n}.{o:020d}" for n, o in sorted(rows)]
 
     def list(self, name: str) -> list[tuple[int, str]]:
