@@ -13,7 +13,24 @@ in count and time:
 * ``pause_active``: SIGSTOP of the active node for longer than the lease, then SIGCONT (the other
   node takes over; the paused one must never append again and steps down to follow);
 * ``kill_pg``: SIGKILL of the Postgres primary, ``pg_ctl promote`` of its standby (as Patroni or a
-  cloud would), then the old primary re-cloned as the new standby.
+  cloud would), then the old primary re-cloned as the new standby;
+* ``partition_active``: the active node cut off the network (Postgres, clients, everything) for
+  longer than the lease, then joined again (the other node takes over; the cut-off one must never
+  append again, and once joined it steps down to follow without a restart).
+
+Faults come in rounds: every kind once per round, in a random order (seeded).
+
+The network (``--network``): by default, when this process is root and the platform allows it
+(:func:`benchmarks.netns.unavailable`), every FlowRank node runs in a network namespace of its own,
+joined to the host by a veth pair (benchmarks/netns.py: host side 10.231.N.1, node side 10.231.N.2).
+Both Postgres servers also listen on every host-side address (``PgCluster(listen=...)``); a node's
+``--log`` URL names both servers at its own host-side address (multi-host,
+``target_session_attrs=read-write``), its ``--host`` is its node-side address and its
+``--advertise-url`` ``http://10.231.N.2:PORT``, so the client (on the host) reaches the nodes through
+the veths and follows ``X-FlowRank-Leader`` there. ``partition_active`` sets the active's end of its
+veth down. Otherwise (not root, no ``ip``, no namespaces) everything runs on 127.0.0.1 and there is
+no ``partition_active``: the run says so (``Report.network``). Every namespace and veth is removed
+at the end.
 
 The checker, once the faults are over and both nodes have caught up:
 
@@ -33,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -46,13 +64,16 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks import netns
 from benchmarks.machine import describe
+from benchmarks.netns import Link, Netns
 from benchmarks.pg_cluster import PgCluster, free_port
 from benchmarks.processes import Owned
 
 BOARD = "nemesis:solo:S1:global"
 KEYS = {"admin": "nem-admin", "game_server": "nem-gs", "moderator": "nem-mod", "reader": "nem-read"}
-KINDS = ("kill_active", "pause_active", "kill_pg")
+KINDS = ("kill_active", "pause_active", "kill_pg", "partition_active")
+NEEDS_NETNS = ("partition_active",)
 BASE_MS = 1_793_527_200_000
 
 
@@ -71,6 +92,8 @@ class Config:
     engine: str = "local"
     seed: int = 11
     settle_s: float = 0.5  # writes flowing between two faults at least this long
+    network: str = "auto"  # "netns": each node in a namespace of its own; "loopback"; "auto": netns if it can
+    partition_s: float | None = None  # how long a partition lasts (None: lease_s + 0.5), at least until a takeover
 
 
 @dataclass
@@ -89,6 +112,8 @@ class Report:
     version_regressions: list = field(default_factory=list)
     checksums: dict[str, str] = field(default_factory=dict)
     takeover_s: list = field(default_factory=list)  # per fault: from the fault until a write is acknowledged again
+    stepdown_s: list = field(default_factory=list)  # per partition: from its end until the cut-off node follows
+    network: str = ""  # "netns", or "loopback: <why not netns>"
     seconds: float = 0.0
 
     @property
@@ -100,24 +125,31 @@ class Report:
 class Node:
     """One ``flowrank serve --log`` process (restartable on its data directory)."""
 
-    def __init__(self, name: str, root: Path, log_url: str, cfg: Config, keys: Path, marker: str):
+    def __init__(self, name: str, root: Path, log_url: str, cfg: Config, keys: Path, marker: str,
+                 link: Link | None = None):
         self.name, self.log_url, self.cfg = name, log_url, cfg
+        self.link = link  # its network namespace, or None: the host's loopback
         self.data = root / name
         self.data.mkdir(parents=True, exist_ok=True)
+        self.host = link.node_ip if link is not None else "127.0.0.1"
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{self.host}:{self.port}"
         self.keys = keys
         self.out = root / f"{name}.log"
         self.owned: Owned | None = None
         self.marker = f"{marker}-{name}"  # its own: a kill sweeps every process carrying it
         self.paused = False
+        self.cut = False  # its veth is down
 
     def start(self, standby: bool, timeout: float = 120.0) -> None:
         argv = [sys.executable, "-m", "gateway", "serve", "--engine", self.cfg.engine, "--data-dir", str(self.data),
-                "--host", "127.0.0.1", "--port", str(self.port), "--keys", str(self.keys), "--log", self.log_url,
+                "--host", self.host, "--port", str(self.port), "--advertise-url", self.url, "--keys", str(self.keys),
+                "--log", self.log_url,
                 "--lease-s", str(self.cfg.lease_s), "--node", self.name, "--shards", "2", "--shard-actors", "2",
                 "--write-rate", "1000000", "--read-rate", "1000000", "--graceful-timeout", "5",
                 *(["--standby"] if standby else [])]
+        if self.link is not None:
+            argv = self.link.argv(argv)  # ip netns exec <ns> ...: the same process, in the namespace
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
         env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
         with open(self.out, "a") as log:
@@ -154,6 +186,16 @@ class Node:
             if self.paused:
                 self.signal(signal.SIGCONT)
             self.owned.stop(grace_s=10)
+
+    def partition(self) -> None:
+        assert self.link is not None
+        self.link.cut()
+        self.cut = True
+
+    def heal(self) -> None:
+        if self.link is not None and self.cut:
+            self.link.restore()
+        self.cut = False
 
     def tail(self, n: int = 30) -> str:
         try:
@@ -268,7 +310,7 @@ async def read_versions(node: Node, seen: dict, report: Report, stop: asyncio.Ev
 
 def active_index(nodes: list[Node]) -> int | None:
     for i, n in enumerate(nodes):
-        if not n.paused and n.role() == "active":
+        if not n.paused and not n.cut and n.role() == "active":
             return i
     return None
 
@@ -287,10 +329,37 @@ async def wait_for_writes(client: Client, since: float, timeout: float = 60.0) -
         await asyncio.sleep(0.01)
 
 
-async def inject(kind: str, nodes: list[Node], pg: PgCluster, cfg: Config, client: Client) -> float:
-    """One fault; returns the seconds from it until writes were acknowledged again."""
+def cluster_info(node: Node) -> dict | None:
+    try:
+        r = httpx.get(f"{node.url}/v1/cluster", headers=headers("admin"), timeout=2)
+        return r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+async def wait_following(node: Node, active: Node, timeout: float) -> float:
+    """Until ``node`` is a standby that has applied what ``active`` had applied when this began (it
+    follows the log); the seconds it took. RuntimeError after ``timeout``, with what it last said."""
+    began = time.monotonic()
+    target = None
+    while True:
+        if target is None and (info := await asyncio.to_thread(cluster_info, active)) is not None:
+            target = info["applied"]
+        got = await asyncio.to_thread(cluster_info, node)
+        if target is not None and got is not None and got["role"] == "standby" and got["applied"] >= target:
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            raise RuntimeError(f"node {node.name} does not follow the log {timeout} s on (it says {got}; the "
+                               f"active had applied {target}):\n{node.tail()}")
+        await asyncio.sleep(0.05)
+
+
+async def inject(kind: str, nodes: list[Node], pg: PgCluster, cfg: Config, client: Client,
+                 report: Report) -> tuple[str, float]:
+    """One fault; returns its kind (``kill_pg`` when there was no active node to fault) and the seconds
+    from it until writes were acknowledged again."""
     i = active_index(nodes)
-    if kind in ("kill_active", "pause_active") and i is None:
+    if kind in ("kill_active", "pause_active", "partition_active") and i is None:
         kind = "kill_pg"
     began = time.monotonic()
     if kind == "kill_active":
@@ -299,20 +368,31 @@ async def inject(kind: str, nodes: list[Node], pg: PgCluster, cfg: Config, clien
         began = time.monotonic()  # it is dead: an answer from now on comes from the other node
         took = await wait_for_writes(client, began)
         await asyncio.to_thread(nodes[i].start, True)  # back as a standby
-        return took
+        return kind, took
     if kind == "pause_active":
         assert i is not None
         nodes[i].signal(signal.SIGSTOP)
         took = await wait_for_writes(client, began)
         await asyncio.sleep(max(0.0, cfg.lease_s + 0.5 - (time.monotonic() - began)))
         nodes[i].signal(signal.SIGCONT)  # fenced: it steps down and follows
-        return took
+        return kind, took
+    if kind == "partition_active":
+        assert i is not None
+        await asyncio.to_thread(nodes[i].partition)
+        began = time.monotonic()
+        took = await wait_for_writes(client, began)  # the other node took over
+        cut_s = cfg.lease_s + 0.5 if cfg.partition_s is None else cfg.partition_s
+        await asyncio.sleep(max(0.0, cut_s - (time.monotonic() - began)))
+        await asyncio.to_thread(nodes[i].heal)
+        # fenced: its next renewal (or append) finds the new epoch; it steps down and follows, no restart
+        report.stepdown_s.append(round(await wait_following(nodes[i], nodes[1 - i], 60.0), 3))
+        return kind, took
     await asyncio.to_thread(pg.kill_primary)
     await asyncio.to_thread(pg.promote_standby)
     took = await wait_for_writes(client, time.monotonic())  # from the promotion's completion
     await asyncio.to_thread(pg.rebuild_standby)
     await asyncio.to_thread(pg.wait_replay)  # two copies of everything again before the next fault
-    return took
+    return kind, took
 
 
 async def caught_up(nodes: list[Node], timeout: float = 60.0) -> None:
@@ -377,15 +457,39 @@ async def run(cfg: Config, root: Path, say=print) -> Report:
     keys = root / "keys.json"
     keys.write_text(json.dumps({"keys": [{"name": r, "role": r, "key": k} for r, k in KEYS.items()]}))
     marker = f"nem-{os.getpid()}-{random.randrange(1 << 30)}"
-    pg = PgCluster(root / "pg")
+    if cfg.network not in ("auto", "netns", "loopback"):
+        raise ValueError(f"network must be auto, netns or loopback, not {cfg.network!r}")
+    why = "asked for" if cfg.network == "loopback" else await asyncio.to_thread(netns.unavailable)
+    if cfg.network == "netns" and why is not None:
+        raise RuntimeError(f"no network namespaces here: {why}")
+    kinds = cfg.kinds if why is None else tuple(k for k in cfg.kinds if k not in NEEDS_NETNS)
+    if not kinds:
+        raise RuntimeError(f"no fault kind left of {cfg.kinds} without network namespaces ({why})")
+    report.network = "netns" if why is None else f"loopback: {why}"
+    if kinds != cfg.kinds:
+        say(f"nemesis: plain loopback, no {', '.join(NEEDS_NETNS)} ({why})")
+    else:
+        say(f"nemesis: network {report.network}")
+    net = Netns(3) if why is None else None  # a0, a1 and the fresh node
+    pg: PgCluster | None = None
     nodes: list[Node] = []
     stop_readers = asyncio.Event()
     readers: list[asyncio.Task] = []
     client_task: asyncio.Task | None = None
     try:
+        links: list[Link | None] = [None] * 3
+        if net is not None:
+            await asyncio.to_thread(net.start)  # before Postgres: it binds the host-side addresses
+            links = list(net.links)
+        pg = PgCluster(root / "pg", listen=[x.host_ip for x in links if x is not None])
         await asyncio.to_thread(pg.start)
-        log_url = pg.url
-        nodes = [Node(f"a{i}", root, log_url, cfg, keys, marker) for i in range(2)]
+
+        def make(name: str, link: Link | None) -> Node:
+            assert pg is not None
+            url = pg.url_for(host=link.host_ip) if link is not None else pg.url
+            return Node(name, root, url, cfg, keys, marker, link)
+
+        nodes = [make(f"a{i}", links[i]) for i in range(2)]
         await asyncio.to_thread(nodes[0].start, False)
         r = httpx.post(f"{nodes[0].url}/v1/boards", json={"board_id": BOARD, "policy": "best_score", "shards": 2},
                        headers=headers("admin"), timeout=30)
@@ -397,12 +501,14 @@ async def run(cfg: Config, root: Path, say=print) -> Report:
         readers = [asyncio.ensure_future(read_versions(n, seen, report, stop_readers)) for n in nodes]
         await wait_for_writes(client, time.monotonic())
         rng = random.Random(cfg.seed)
+        order: list[str] = []
         for k in range(cfg.faults):
             if time.monotonic() - started > cfg.seconds:
                 say(f"nemesis: time is up after {k} faults")
                 break
-            kind = rng.choice(cfg.kinds)
-            took = await inject(kind, nodes, pg, cfg, client)
+            if not order:  # a round: every kind once, in a random order
+                order = rng.sample(kinds, len(kinds))
+            kind, took = await inject(order.pop(), nodes, pg, cfg, client, report)
             report.faults[kind] = report.faults.get(kind, 0) + 1
             report.takeover_s.append(round(took, 3))
             say(f"nemesis: {time.monotonic() - started:7.1f} s fault {k + 1}/{cfg.faults} {kind}: writes again "
@@ -425,7 +531,7 @@ async def run(cfg: Config, root: Path, say=print) -> Report:
         check(nodes, client, report)
         for n in nodes:
             report.checksums[n.name] = checksum(n)
-        fresh = Node("fresh", root, log_url, cfg, keys, marker)
+        fresh = make("fresh", links[2])
         nodes.append(fresh)
         await asyncio.to_thread(fresh.start, True)
         await caught_up(nodes)
@@ -437,8 +543,13 @@ async def run(cfg: Config, root: Path, say=print) -> Report:
         for t in readers:
             t.cancel()
         for n in nodes:
+            with contextlib.suppress(netns.NetnsError):  # joined again, so that it stops as it would
+                await asyncio.to_thread(n.heal)
             await asyncio.to_thread(n.stop)
-        await asyncio.to_thread(pg.stop)
+        if pg is not None:
+            await asyncio.to_thread(pg.stop)
+        if net is not None:
+            await asyncio.to_thread(net.stop)  # after every process in its namespaces has gone
         report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -451,12 +562,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     p.add_argument("--engine", choices=("local", "ray"), default=Config.engine)
     p.add_argument("--seed", type=int, default=Config.seed)
+    p.add_argument("--partition-s", type=float, default=None, help="how long a partition_active lasts "
+                   "(default: lease + 0.5 s; at least until the other node took over)")
+    p.add_argument("--network", choices=("auto", "netns", "loopback"), default=Config.network,
+                   help="each node in a network namespace of its own (needed by partition_active), or all on "
+                        "127.0.0.1; auto: namespaces when root and the platform allow them")
     p.add_argument("--json", default=None, metavar="DIR", help="write report.json there")
     a = p.parse_args(argv)
     # the nodes load compiled kernels from one cache (as `python -m benchmarks` does), not one per data dir
     os.environ.setdefault("FLOWRANK_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".numba-cache"))
     cfg = Config(faults=a.faults, seconds=a.seconds, lease_s=a.lease_s, kinds=tuple(a.kinds.split(",")),
-                 engine=a.engine, seed=a.seed)
+                 engine=a.engine, seed=a.seed, network=a.network, partition_s=a.partition_s)
     print(json.dumps({"machine": describe(), "config": asdict(cfg)}, indent=1))
     root = Path(tempfile.mkdtemp(prefix="fr-nem-", dir="/tmp"))
     try:
@@ -464,9 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out = asdict(report) | {"ok": report.ok, "load_average": os.getloadavg()}
-    print(json.dumps({k: v for k, v in out.items() if k != "takeover_s"} | {
+    print(json.dumps({k: v for k, v in out.items() if k not in ("takeover_s", "stepdown_s")} | {
         "takeover_s_median": sorted(report.takeover_s)[len(report.takeover_s) // 2] if report.takeover_s else None,
-        "takeover_s_max": max(report.takeover_s, default=None)}, indent=1))
+        "takeover_s_max": max(report.takeover_s, default=None),
+        "stepdown_s_median": sorted(report.stepdown_s)[len(report.stepdown_s) // 2] if report.stepdown_s else None,
+        "stepdown_s_max": max(report.stepdown_s, default=None)}, indent=1))
     if a.json:
         Path(a.json).mkdir(parents=True, exist_ok=True)
         (Path(a.json) / "report.json").write_text(json.dumps(out, indent=1))

@@ -9,7 +9,7 @@ commit acknowledged before the kill is still there.
 What it starts:
 
 * a **primary** (``initdb`` with trust auth on the unix socket and 127.0.0.1, replication
-  included; ``wal_level=replica``, ``synchronous_commit=on``, ``fsync=on``,
+  included, and on the networks of ``listen``, see below; ``wal_level=replica``, ``synchronous_commit=on``, ``fsync=on``,
   ``wal_recycle=off``, small ``shared_buffers`` and ``max_wal_size``) holding a database
   ``flowrank``;
 * unless ``standby=False``, a **synchronous streaming standby**: ``pg_basebackup -R -X
@@ -17,6 +17,13 @@ What it starts:
   named by its ``application_name`` in the primary's ``synchronous_standby_names``. ``start()``
   returns once ``pg_stat_replication`` on the primary shows it ``streaming`` and ``sync``, so
   from then on a commit is acknowledged only after the standby has flushed it.
+
+Servers listen on 127.0.0.1; ``listen=[addr, ...]`` adds addresses that both servers (a rebuilt
+standby too) listen on, in each node's ``node.conf``, and ``pg_hba.conf`` trusts their networks
+(``trust``, by default each address's /24) for normal and replication connections: the nemesis gives
+it the host side of the veth pairs of its FlowRank nodes' network namespaces (benchmarks/netns.py),
+and each node a URL naming both servers at its own address (``url_for(host=addr)``). The addresses
+must exist before :meth:`PgCluster.start` (a server binds those it can and logs the others).
 
 Its use::
 
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import atexit
 import glob
+import ipaddress
 import os
 import re
 import shutil
@@ -49,6 +57,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +93,7 @@ wal_retrieve_retry_interval = 200ms
 logging_collector = off
 log_line_prefix = '%m [%p] '
 log_min_messages = warning
-# port, socket directory: this node's own, in node.conf (a base backup copies this file)
+# port, socket directory, listen_addresses: this node's own, in node.conf (a base backup copies this file)
 include_if_exists = 'node.conf'
 """
 
@@ -95,6 +104,13 @@ host    all             all         127.0.0.1/32    trust
 local   replication     all                         trust
 host    replication     all         127.0.0.1/32    trust
 """
+
+
+def _hba(trust: Sequence[str]) -> str:
+    """pg_hba.conf: the unix socket and loopback, and every network of ``trust``, replication included."""
+    extra = "".join(f"host    all             all         {net:<15} trust\n"
+                    f"host    replication     all         {net:<15} trust\n" for net in trust)
+    return _HBA + (f"# the networks of PgCluster(listen=...)\n{extra}" if extra else "")
 
 
 def find_bindir() -> Path:
@@ -209,8 +225,8 @@ class _Node:
     def conninfo(self, dbname: str) -> str:
         return f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname={dbname} connect_timeout=5"
 
-    def url(self, dbname: str) -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+    def url(self, dbname: str, host: str = "127.0.0.1") -> str:
+        return f"postgresql://{SUPERUSER}@{host}:{self.port}/{dbname}"
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -224,8 +240,12 @@ class PgCluster:
     standby; the old primary stays in :meth:`data_dirs` and is removed by :meth:`stop`.
     """
 
-    def __init__(self, root: str | Path, *, standby: bool = True, start_timeout: float = 60.0):
+    def __init__(self, root: str | Path, *, standby: bool = True, start_timeout: float = 60.0,
+                 listen: Sequence[str] = (), trust: Sequence[str] | None = None):
         self.root = Path(root).absolute()
+        self.listen = [str(ipaddress.ip_address(a)) for a in listen]  # besides 127.0.0.1
+        self.trust = [str(ipaddress.ip_network(n, strict=False)) for n in (
+            trust if trust is not None else dict.fromkeys(f"{a}/24" for a in self.listen))]
         self.with_standby = standby
         self.start_timeout = start_timeout
         self.bindir: Path | None = None
@@ -304,18 +324,21 @@ class PgCluster:
             raise RuntimeError("PgCluster has no standby (standby=False, or it was promoted)")
         return self._standby
 
-    def url_for(self, dbname: str = DEFAULT_DB, role: str | None = None) -> str:
+    def url_for(self, dbname: str = DEFAULT_DB, role: str | None = None, host: str = "127.0.0.1") -> str:
         """A libpq URL for ``dbname``. ``role=None``: every live role's host in one
         multi-host URL, primary first, ``target_session_attrs=read-write`` (a client that
         keeps it reaches whichever is primary after a failover); ``"primary"`` or
-        ``"standby"``: that server alone. A promoted-away old primary is never listed."""
+        ``"standby"``: that server alone. A promoted-away old primary is never listed.
+        ``host``: the address to reach the servers at, 127.0.0.1 or one of ``listen``."""
+        if host != "127.0.0.1" and host not in self.listen:
+            raise ValueError(f"the servers do not listen on {host!r} (listen={self.listen})")
         if role == "primary":
-            return self.primary.url(dbname)
+            return self.primary.url(dbname, host)
         if role == "standby":
-            return self.standby.url(dbname)
+            return self.standby.url(dbname, host)
         if role is not None:
             raise ValueError(f"role must be None, 'primary' or 'standby', not {role!r}")
-        hosts = ",".join(f"127.0.0.1:{n.port}" for n in (self._primary, self._standby) if n is not None)
+        hosts = ",".join(f"{host}:{n.port}" for n in (self._primary, self._standby) if n is not None)
         if not hosts:
             raise RuntimeError("PgCluster is not started")
         return f"postgresql://{SUPERUSER}@{hosts}/{dbname}?target_session_attrs=read-write&connect_timeout=5"
@@ -543,8 +566,9 @@ class PgCluster:
     def _write_node_conf(self, node: _Node) -> None:
         sock = str(self._socket_dir(node)).replace("'", "''")
         path = node.data / "node.conf"
+        listen = ",".join(["127.0.0.1", *self.listen])
         path.write_text(f"# this node's own settings (benchmarks/pg_cluster.py)\nport = {node.port}\n"
-                        f"unix_socket_directories = '{sock}'\n")
+                        f"unix_socket_directories = '{sock}'\nlisten_addresses = '{listen}'\n")
         os.chown(path, *self._owner_ids())
 
     def _initdb(self, node: _Node) -> None:
@@ -552,7 +576,7 @@ class PgCluster:
                    "--locale=C", "--no-instructions"], timeout=120, node=node)
         with open(node.data / "postgresql.conf", "a") as f:
             f.write(_PRIMARY_CONF)
-        (node.data / "pg_hba.conf").write_text(_HBA)
+        (node.data / "pg_hba.conf").write_text(_hba(self.trust))
         self._write_node_conf(node)
 
     def _start_node(self, node: _Node, timeout: float | None = None) -> None:

@@ -195,3 +195,29 @@ def test_a_killed_primary_is_rebuilt_as_the_standby_and_the_pair_fails_over_agai
         with psycopg.connect(cluster.standby_url, autocommit=True) as conn:
             cluster.wait_replay()
             assert [r[0] for r in conn.execute("SELECT i FROM t ORDER BY i")] == [0, 1]
+
+
+def test_listen_adds_addresses_and_trusted_networks_a_rebuilt_standby_keeps(pg_root):
+    """listen=[...]: both servers listen there too (node.conf), pg_hba.conf trusts the networks for normal
+    and replication connections, url_for(host=...) names both servers at that address; a standby rebuilt
+    after a failover gets the same."""
+    with PgCluster(pg_root, listen=["127.0.0.2"], trust=["127.0.0.2/32"]) as cluster:
+        assert cluster.trust == ["127.0.0.2/32"]
+        url = cluster.url_for(host="127.0.0.2")
+        assert url.startswith(f"postgresql://postgres@127.0.0.2:{cluster.primary.port},127.0.0.2:{cluster.standby.port}/")
+        with pytest.raises(ValueError, match="do not listen"):
+            cluster.url_for(host="127.0.0.3")
+        hba = (cluster.primary.data / "pg_hba.conf").read_text()
+        assert "host    all             all         127.0.0.2/32" in hba
+        assert "host    replication     all         127.0.0.2/32" in hba
+        cluster.kill_primary()
+        cluster.promote_standby()
+        cluster.rebuild_standby()
+        for node in (cluster.primary, cluster.standby):
+            with psycopg.connect(node.url("postgres", "127.0.0.2"), autocommit=True) as conn:
+                assert conn.execute("SHOW listen_addresses").fetchone()[0] == "127.0.0.1,127.0.0.2"
+                assert conn.info.host == "127.0.0.2"
+            assert "127.0.0.2/32" in (node.data / "pg_hba.conf").read_text()
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert not conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+    assert PgCluster(pg_root, listen=["10.231.7.1"]).trust == ["10.231.7.0/24"]  # by default each address's /24
