@@ -875,8 +875,10 @@ def register(sub) -> None:
                    help="subscores' directions, compared after the value: e.g. desc,asc (at most 3; "
                         "best_score, fastest_time and latest boards)")
     w = c.add_argument_group("recurring board (a series of time windows, one board per window)")
-    w.add_argument("--recurrence", choices=EVERY, default=None,
-                   help="windows start every day, every Monday or on the 1st of every month")
+    w.add_argument("--recurrence", "--every", dest="recurrence", choices=EVERY, default=None,
+                   help="windows start every day, every Monday or on the 1st of every month; with --league, "
+                        "--prizes or the entry options every window's instance has them, and tiers carry from "
+                        "one window to the next (docs/api.md §18)")
     w.add_argument("--timezone", type=_timezone, default=None, help="IANA time zone of --at (server default UTC)")
     w.add_argument("--at", type=_at, default=None, help="local start time HH:MM (server default 00:00)")
     w.add_argument("--keep", type=_keep, default=None,
@@ -891,7 +893,8 @@ def register(sub) -> None:
     lg = c.add_argument_group("league and prizes (docs/api.md §16)")
     lg.add_argument("--league", type=_league, default=None, metavar="S[:T[:P[:D]]]",
                     help="cohorts of at most S players in T tiers (default 1); the top P of a cohort promote and "
-                         "the last D demote at next-season (default 0), e.g. 50:5:10:10")
+                         "the last D demote at next-season, or at each window's end on a series (default 0), "
+                         "e.g. 50:5:10:10")
     lg.add_argument("--prizes", type=_prizes, default=None, metavar="FILE",
                     help='a JSON file with the prizes list, [{"ranks": [1, 1], "reward": {...}}, ...]: awarded '
                          "when the board becomes FINALIZED (ranks local to each cohort on a league)")

@@ -144,7 +144,8 @@ def cohort(v: CohortView) -> dict:
     out = entries(v.entries)
     for d, z in zip(out, v.zones):
         d["zone"] = z
-    return {"version": v.version, "tier": v.tier, "cohort": v.cohort, "members": v.members, "entries": out}
+    return {"board_id": v.board_id, "version": v.version, "tier": v.tier, "cohort": v.cohort, "members": v.members,
+            "entries": out}
 
 
 def awards(page: AwardsPage, next_cursor: str | None) -> dict:

@@ -558,6 +558,8 @@ class CohortEntryOut(EntryOut):
 
 
 class CohortOut(_Out):
+    board_id: str = Field(description="The board that answered: the board read, or a series' current instance "
+                                      "(docs/api.md §18).", examples=["arena-clash:league:weekly.20261207:global"])
     version: Version
     tier: int = Field(ge=1, description="The cohort's tier (1 the lowest).")
     cohort: str = Field(description="`<tier>-<n>`, n from 1 within the tier.", examples=["1-3"])

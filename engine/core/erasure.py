@@ -280,7 +280,7 @@ class LogEraser:
         if kind == R.JOIN:
             sub = self._subject(p.player_id, offset) if p.player_id in self.players else None
             return rec if sub is None else list(p._replace(player_id=sub.rec.pseudonym))
-        if kind in (R.ENTER, R.CARRY, R.AWARDS, R.JOINS):
+        if kind in (R.ENTER, R.CARRY, R.SERIES_CARRY, R.AWARDS, R.JOINS):
             if self.players.isdisjoint(p.player_ids):
                 return rec
             ids = []

@@ -37,7 +37,9 @@ from engine.core.errors import UnsupportedFormat
 #: "league" and "prizes" options (docs/api.md §16).
 #: 7: + X and Z (a player's erasure, and its completion on disk; docs/api.md §17).
 #: 8: + H (players joining a competition in one request: docs/api.md §18, bulk entry).
-LOG_FORMAT = 8
+#: 9: + V and Y (a series' instance with competition settings or subscores, the tiers an instance of a league
+#: series carries to its series at FROZEN) and the O record's "subscores" option (docs/api.md §18).
+LOG_FORMAT = 9
 #: ``Router.to_state``: board specs, admission (dedup table, holds, decisions), corrections.
 #: 2: board specs as K records (with the season schedule); format 1 holds B records.
 #: 3: a held event with metadata has it as a 7th item (earlier holds load without).

@@ -7,7 +7,12 @@ of theirs), into the newest cohort of their tier with fewer than
 up, so the newest cohort of a tier is the only one that can have room.
 A player's tier is 1 unless the board was made by next-season from a
 league board, which logs the tiers it carries (a ``Q`` record, folded by
-:meth:`LeagueTable.carry` before anyone enters).
+:meth:`LeagueTable.carry` before anyone enters). On a series with a league
+(docs/api.md §18) the series' own table holds only carried tiers (each
+instance's ``Y`` record at its FROZEN, folded by :meth:`LeagueTable.carry`),
+and each instance's table has it as its ``base``: a player entering an
+instance is placed at the tier the series carried for them when they enter
+(1 if none).
 
 A :class:`LeagueTable` keeps, per player, their cohort (interned in a
 :class:`engine.core.players.PlayerTable`, a column per fact) and, per
@@ -136,6 +141,9 @@ class LeagueTable:
         self.numbers = np.zeros(spec.tiers + 1, np.int32)  # per tier: how many cohorts it has
         self.n_cohorts = 0
         self._by_id: dict[tuple[int, int], int] = {}
+        #: an instance of a league series: the series' table, whose carried tiers place the players entering
+        #: this one (docs/api.md §18); None: a board of its own (its tiers are its ``Q`` record's, else 1)
+        self.base: LeagueTable | None = None
 
     @property
     def placed(self) -> int:
@@ -188,12 +196,28 @@ class LeagueTable:
     def place_encoded(self, buf: np.ndarray, offs: np.ndarray) -> None:
         """:meth:`place` for ids as one UTF-8 buffer with offsets."""
         idx = self._intern(buf, offs).astype(np.int64)
+        if self.base is not None:
+            self._tiers_from_base(idx)
         self._cohorts_room(len(idx))
         before = self.n_cohorts
         self.n_cohorts = int(_place(idx, self.cohort, self.ptier, self.c_tier, self.c_number, self.c_size,
                                     self.members, self.newest, self.numbers, self.n_cohorts, self.spec.cohort_size))
         for g in range(before, self.n_cohorts):
             self._by_id[(int(self.c_tier[g]), int(self.c_number[g]))] = g
+
+    def _tiers_from_base(self, idx: np.ndarray) -> None:
+        """The players of ``idx`` not placed yet take the tier the series (``base``) carried for them now
+        (1 if none), clipped to this league's tiers. O(n)."""
+        fresh = idx[self.cohort[idx] < 0]
+        if not len(fresh):
+            return
+        assert self.base is not None
+        buf, offs = self.players.bytes_of(fresh)
+        at = self.base.players.intern_encoded(buf, offs, create=False)
+        tiers = np.ones(len(fresh), np.int64)
+        known = at >= 0
+        tiers[known] = np.maximum(self.base.ptier[at[known]].astype(np.int64), 1)
+        self.ptier[fresh] = np.clip(tiers, 1, self.spec.tiers).astype(np.int8)
 
     def entrants(self, player_ids: Sequence[str], verdicts: np.ndarray) -> list[str]:
         """The players of a batch's admitted events (verdict 0) not placed yet,
@@ -239,13 +263,14 @@ class LeagueTable:
 
     def tier_of(self, player_id: str) -> tuple[int, bool]:
         """``(tier, entered)``: the tier of the player's cohort, else the tier they would be placed in when
-        they enter (carried by a ``Q`` record, else 1). O(1)."""
+        they enter (carried by a ``Q`` record, else, on a series' instance, the tier its series carried for
+        them, else 1). O(1)."""
         i = int(self.players.lookup([player_id])[0])
-        if i < 0:
-            return 1, False
-        if self.cohort[i] >= 0:
+        if i >= 0 and self.cohort[i] >= 0:
             return int(self.c_tier[self.cohort[i]]), True
-        return max(1, int(self.ptier[i])), False
+        if self.base is not None:
+            return min(self.base.tier_of(player_id)[0], self.spec.tiers), False
+        return (1 if i < 0 else max(1, int(self.ptier[i]))), False
 
     def listing(self, tier: int | None = None, after: tuple[int, int] | None = None,
                 limit: int = 100) -> tuple[list[tuple[int, int, int]], bool]:

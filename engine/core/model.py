@@ -326,6 +326,7 @@ class CohortView:
     members: int
     entries: tuple[RankedEntry, ...]
     zones: tuple[str | None, ...]
+    board_id: str | None = None  # the board that answered (a series' current instance, docs/api.md §18)
 
 
 class CohortSummary(NamedTuple):

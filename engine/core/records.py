@@ -38,9 +38,11 @@ SERIES = "R"
 OPTIONS_BOARD = "O"
 #: One window's board of a series (docs/api.md §15): ``K`` plus its series and window.
 INSTANCE = "W"
+#: One window's board of a series with competition settings or subscores (docs/api.md §18): ``W`` plus options.
+INSTANCE_OPTIONS = "V"
 #: Every board-creation kind (``K`` followed ``B`` in log format 2; ``R`` is ``K`` with a recurrence, ``W`` with
 #: a series and window, ``O`` with options, ``U`` with subscores).
-BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, INSTANCE, OPTIONS_BOARD, "U"})  # "U": BOARD_SUBS, below
+BOARD_KINDS = frozenset({BOARD, BOARD2, SERIES, INSTANCE, OPTIONS_BOARD, "U", INSTANCE_OPTIONS})  # "U": BOARD_SUBS
 #: A player joined a competition (docs/api.md §16): their 0-based position in the order of joining.
 JOIN = "J"
 #: Players joining a competition together (docs/api.md §18, bulk entry): one record for a request's new joins.
@@ -49,6 +51,8 @@ JOINS = "H"
 GROUP = "G"
 #: The tiers a league board's next season carries (docs/api.md §16): logged right after the new board's record.
 CARRY = "Q"
+#: The tiers an instance of a league series carries to its series when it becomes FROZEN (docs/api.md §18).
+SERIES_CARRY = "Y"
 #: Players entering a league board with a score submission, in submission order (docs/api.md §16).
 ENTER = "P"
 #: One part of the awards computed when a board with prizes became FINALIZED (docs/api.md §16).
@@ -101,7 +105,9 @@ KINDS: dict[str, RecordKind] = {
                               "options whose keys a reader must all know (else UnsupportedFormat): \"entry\" "
                               "{join_required, max_players, max_attempts}, \"league\" {cohort_size, tiers, promote, "
                               "demote}, \"prizes\" [{ranks: [from, to], reward}] (each in that key order; a key "
-                              "only when the board has that option; docs/api.md §16). "
+                              "only when the board has that option; docs/api.md §16), and from log format 9 "
+                              "\"subscores\" [directions] when a board with subscores also has a recurrence or "
+                              "another option (docs/api.md §18; a board with subscores only stays U). "
                               "Written only for a board that has an option, so other boards' records are unchanged"),
     JOIN: RecordKind("join", ("board_id", "player_id", "position"),
                      "a player joined a competition (docs/api.md §16) at this 0-based position in the order of "
@@ -127,6 +133,20 @@ KINDS: dict[str, RecordKind] = {
                        "order (docs/api.md §16): per award the player id, its strict rank (cohort-local on a "
                        "league; little-endian int64 bytes), its cohort's tier (int8) and number (int32; both 0 off "
                        "leagues) and the index of its prize range in the board's prizes (int16)"),
+    INSTANCE_OPTIONS: RecordKind("instance board with options",
+                                 ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                  "closes_at", "finalize_after_s", "series", "starts_at", "ends_at", "options"),
+                                 "one window's board of a series that has competition settings or subscores "
+                                 "(docs/api.md §18): the fields of W, then the options map of an O record (entry, "
+                                 "league, prizes, subscores: the series' own). Written only for such an instance, "
+                                 "so other instances stay W (log format 9)"),
+    SERIES_CARRY: RecordKind("tiers carried to a series", ("board_id", "series", "player_ids", "tiers"),
+                             "the tiers an instance of a league series (board_id) carries to its series when it "
+                             "becomes FROZEN (docs/api.md §18), by the next-season rule of Q, from the ranking at its "
+                             "FROZEN record (nothing changes its rows in between): per player who had entered the "
+                             "instance, its id and its tier after the zones moved it (int8 bytes, 1 the lowest). "
+                             "Folded into the series' carried tiers, where later instances place players; logged "
+                             "once per instance (log format 9)"),
     INSTANCE: RecordKind("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
                                             "closes_at", "finalize_after_s", "series", "starts_at", "ends_at"),
                          "one window's board of a series (docs/api.md §15): the fields of K (closes_at is the "
@@ -328,6 +348,33 @@ class InstanceBoardRecord(NamedTuple):
     ends_at: int
 
 
+class InstanceOptionsRecord(NamedTuple):
+    """``V``: a series' instance board with competition settings or subscores: ``W`` plus an options map."""
+
+    kind: str
+    board_id: str
+    policy: str
+    shards: int
+    max_plausible_time_ms: int | None
+    review_above: int | None
+    closes_at: int | None
+    finalize_after_s: int
+    series: str
+    starts_at: int
+    ends_at: int
+    options: dict
+
+
+class SeriesCarryRecord(NamedTuple):
+    """``Y``: the tiers an instance of a league series carries to its series at FROZEN."""
+
+    kind: str
+    board_id: str
+    series: str
+    player_ids: list
+    tiers: bytes
+
+
 class GroupRecord(NamedTuple):
     """``G``: the score records (``C`` / ``M``) of one fanned-out submission, as one record."""
 
@@ -509,6 +556,7 @@ TYPES: dict[str, type] = {
     SCORES_SUBS: ScoresSubsRecord, DECIDE_SUBS: DecisionSubsRecord,
     OPTIONS_BOARD: OptionsBoardRecord, JOIN: JoinRecord, JOINS: JoinsRecord, CARRY: CarryRecord,
     AWARDS: AwardsRecord, ENTER: EnterRecord, ERASE: ErasureRecord, ERASED: ErasureDoneRecord,
+    INSTANCE_OPTIONS: InstanceOptionsRecord, SERIES_CARRY: SeriesCarryRecord,
 }
 for _kind, _type in TYPES.items():
     assert _type._fields == ("kind",) + KINDS[_kind].fields, f"record type of {_kind!r} disagrees with KINDS"
@@ -517,7 +565,8 @@ assert set(TYPES) == set(KINDS), "every kind needs a record type"
 Record = (BoardRecord | ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | GroupRecord | StateRecord
           | ScoresRecord | ScoresMetaRecord | ScoreRecord | InvalidationRecord | DecisionRecord | DecisionMetaRecord
           | DeadLetterRecord | OptionsBoardRecord | JoinRecord | JoinsRecord | SubscoresBoardRecord
-          | ScoresSubsRecord | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord | ErasureRecord | ErasureDoneRecord)
+          | ScoresSubsRecord | DecisionSubsRecord | CarryRecord | AwardsRecord | EnterRecord | ErasureRecord | ErasureDoneRecord
+          | InstanceOptionsRecord | SeriesCarryRecord)
 _RECORD_TYPES = frozenset(TYPES.values())
 
 
@@ -602,26 +651,36 @@ def decided_event(rec) -> ScoreEvent:
 
 
 def board_record(spec: BoardSpec) -> (ScheduledBoardRecord | SeriesBoardRecord | InstanceBoardRecord | OptionsBoardRecord
-                                      | SubscoresBoardRecord):
-    """The record that creates ``spec``'s board: ``U`` for a board with
-    subscores, ``O`` for a board with an option (entry rules), else ``R`` for a
-    series (a spec with a recurrence), ``W`` for an instance of one (a spec
-    with a series), else ``K`` (the same bytes as before any of them existed).
-    Board creation refuses the combinations no record holds yet (subscores
-    with a recurrence or entry rules, entry rules on a recurring board)."""
+                                      | SubscoresBoardRecord | InstanceOptionsRecord):
+    """The record that creates ``spec``'s board: for an instance of a series
+    (a spec with a series), ``V`` when it has competition settings or
+    subscores, else ``W``; otherwise ``U`` for a board with subscores and
+    nothing else of these, ``O`` for a board with an option (entry rules, a
+    league, prizes; with a recurrence and subscores, those too), else ``R``
+    for a series (a spec with a recurrence), else ``K`` (the same bytes as
+    before any of them existed)."""
     fields = (spec.board_id, spec.policy.value, spec.shards, spec.max_plausible_time_ms, spec.review_above,
               spec.closes_at, spec.finalize_after_s)
-    if spec.subscores:
-        return SubscoresBoardRecord(BOARD_SUBS, *fields, list(spec.subscores))
     options = options_of(spec)
-    if options:
+    if spec.series is not None and spec.window is not None:
+        if options or spec.subscores:
+            return InstanceOptionsRecord(INSTANCE_OPTIONS, *fields, spec.series, spec.window[0], spec.window[1],
+                                         options | _subscores_option(spec))
+        return InstanceBoardRecord(INSTANCE, *fields, spec.series, spec.window[0], spec.window[1])
+    if spec.subscores and not options and spec.recurrence is None:
+        return SubscoresBoardRecord(BOARD_SUBS, *fields, list(spec.subscores))
+    if options or spec.subscores:
         return OptionsBoardRecord(OPTIONS_BOARD, *fields,
-                                  None if spec.recurrence is None else spec.recurrence.to_json(), options)
+                                  None if spec.recurrence is None else spec.recurrence.to_json(),
+                                  options | _subscores_option(spec))
     if spec.recurrence is not None:
         return SeriesBoardRecord(SERIES, *fields, spec.recurrence.to_json())
-    if spec.series is not None and spec.window is not None:
-        return InstanceBoardRecord(INSTANCE, *fields, spec.series, spec.window[0], spec.window[1])
     return ScheduledBoardRecord(BOARD2, *fields)
+
+
+def _subscores_option(spec: BoardSpec) -> dict:
+    """The ``"subscores"`` option of an ``O`` or ``V`` record (log format 9): the board's directions, if any."""
+    return {"subscores": list(spec.subscores)} if spec.subscores else {}
 
 
 def spec_of(rec) -> BoardSpec:
@@ -636,6 +695,10 @@ def spec_of(rec) -> BoardSpec:
     if isinstance(rec, InstanceBoardRecord):
         return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
                          rec.closes_at, rec.finalize_after_s, series=rec.series, window=(rec.starts_at, rec.ends_at))
+    if isinstance(rec, InstanceOptionsRecord):
+        return BoardSpec(rec.board_id, Policy(rec.policy), rec.shards, rec.max_plausible_time_ms, rec.review_above,
+                         rec.closes_at, rec.finalize_after_s, series=rec.series, window=(rec.starts_at, rec.ends_at),
+                         **_options_in(rec.board_id, rec.options))
     if isinstance(rec, (ScheduledBoardRecord, SeriesBoardRecord, OptionsBoardRecord)):
         raw = rec.recurrence if isinstance(rec, (SeriesBoardRecord, OptionsBoardRecord)) else None
         recurrence = Recurrence.parse(raw) if raw is not None else None
@@ -659,7 +722,7 @@ def options_of(spec: BoardSpec) -> dict:
 
 def _options_in(board_id: str, options: dict) -> dict:
     """BoardSpec keyword arguments of an ``O`` record's options."""
-    unknown = set(options) - {"entry", "league", "prizes"}
+    unknown = set(options) - {"entry", "league", "prizes", "subscores"}
     if unknown:
         raise UnsupportedFormat(f"board {board_id!r} has options {sorted(unknown)} that this FlowRank version does "
                                 "not know; it was written by a newer FlowRank")
@@ -675,6 +738,9 @@ def _options_in(board_id: str, options: dict) -> dict:
     if raw:
         out["prizes"] = tuple(Prize(int(p["ranks"][0]), int(p["ranks"][1]), canonical_json(p["reward"]))
                               for p in raw)
+    raw = options.get("subscores")
+    if raw:
+        out["subscores"] = tuple(str(d) for d in raw)
     return out
 
 
@@ -688,8 +754,13 @@ def carry_record(board_id: str, player_ids: list, tiers: np.ndarray) -> CarryRec
 
 
 def carried_of(rec) -> tuple[list, np.ndarray]:
+    """The ids and tiers of a ``Q`` or ``Y`` record."""
     rec = parse(rec)
     return rec.player_ids, np.frombuffer(rec.tiers, np.int8)
+
+
+def series_carry_record(board_id: str, series: str, player_ids: list, tiers: np.ndarray) -> SeriesCarryRecord:
+    return SeriesCarryRecord(SERIES_CARRY, board_id, series, player_ids, np.asarray(tiers, np.int8).tobytes())
 
 
 def join_record(board_id: str, player_id: str, position: int) -> JoinRecord:

@@ -117,7 +117,9 @@ class BoardControl:
                 [R.board_record(c.spec), c.admission.to_state(), c.corrections]
                 + ([c.awards.to_state()] if c.awards is not None else []) for c in self.boards.values()
             ],
-        } | ({"erasures": self.registry.erasures.to_state()} if len(self.registry.erasures) else {})
+        } | ({"erasures": self.registry.erasures.to_state()} if len(self.registry.erasures) else {}) | (
+            # additive (docs/api.md §18): the instances of league series whose carried tiers are logged
+            {"carried": carried} if (carried := sorted(b for b, c in self.boards.items() if c.carried)) else {})
 
     def load_state(self, state: dict) -> None:
         state_format(state, ROUTER_STATE_FORMAT, "router snapshot")
@@ -133,6 +135,8 @@ class BoardControl:
             if awards and spec.prizes:
                 ctl.awards = AwardTable.from_state(spec.board_id, spec.prizes, awards[0])
             self.registry.add(ctl)
+        for board_id in state.get("carried", []):
+            self.boards[board_id].carried = True
 
     async def sync_versions(self, board_ids: Iterable[str] | None = None) -> None:
         """Read every board's version (or those of ``board_ids``: a standby's followed records) from the
@@ -203,6 +207,8 @@ class BoardControl:
     async def set_state(self, board_id: str, state: BoardState) -> BoardInfo:
         ctl = self.registry.ctl(board_id)
         await self.sequencer.submit_state(board_id, state)
+        if ctl.carry_due:  # an instance of a league series froze: the tiers it carries (docs/api.md §18)
+            await self.carry_tiers(board_id)
         if state is BoardState.FROZEN:
             self.prepare_awards(board_id)
         if state is BoardState.FINALIZED:
@@ -249,16 +255,49 @@ class BoardControl:
             log.info("board %r finalized: %d awards logged in %d parts", board_id, len(ctl.awards), n_parts)
 
     async def finish_awards(self) -> None:
-        """Log the awards a crash left unlogged (a board FINALIZED whose awards are not all in the log). At start."""
+        """Log the awards a crash left unlogged (a board FINALIZED whose awards are not all in the log), and the
+        tiers an instance of a league series carries (FROZEN without its ``Y`` record). At start."""
         for board_id, ctl in list(self.boards.items()):
+            if ctl.carry_due:
+                await self.carry_tiers(board_id)
             if ctl.awards_due:
                 await self.settle_awards(board_id)
+
+    async def carry_tiers(self, board_id: str) -> None:
+        """Log the tiers an instance of a league series carries to its series now that it is FROZEN (docs/api.md
+        §18), by the next-season rule (:func:`engine.core.league.next_tiers`) over its rows read in one cut
+        once the FROZEN record applied: until the ``Y`` record is logged no correction or decision changes the
+        rows and nobody enters another instance of the series (:mod:`engine.router.decide`), so these are the
+        rows, and the tiers, at the FROZEN record's position. Idempotent; one run per board at a time."""
+        ctl = self.registry.ctl(board_id)
+        if not ctl.carry_due:
+            return
+        lock = self._awarding.setdefault("carry:" + board_id, asyncio.Lock())
+        async with lock:
+            league = ctl.admission.league
+            if not ctl.carry_due or league is None or ctl.spec.series is None:
+                return
+            if ctl.archive is not None:  # archived by an admin before the carry (its archive: ranked rows, best first)
+                arch = ctl.archive
+                moves = await asyncio.to_thread(next_tiers, league, arch.id_bytes, arch.id_offsets,
+                                                np.arange(arch.ranked, dtype=np.int64))
+            else:
+                rows, _ = await self._rows(ctl)
+                order = rank_order(ctl.spec.policy, rows, ctl.spec.subscores)[:int(np.count_nonzero(rows.active))]
+                moves = await asyncio.to_thread(next_tiers, league, rows.id_bytes, rows.id_offsets, order)
+            await self.sequencer.enqueue(Submission.SERIES_CARRY, (board_id, moves), 1)
+            log.info("instance %r froze: tiers of %d players carried to series %r", board_id, len(moves.tiers),
+                     ctl.spec.series)
+
+    async def _carry_then_settle(self, board_id: str) -> None:
+        await self.carry_tiers(board_id)
+        await self.settle_awards(board_id)
 
     def _settle_later(self, board_id: str) -> None:
         """Settle the board's awards in a task of their own (one at a time per board: the timer asks every tick)."""
         if board_id in self._settling:
             return
-        task = asyncio.ensure_future(self.settle_awards(board_id))
+        task = asyncio.ensure_future(self._carry_then_settle(board_id))
         self._settling[board_id] = task
         task.add_done_callback(lambda t: self._settling.pop(board_id, None))
         task.add_done_callback(_log_awards_failure)
@@ -412,8 +451,8 @@ class BoardControl:
                 raise outcome
         for board_id in list(self.boards if board_ids is None else board_ids):
             ctl = self.boards.get(board_id)
-            if ctl is not None and ctl.awards_due:  # finalized by the schedule: its awards, behind the timer
-                self._settle_later(board_id)
+            if ctl is not None and (ctl.awards_due or ctl.carry_due):  # by the schedule: its awards (and an
+                self._settle_later(board_id)  # instance's carried tiers, docs/api.md §18), behind the timer
         if board_ids is None:  # every board: series windows too
             starts = await self.series_due(now, keep_behind)
             if starts is not None and (wake_at is None or starts < wake_at):
@@ -530,18 +569,11 @@ class BoardControl:
 
 
 def check_competition(spec: BoardSpec) -> None:
-    """ValidationFailed for competition settings a board cannot have (docs/api.md §16), or cannot have yet."""
+    """ValidationFailed for competition settings a board cannot have (docs/api.md §16). Every combination
+    with a recurrence and subscores is allowed (docs/api.md §18): a series' instances copy them."""
     if spec.league is not None:
         check_league(spec.league)
     check_prizes(spec.prizes)
-    options = spec.entry is not None or spec.league is not None or bool(spec.prizes)
-    if spec.subscores and (spec.recurrence is not None or options):
-        raise ValidationFailed("A board with subscores cannot be recurring or have entry rules, a league or prizes "
-                               "yet.", "subscores")
-    if spec.recurrence is not None and options:
-        field = "entry" if spec.entry is not None else "league" if spec.league is not None else "prizes"
-        raise ValidationFailed(f"A recurring board cannot have {field} yet: give it to an ordinary board (one per "
-                               "season, with next-season) instead.", field)
 
 
 def _log_awards_failure(task: asyncio.Task) -> None:

@@ -57,6 +57,7 @@ class Submission(str, Enum):
     JOIN = "join"  # (board_id, player_id): one J record for a new join, none for a player who joined before
     JOINS = "joins"  # (board_id, player_ids): one H record holding the request's new joins (none: no record)
     LEAGUE_BOARD = "league_board"  # (BoardSpec, TierMoves): next-season of a league: its O record, then one Q record
+    SERIES_CARRY = "series_carry"  # (instance id, TierMoves): a FROZEN instance of a league series: one Y record
     AWARDS = "awards"  # (board_id, A records): the parts of a FINALIZED board's awards not logged yet
     ERASE = "erase"  # an X record the shell made (docs/api.md §17): logged as is, once per erasure id
     ERASED = "erased"  # a Z record: an erasure complete on disk
@@ -115,6 +116,7 @@ class Overlay:
         self.decided: dict[str, set[str]] = {}
         self.corrections: Counter = Counter()
         self.entry: dict[str, EntryTable] = {}  # per board: the entry table's overlay (engine.core.entry)
+        self.carried: set[str] = set()  # instances whose Y record (docs/api.md §18) was decided this cycle
 
     def ctl(self, board_id: str) -> BoardCtl | None:
         got = self.registry.boards.get(board_id)
@@ -181,6 +183,8 @@ class Overlay:
                 over.fold_joins(rec.player_ids, rec.first, base=ctl.admission.entry)
             elif kind == R.INVALIDATE:
                 self.corrections[rec.board_id] += 1
+            elif kind == R.SERIES_CARRY:
+                self.carried.add(rec.board_id)
 
 
     def _remember(self, board_id: str, memo: ScoreMemo) -> None:
@@ -275,6 +279,13 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
             raise BoardExists(f"Board {spec.board_id!r} already exists.", "board_id")
         ids = ids_of(moves.id_bytes, moves.id_offsets)
         return _plain([R.board_record(spec), R.carry_record(spec.board_id, ids, moves.tiers)])
+    if kind == Submission.SERIES_CARRY:
+        board_id, moves = payload
+        ctl = ov.need(board_id)
+        if not _carry_due(ov, ctl) or ctl.spec.series is None:
+            return _plain([])
+        ids = ids_of(moves.id_bytes, moves.id_offsets)
+        return _plain([R.series_carry_record(board_id, ctl.spec.series, ids, moves.tiers)])
     if kind == Submission.AWARDS:
         board_id, parts = payload
         ctl = ov.need(board_id)
@@ -296,9 +307,33 @@ def decide(ov: Overlay, kind: Submission, payload, now_ms: int = 0) -> Decision:
     raise ValueError(kind)
 
 
+def _carry_due(ov: Overlay, ctl: BoardCtl) -> bool:
+    """Whether the board (as the cycle has it) is an instance of a league series that is FROZEN or later without
+    its ``Y`` record (the tiers it carries to its series, docs/api.md §18)."""
+    return (not ctl.carried and ctl.spec.board_id not in ov.carried and ctl.spec.series is not None
+            and ctl.admission.league is not None and ov.state(ctl) is not BoardState.OPEN)
+
+
+def _no_carry_due(ov: Overlay, series_id: str | None) -> None:
+    """AwardsPending while an instance of the series ``series_id`` awaits its ``Y`` record: nobody enters an
+    instance of a league series between another instance's FROZEN and the tiers it carries (docs/api.md §18),
+    so a player entering after FROZEN enters at the tier carried there."""
+    if series_id is None:
+        return
+    for iid in ov.registry.instances.get(series_id, {}).values():
+        ctl = ov.ctl(iid)
+        if ctl is not None and _carry_due(ov, ctl):
+            raise AwardsPending(f"Instance {iid!r} of series {series_id!r} froze and the tiers it carries are being "
+                                "logged; retry in a moment.", None, retry_after=1)
+
+
 def _no_awards_due(ov: Overlay, ctl: BoardCtl) -> None:
-    """AwardsPending when the board (as the cycle has it) is FINALIZED with prizes whose awards are not all logged:
-    nothing that changes its rows (or archives it) comes between its FINALIZED record and its awards."""
+    """AwardsPending when the board (as the cycle has it) is FINALIZED with prizes whose awards are not all logged,
+    or an instance of a league series FROZEN without the tiers it carries (docs/api.md §18): nothing that changes
+    its rows (or archives it) comes between its FINALIZED record and its awards, or its FROZEN and its carry."""
+    if _carry_due(ov, ctl):
+        raise AwardsPending(f"Board {ctl.spec.board_id!r} froze and the tiers it carries to its series are being "
+                            "logged; retry in a moment.", None, retry_after=1)
     awards = ctl.awards
     if awards is not None and not awards.complete and ov.state(ctl) in (BoardState.FINALIZED, BoardState.ARCHIVED):
         raise AwardsPending(f"Board {ctl.spec.board_id!r} is FINALIZED and its awards are being computed; retry in a "
@@ -319,7 +354,7 @@ def _join_target(ov: Overlay, board_id: str, now_ms: int) -> tuple[BoardCtl, Boa
     if got is not None:
         return got, ov.state(got), []
     made = _new_instance(ctl.spec, w, now_ms)
-    state = BoardState(made[-1].state) if len(made) > 1 else BoardState.OPEN
+    state = _made_state(made)
     return ov.registry.new_ctl(R.spec_of(made[0])), state, made
 
 
@@ -333,6 +368,8 @@ def _decide_joins(ov: Overlay, board_id: str, player_ids, now_ms: int, bulk: boo
     BoardNotFound."""
     ctl, state, records = _join_target(ov, board_id, now_ms)
     target = ctl.spec.board_id
+    if ctl.admission.league is not None and state is BoardState.OPEN:
+        _no_carry_due(ov, ctl.spec.series)
     over = ov.entry_over(ctl) if not records else None
     table = ctl.admission.entry
     joined = (over if over is not None else table).joined
@@ -366,19 +403,35 @@ def _plain(records: list) -> Decision:
 
 def instance_spec(series: BoardSpec, w: Window) -> BoardSpec:
     """The spec of window ``w``'s instance of the series ``series``: the
-    series' settings, closing at the window's end."""
+    series' settings (competition settings and subscores too, docs/api.md
+    §18), closing at the window's end."""
     return BoardSpec(instance_id(series.board_id, w), series.policy, series.shards, series.max_plausible_time_ms,
-                     series.review_above, w.end_ms, series.finalize_after_s, series=series.board_id,
-                     window=(w.start_ms, w.end_ms))
+                     series.review_above, w.end_ms, series.finalize_after_s, entry=series.entry,
+                     league=series.league, prizes=series.prizes, series=series.board_id,
+                     window=(w.start_ms, w.end_ms), subscores=series.subscores)
 
 
 def _new_instance(series: BoardSpec, w: Window, now_ms: int) -> list:
-    """The records creating ``w``'s instance at ``now_ms``: its ``W`` record,
-    then the season moves already due (FROZEN when its window has ended,
-    FINALIZED ``finalize_after_s`` later)."""
+    """The records creating ``w``'s instance at ``now_ms``: its ``W`` (``V``)
+    record, then the season moves already due (FROZEN when its window has
+    ended, FINALIZED ``finalize_after_s`` later); an instance of a league
+    series created FROZEN carries no tiers (nobody entered it while it was
+    open), so its empty ``Y`` record follows the FROZEN at once (docs/api.md
+    §18)."""
     spec = instance_spec(series, w)
     moves = season.due(BoardState.OPEN, spec.closes_at, spec.finalize_after_s, now_ms).transitions
-    return [R.board_record(spec)] + [R.StateRecord(R.STATE, spec.board_id, m.value) for m in moves]
+    made: list = [R.board_record(spec)]
+    for m in moves:
+        made.append(R.StateRecord(R.STATE, spec.board_id, m.value))
+        if m is BoardState.FROZEN and spec.league is not None:
+            made.append(R.series_carry_record(spec.board_id, series.board_id, [], np.zeros(0, np.int8)))
+    return made
+
+
+def _made_state(made: list) -> BoardState:
+    """The season state of an instance :func:`_new_instance` made: its last state record's, else OPEN."""
+    states = [rec.state for rec in made if rec.kind == R.STATE]
+    return BoardState(states[-1]) if states else BoardState.OPEN
 
 
 def _route(ov: Overlay, batch: ScoreBatch, now_ms: int, records: list, created: dict) -> ScoreBatch | None:
@@ -421,7 +474,7 @@ def _route(ov: Overlay, batch: ScoreBatch, now_ms: int, records: list, created: 
             if iid not in created and ov.ctl(iid) is None:
                 made = _new_instance(ctl.spec, w, now_ms)
                 records.extend(made)
-                state = BoardState(made[-1].state) if len(made) > 1 else BoardState.OPEN
+                state = _made_state(made)
                 created[iid] = (ov.registry.new_ctl(R.spec_of(made[0])), state)
             whole = len(rows) == len(cols)
             pieces.setdefault(iid, []).append((cols if whole else cols.take(rows), pos if whole else pos[rows]))
@@ -473,6 +526,7 @@ def _decide_scores(ov: Overlay, batch: ScoreBatch, now_ms: int = 0) -> Decision:
         if league is not None:  # in submission order, whatever the partition count
             new = league.entrants(cols.player_ids, got.verdicts)
             if new:
+                _no_carry_due(ov, ctl.spec.series)  # an instance of a league series (docs/api.md §18)
                 entering.append(R.EnterRecord(R.ENTER, cols.board_id, new))
         n_parts = ctl.spec.shards
         mine = []

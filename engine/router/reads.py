@@ -213,7 +213,8 @@ class ReadFanOut:
             now = None if current is None else await self.board(current)
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, 0 if now is None else now.version,
                              0 if now is None else now.size, s.shards, s.max_plausible_time_ms, s.review_above,
-                             s.closes_at, s.finalize_after_s, recurrence=s.recurrence.to_json(), current=current)
+                             s.closes_at, s.finalize_after_s, recurrence=s.recurrence.to_json(), current=current,
+                             subscores=s.subscores, entry=s.entry, league=s.league, prizes=s.prizes)
         if ctl.archive is not None:
             info = ctl.archive.info
             return BoardInfo(s.board_id, s.policy, ctl.admission.state, info.version, info.ranked, s.shards,
@@ -771,7 +772,7 @@ class ReadFanOut:
         page = await self.ranked_subset(ctl.spec.board_id, got.members, ties)
         k = len(page.entries)
         return CohortView(page.version, got.tier, got.cohort_id, len(got.members), page.entries,
-                          tuple(zone(e.rank, k, got.tier, league.spec) for e in page.entries))
+                          tuple(zone(e.rank, k, got.tier, league.spec) for e in page.entries), ctl.spec.board_id)
 
     def _league_of(self, board_id: str, what: str):
         """(board control, league table) of the board a read of ``board_id`` answers from (a series: its

@@ -104,6 +104,15 @@ class BoardCtl:
     archive: ArchiveView | None = None  # ARCHIVED and written: every read answers from it
     shard_reads: int = 0  # reads asking the shard actors now (an archive waits for them before the drop)
     awards: AwardTable | None = None  # a board with prizes: its awards as logged (docs/api.md §16)
+    carried: bool = False  # an instance of a league series: its Y record (the tiers it carries) is folded
+
+    @property
+    def carry_due(self) -> bool:
+        """An instance of a league series that became FROZEN (or later) without the tiers it carries to its
+        series logged yet (docs/api.md §18): until they are, nothing changes its rows and nobody enters
+        another instance of its series (:mod:`engine.router.decide`)."""
+        return (not self.carried and self.spec.series is not None and self.admission.league is not None
+                and self.admission.state is not BoardState.OPEN)
 
     @property
     def awards_due(self) -> bool:
@@ -140,11 +149,23 @@ class BoardRegistry:
         self.erasures = ErasureTable()  # every erasure logged (docs/api.md §17), never a player id
 
     def add(self, ctl: BoardCtl) -> None:
-        """Keep a new board's control state (and index it under its series, for an instance)."""
+        """Keep a new board's control state (and index it under its series, for an instance; an instance of
+        a league series places players at the tiers its series carried: docs/api.md §18)."""
         spec = ctl.spec
         self.boards[spec.board_id] = ctl
         if spec.series is not None and spec.window is not None:
             self.instances.setdefault(spec.series, {})[spec.window[0]] = spec.board_id
+            series = self.boards.get(spec.series)
+            if ctl.admission.league is not None and series is not None:
+                ctl.admission.league.base = series.admission.league
+
+    def carry_pending(self, series_id: str) -> str | None:
+        """An instance of the series whose carried tiers are due (:attr:`BoardCtl.carry_due`), None if none."""
+        for iid in self.instances.get(series_id, {}).values():
+            ctl = self.boards.get(iid)
+            if ctl is not None and ctl.carry_due:
+                return iid
+        return None
 
     def current_instance(self, series_id: str, now_ms: int) -> str | None:
         """The instance reads on the series answer from at ``now_ms``: the one
@@ -178,7 +199,9 @@ class BoardRegistry:
         admission.erasure_secret = self.cfg.erasure_secret
         return BoardCtl(spec, admission, ChangeRing(self.cfg.delta_retention),
                         sorted(set(part_actor)), parts_on=dict(Counter(part_actor)), part_actor=part_actor,
-                        awards=AwardTable(spec.board_id, spec.prizes) if spec.prizes else None)
+                        # a series holds no rows: its instances award (docs/api.md §18)
+                        awards=AwardTable(spec.board_id, spec.prizes) if spec.prizes and spec.recurrence is None
+                        else None)
 
     def apply(self, offset: int, rec, memo=None) -> None:
         """Fold one logged record in: the same call for a record just made
@@ -229,6 +252,11 @@ class BoardRegistry:
                 elif kind == R.CARRY:
                     if ctl.admission.league is not None:
                         ctl.admission.league.carry(*R.carried_of(rec))
+                elif kind == R.SERIES_CARRY:  # docs/api.md §18: an instance's zones move its series' tiers
+                    series = self.boards.get(rec.series)
+                    if not ctl.carried and series is not None and series.admission.league is not None:
+                        series.admission.league.carry(*R.carried_of(rec))
+                    ctl.carried = True
                 elif kind == R.AWARDS:
                     if ctl.awards is not None:
                         ctl.awards.fold(offset, rec)
@@ -247,6 +275,9 @@ class BoardRegistry:
             ctl.admission.erase(ids, ev)
             if ctl.awards is not None:
                 ctl.awards.erase(ids)
+            series = self.boards.get(ctl.spec.series) if ctl.spec.series is not None else None
+            if series is not None and series.admission.league is not None:  # the tier carried for them (§18)
+                series.admission.league.erase(ids)
 
     def _apply_scores(self, rec, memo) -> None:
         ctl = self.boards.get(rec.board_id)

@@ -84,6 +84,10 @@ RECORD_KINDS = {
                             "finalize_after_s", "recurrence", "options")),
     "J": ("join", ("board_id", "player_id", "position")),
     "H": ("joins", ("board_id", "player_ids", "first")),
+    "V": ("instance board with options", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above",
+                                          "closes_at", "finalize_after_s", "series", "starts_at", "ends_at",
+                                          "options")),
+    "Y": ("tiers carried to a series", ("board_id", "series", "player_ids", "tiers")),
     "W": ("instance board", ("board_id", "policy", "shards", "max_plausible_time_ms", "review_above", "closes_at",
                              "finalize_after_s", "series", "starts_at", "ends_at")),
     "G": ("score group", ("parts",)),
@@ -105,7 +109,7 @@ POLICIES = {"best_score", "cumulative", "fastest_time", "latest"}
 BOARD_STATES = {"OPEN", "FROZEN", "FINALIZED", "ARCHIVED"}
 DECISIONS = {"apply", "reject"}
 #: The format numbers these tables belong to (bump with a new golden fixture).
-FORMATS = {"LOG_FORMAT": 8, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
+FORMATS = {"LOG_FORMAT": 9, "ROUTER_STATE_FORMAT": 5, "SHARD_STATE_FORMAT": 1, "PARTITION_STATE_FORMAT": 4}
 
 
 def test_outcome_codes_are_pinned():
@@ -119,7 +123,7 @@ def test_record_kinds_are_pinned():
     assert {k: (v.name, v.fields) for k, v in R.KINDS.items()} == RECORD_KINDS
     assert (R.BOARD, R.STATE, R.SCORES, R.SCORE, R.INVALIDATE, R.DECIDE, R.BOARD2) == (
         "B", "T", "C", "S", "I", "D", "K")
-    assert R.BOARD_KINDS == {"B", "K", "R", "W", "O", "U"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
+    assert R.BOARD_KINDS == {"B", "K", "R", "W", "O", "U", "V"} and R.SERIES == "R" and R.OPTIONS_BOARD == "O"
     assert R.JOIN == "J" and R.JOINS == "H" and R.INSTANCE == "W" and R.GROUP == "G"
     assert (R.SCORES_META, R.DECIDE_META) == ("M", "E")
     assert (R.BOARD_SUBS, R.SCORES_SUBS, R.DECIDE_SUBS) == ("U", "N", "F")
@@ -215,6 +219,10 @@ LISTS = {
           1_793_441_100_000, 1_793_527_500_000],
     "G": ["G", [["C", "b", 1, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"],
                 ["C", "c", 0, ["e1"], ["p1"], b"\x05" + bytes(7), bytes(8), bytes(8), b"\x00"]]],
+    "V": ["V", "g:m:w.20261207:x", "best_score", 2, 1000, None, 1_793_527_500_000, 3600, "g:m:w:x",
+          1_792_922_700_000, 1_793_527_500_000,
+          {"league": {"cohort_size": 30, "tiers": 5, "promote": 5, "demote": 5}, "subscores": ["desc"]}],
+    "Y": ["Y", "g:m:w.20261207:x", "g:m:w:x", ["p1", "p2"], b"\x02\x01"],
 }
 
 
@@ -280,7 +288,7 @@ def test_parse_refuses_a_list_of_another_layout_or_kind():
     for bad in (["T", "b"], ["T", "b", "FROZEN", "extra"]):
         with pytest.raises(TypeError):
             R.parse(bad)
-    for unknown in (["Y", "b"], [], None):
+    for unknown in (["?", "b"], [], None):
         with pytest.raises(UnsupportedFormat, match="at offset 12"):
             R.parse(unknown, 12)
 
@@ -289,7 +297,7 @@ def test_event_id_of_names_the_event_only_for_kinds_that_have_one():
     got = {kind: R.event_id_of(R.parse(raw)) for kind, raw in LISTS.items()}
     assert got == {"B": None, "K": None, "R": None, "W": None, "G": None, "T": None, "C": None, "M": None, "S": "e1",
                    "I": "e1", "D": "e1", "E": "e1", "L": "e7", "O": None, "J": None, "H": None, "U": None, "N": None, "F": "e1",
-                   "Q": None, "A": None, "P": None, "X": None, "Z": None}
+                   "Q": None, "A": None, "P": None, "X": None, "Z": None, "V": None, "Y": None}
 
 
 def test_a_board_record_of_log_format_1_reads_without_a_schedule():
@@ -351,7 +359,7 @@ def test_only_dead_letter_payloads_start_with_its_head():
         R.board_record(BoardSpec("b", Policy.BEST_SCORE, 3, entry=EntrySpec(True, 6, 7))), R.join_record("b", "p", 0),
         R.joins_record("b", ["p", "q"], 1),
         R.carry_record("b", ["p"], np.array([2])), R.parse(LISTS["A"]), R.parse(LISTS["P"]), R.parse(LISTS["X"]),
-        R.parse(LISTS["Z"]),
+        R.parse(LISTS["Z"]), R.parse(LISTS["V"]), R.series_carry_record("b", "s", ["p"], np.array([2])),
     ]
     assert {r[0] for r in others} | {R.DEAD_LETTER} == set(RECORD_KINDS)
     for rec in others:
@@ -391,7 +399,7 @@ def test_format_numbers_are_pinned():
 def test_check_kind_refuses_unknown_kinds():
     for kind in RECORD_KINDS:
         R.check_kind(0, [kind])
-    for bad in (["Y", "b"], [], "B", None):
+    for bad in (["?", "b"], [], "B", None):
         with pytest.raises(UnsupportedFormat):
             R.check_kind(7, bad)
 

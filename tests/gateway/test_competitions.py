@@ -164,10 +164,6 @@ async def test_cohort_404s(harness, shards):
     ({"prizes": [{"ranks": [1, 1], "reward": {"s": "\ud800"}}]}, "prizes[0].reward"),
     ({"prizes": [{"ranks": [1, 1], "reward": {}, "tier": 2}]}, "prizes[0].tier"),
     ({"prizes": [{"ranks": [i, i], "reward": {}} for i in range(1, 102)]}, "prizes"),
-    ({"league": {"cohort_size": 4}, "recurrence": {"every": "day"}}, "league"),
-    ({"prizes": [{"ranks": [1, 1], "reward": {}}], "recurrence": {"every": "day"}}, "prizes"),
-    ({"league": {"cohort_size": 4}, "subscores": ["desc"]}, "subscores"),
-    ({"prizes": [{"ranks": [1, 1], "reward": {}}], "subscores": ["desc"]}, "subscores"),
 ])
 async def test_bad_league_or_prizes_are_422_naming_the_field_and_create_nothing(harness, change, field):
     c = harness.client

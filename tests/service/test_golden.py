@@ -92,7 +92,7 @@ async def _check_pinned(svc, expected: dict) -> None:
         # (golden_v6 on: a series' instances of the days it was written and replayed are not pinned)
         pinned = {b: v for b, v in got.items() if b in expected["schedules"]}
         assert pinned == expected["schedules"]
-        assert all(R.parse(R.board_record(svc.router.boards[b].spec)).kind == R.INSTANCE
+        assert all(R.parse(R.board_record(svc.router.boards[b].spec)).kind in (R.INSTANCE, R.INSTANCE_OPTIONS)
                    for b in set(got) - set(pinned)), sorted(set(got) - set(pinned))
     if "competitions" in expected:  # golden_v7 on: league cohorts and awards (docs/api.md §16)
         assert await observe_competitions(svc) == expected["competitions"]
@@ -204,6 +204,9 @@ def test_golden_fixture_covers_what_it_claims(fixture, tmp_path):
         assert R.GROUP in kinds[:snap_offset] and R.GROUP in kinds[snap_offset:]
     if expected["formats"]["log_format"] >= 6:  # a league with prizes: entries, awards, the tiers carried
         assert R.ENTER in kinds[:snap_offset] and {R.AWARDS, R.CARRY} <= set(kinds[snap_offset:])
+    if expected["formats"]["log_format"] >= 9:  # a league series: its instances, the tiers carried on both sides
+        assert R.INSTANCE_OPTIONS in kinds[:snap_offset] and R.SERIES_CARRY in kinds[:snap_offset]
+        assert R.SERIES_CARRY in kinds[snap_offset:]
     if expected["formats"]["log_format"] >= 7:  # erasures: one complete before the snapshot, one pending after it
         assert {R.ERASE, R.ERASED} <= set(kinds[:snap_offset]) and R.ERASE in kinds[snap_offset:]
         assert R.ERASED not in kinds[snap_offset:]
@@ -287,8 +290,8 @@ def test_a_snapshot_without_a_format_key_reads_as_format_1(tmp_path):
 def test_an_unknown_record_kind_in_the_tail_refuses_to_open(tmp_path):
     data = _newest_fixture(tmp_path)
     last = sorted((data / "log").glob("*.log"))[-1]
-    blob, _ = encode_batch([["Y", "golden:best:1", "something new"]])
+    blob, _ = encode_batch([["?", "golden:best:1", "something new"]])
     with open(last, "ab") as f:
         f.write(blob)
-    _open_refuses(data, "has kind 'Y', not in log record format")
+    _open_refuses(data, "has kind '\\?', not in log record format")
 
