@@ -75,7 +75,7 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 #: how long a writer keeps trying to learn whether a COMMIT whose connection broke took effect
 RESOLVE_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5
-TCP_USER_TIMEOUT_MS = 5000
+TCP_USER_TIMEOUT_MS = 3000
 
 
 class Fenced(NotLeader):

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from engine.runtime.leadership import Leadership
 from engine.runtime.standby import Standby
-from engine.core.errors import NotLeader
+from engine.core.errors import NotLeader, StorageUnavailable
 from engine.core.columns import ScoreBatch
 from engine.core.histogram import Histogram
 from engine.router.api import forward
@@ -235,9 +235,16 @@ class RouterClient:
             self.feed.outbox.close()
             self.feed = None
         writer = self.event_log
-        reader = await asyncio.to_thread(self._open_log, None)
+        while True:  # the database may be unreachable (a partition): keep trying; reads go on meanwhile
+            try:
+                reader = await asyncio.to_thread(self._open_log, None)
+                break
+            except StorageUnavailable as exc:
+                log.warning("stepping down: the log cannot be opened for reading yet (%s); trying again", exc)
+                await asyncio.sleep(1.0)
         self.router.sequencer.log.event_log = self.event_log = reader
-        await asyncio.to_thread(writer.close)
+        closing = asyncio.ensure_future(asyncio.to_thread(writer.close))  # its threads may wait on a dead link
+        closing.add_done_callback(lambda f: f.exception())
         log.warning("stepped down: following the log as a standby from offset %d", self.router.log_offset + 1)
         await self._follow(reader)
 

@@ -119,8 +119,8 @@ class Leadership:
             self.lease.start_renewing(self._lost)
 
     def _lost(self, holder) -> None:
-        self.role, self.epoch, self.lost_at = "standby", holder.epoch, time.time()
-        self.leader = holder.url or None
+        self.role, self.epoch, self.lost_at = "standby", max(self.epoch, holder.epoch), time.time()
+        self.leader = holder.url or None  # (unknown while the database is out of reach: the standby loop learns it)
         log.warning("lease lost: node %s holds the log at epoch %s; this node takes no more writes",
                     holder.node, holder.epoch)
         if self.event_log is not None:

@@ -46,6 +46,7 @@ class Standby:
         self.caught_up = False
         self.records = 0
         self.log_end = 0  # the log's committed end, as last read (by the follow loop's thread)
+        self.failing = False  # the last read of the log failed: how far behind is not known
         self._task: asyncio.Task | None = None
         self._stopping = False
 
@@ -80,6 +81,7 @@ class Standby:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self.failing = True
                 log.exception("standby: following the log failed; trying again")
                 await asyncio.sleep(1.0)
 
@@ -87,6 +89,7 @@ class Standby:
         """Apply the next chunk of committed records; how many (0: caught up)."""
         start = self.next
         items = await asyncio.to_thread(self.reader.read_payloads, start, CHUNK)
+        self.failing = False
         if not items:
             self.caught_up, self.applied_at, self.log_end = True, time.monotonic(), start
             return 0
@@ -107,6 +110,8 @@ class Standby:
         """``(records, seconds)`` behind the log's committed end as the follow loop last read it (no I/O:
         ``GET /v1/cluster`` and the metrics answer from it while the database is away)."""
         behind = max(0, self.log_end - self.next)
+        if self.failing:  # the log is out of reach: behind by at least the time since it was last caught up
+            return max(behind, 1), time.monotonic() - self.applied_at
         return behind, (0.0 if behind == 0 else time.monotonic() - self.applied_at)
 
     async def stop(self) -> None:
