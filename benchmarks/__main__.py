@@ -11,7 +11,7 @@
     python -m benchmarks export [--rows 100000,300000,1000000] [--repeat R] [--engine local|ray] [--events N] [--json OUT]
     python -m benchmarks archive [--players N] [--partitions P] [--shards S] [--reads R] [--json OUT]
     python -m benchmarks coldstart [--engine ray|local] [--shard-actors N] [--events N] [--json OUT]
-    python -m benchmarks nemesis [--faults 100] [--seconds S] [--lease-s S] [--kinds kill_active,pause_active,kill_pg] [--json DIR]
+    python -m benchmarks nemesis [--faults 100] [--seconds S] [--lease-s S] [--kinds kill_active,pause_active,kill_pg,partition_active] [--partition-s S] [--network auto|netns|loopback] [--json DIR]
     python -m benchmarks failover [--quick] [--engine ray|local] [--partitions 4] [--takeovers 20] [--lease-s 3]
                                   [--promotions 3] [--json DIR]
     python -m benchmarks competitions [--players N] [--cohort S] [--tiers T] [--json OUT]
