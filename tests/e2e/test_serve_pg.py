@@ -46,14 +46,21 @@ def _get(url: str, path: str, role: str = "admin") -> dict:
     return r.json()
 
 
-def test_a_lost_machine_loses_no_acknowledged_event_a_new_node_serves_them_all(served_factory, pg_url, tmp_path):
-    first = served_factory("local", extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "a")
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_lost_machine_loses_no_acknowledged_event_a_new_node_serves_them_all(served_factory, pg_url, tmp_path,
+                                                                               engine):
+    """The machine is lost mid-ingest (SIGKILL of the server's process group, its data directory thrown
+    away): a node on a fresh data directory against the same log serves every acknowledged event. With
+    the Ray engine the writer is in the engine's process and the log actor reads the database for the
+    shard actors' recovery."""
+    first = served_factory(engine, extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "a")
     first.start()
     create_board(first.url)
     ingest = Ingest(first.url, start=0, batches=400)
     asyncio.run(ingest_then(first, ingest, first.kill, after_batches=12))
     assert ingest.acked_batches >= 12 and len(ingest.sent) > len(ingest.acked)  # killed with batches in flight
-    second = served_factory("local", extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "b")
+    assert first.strays() == [], "a process of the killed node outlived it"
+    second = served_factory(engine, extra=("--log", pg_url, "--lease-s", LEASE_S), tmp=tmp_path / "b")
     killed_at = time.monotonic()
     second.start()  # another machine: an empty data directory, the same log
     took = time.monotonic() - killed_at
@@ -63,8 +70,9 @@ def test_a_lost_machine_loses_no_acknowledged_event_a_new_node_serves_them_all(s
         raise AssertionError(f"{exc}\n--- server log:\n{second.tail()}") from None
     info = httpx.get(f"{second.url}/v1/cluster", headers=H("admin"), timeout=10).json()
     assert info["role"] == "active" and info["epoch"] >= 2 and info["leader"] == second.url, info
-    assert took < 60, took
+    assert took < 90, took
     assert second.terminate() == 0, second.tail()
+    assert second.strays() == []
 
 
 def test_a_paused_active_is_fenced_and_answers_not_leader_after_a_takeover(served_factory, pg_url, tmp_path):
