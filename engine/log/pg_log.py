@@ -791,8 +791,8 @@ class PostgresLog:
         record ``< before``; each segment where ``fn`` changed a record is copied into a new table, and
         all of them are swapped into the catalog in one transaction (old tables dropped in it):
         readers see every affected segment old or every one new, a crash leaves one or the other.
-        Appends go on meanwhile. Afterwards run :func:`checkpoint` to have Postgres drop the old
-        tables' files at once (an erasure does)."""
+        Appends go on meanwhile. When a segment changed, :func:`scrub_files` follows, so the old
+        tables' files and the WAL that carried the old bytes go at once."""
         if not self.writer:
             raise ValueError("rewrite is the writer's")
         if self._closed:
@@ -942,17 +942,6 @@ def take_over(conn: psycopg.Connection, names: Names) -> int:
                         .fetchone())
         conn.execute(sql.SQL("UPDATE {} SET epoch = %s").format(names.lease), (epoch,))
     return epoch
-
-
-def checkpoint(url: str) -> bool:
-    """``CHECKPOINT`` (the files of dropped tables go at once); False where the role may not."""
-    try:
-        with connect(url, autocommit=True) as conn:
-            conn.execute("CHECKPOINT")
-        return True
-    except (psycopg.Error, StorageUnavailable) as exc:
-        logger.warning("event log: CHECKPOINT refused (%s): dropped tables' files go at the next checkpoint", exc)
-        return False
 
 
 def server_urls(url: str) -> list[str]:
